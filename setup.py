@@ -1,0 +1,24 @@
+"""imgrec: image datasets to sharded TFRecords with Apache Beam."""
+from setuptools import find_packages, setup
+
+setup(
+    name="imgrec",
+    version="0.1.0",
+    description="Apache Beam pipeline that turns image files + labels into sharded TFRecords.",
+    python_requires=">=3.10",
+    packages=find_packages(include=["pipeline", "pipeline.*", "transforms", "transforms.*"]),
+    install_requires=[
+        # [tfrecord] pulls in a crc32c implementation, which TFRecord framing needs.
+        "apache-beam[tfrecord]>=2.60,<3",
+        "tensorflow-cpu>=2.16,<3",
+        # imdecodeWithMetadata (EXIF orientation without a second decode) needs OpenCV 5.
+        "opencv-python-headless>=5.0,<6",
+        "numpy>=1.26,<3",
+        "pyyaml>=6,<7",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "pillow>=10", "scikit-image>=0.22"],
+        "gcp": ["apache-beam[gcp]>=2.60,<3"],
+        "tfds": ["tensorflow-datasets>=4.9"],
+    },
+)

@@ -1,0 +1,312 @@
+"""Header reading and decoding on real files written by OpenCV and Pillow (and a few hand-made
+headers), checking the exact pixels the pipeline will store."""
+from __future__ import annotations
+
+import io
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+
+from transforms.decode import apply_orientation, check_header, decode_image
+from transforms.image_header import ImageHeader, exif_orientation, read_header
+from transforms.rejections import CorruptImage, EmptyFile, ImageTooLarge, ImageTooSmall, NotAnImage
+from transforms.specs import ImageSpec
+
+W, H = 37, 23  # odd and non-square, so swapped or rounded dimensions show up
+RED = (255, 0, 0)
+SPEC = ImageSpec()
+
+
+def pillow_file(tmp_path: Path, im: Image.Image, fmt: str, **kwargs) -> bytes:
+    path = tmp_path / f"image.{fmt.lower()}"
+    im.save(path, fmt, **kwargs)
+    return path.read_bytes()
+
+
+def opencv_file(tmp_path: Path, bgr: np.ndarray, ext: str) -> bytes:
+    ok, buf = cv2.imencode(ext, bgr)
+    assert ok
+    path = tmp_path / f"image{ext}"
+    path.write_bytes(buf.tobytes())
+    return path.read_bytes()
+
+
+def gradient(width: int = W, height: int = H) -> np.ndarray:
+    """RGB test pattern in which every pixel differs from its rotations and mirrors."""
+    y, x = np.mgrid[0:height, 0:width]
+    return np.dstack([x * 6 % 256, y * 10 % 256, (x * 3 + y * 7) % 256]).astype(np.uint8)
+
+
+def raw_rgb(data: bytes) -> np.ndarray:
+    """What OpenCV decodes, unrotated, as RGB: the reference for orientation tests."""
+    return cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)[..., ::-1]
+
+
+PILLOW_FORMATS = [
+    ("JPEG", {}),
+    ("JPEG", {"progressive": True}),
+    ("PNG", {}),
+    ("BMP", {}),
+    ("WEBP", {"quality": 95}),
+    ("WEBP", {"lossless": True}),
+    ("TIFF", {}),
+    ("GIF", {}),
+]
+
+
+@pytest.mark.parametrize("fmt,kwargs", PILLOW_FORMATS, ids=lambda v: str(v))
+def test_pillow_files_header_size_and_rgb_order(tmp_path, fmt, kwargs):
+    data = pillow_file(tmp_path, Image.new("RGB", (W, H), RED), fmt, **kwargs)
+    assert read_header(data) == ImageHeader(fmt.lower(), W, H)
+    img = decode_image(data, SPEC)
+    assert img.shape == (H, W, 3) and img.dtype == np.uint8 and img.flags.c_contiguous
+    np.testing.assert_allclose(img.reshape(-1, 3).mean(axis=0), RED, atol=3)
+
+
+@pytest.mark.parametrize("ext,fmt", [(".jpg", "jpeg"), (".png", "png"), (".bmp", "bmp"),
+                                     (".webp", "webp"), (".tiff", "tiff")])
+def test_opencv_files_header_size_and_rgb_order(tmp_path, ext, fmt):
+    bgr = np.zeros((H, W, 3), np.uint8)
+    bgr[..., 2] = 255  # red in OpenCV's BGR order
+    data = opencv_file(tmp_path, bgr, ext)
+    assert read_header(data) == ImageHeader(fmt, W, H)
+    img = decode_image(data, SPEC)
+    assert img.shape == (H, W, 3)
+    np.testing.assert_allclose(img.reshape(-1, 3).mean(axis=0), RED, atol=3)
+
+
+def test_lossless_formats_decode_exactly(tmp_path):
+    rgb = gradient()
+    for fmt in ("PNG", "BMP", "TIFF"):
+        np.testing.assert_array_equal(decode_image(pillow_file(tmp_path, Image.fromarray(rgb), fmt), SPEC), rgb)
+
+
+def test_webp_with_alpha_uses_vp8x_header(tmp_path):
+    data = pillow_file(tmp_path, Image.new("RGBA", (W, H), (0, 0, 255, 128)), "WEBP", quality=90)
+    assert data[12:16] == b"VP8X"
+    assert read_header(data).width == W and read_header(data).height == H
+
+
+def test_gif_first_frame(tmp_path):
+    frames = [Image.new("RGB", (W, H), RED), Image.new("RGB", (W, H), (0, 0, 255))]
+    data = pillow_file(tmp_path, frames[0], "GIF", save_all=True, append_images=frames[1:],
+                       duration=100, loop=0)
+    assert Image.open(io.BytesIO(data)).n_frames == 2
+    img = decode_image(data, SPEC)
+    assert img.shape == (H, W, 3)
+    assert (img == RED).all()
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_grayscale_becomes_three_equal_channels(tmp_path, fmt):
+    gray = gradient()[..., 0]
+    img = decode_image(pillow_file(tmp_path, Image.fromarray(gray, "L"), fmt), SPEC)
+    assert img.shape == (H, W, 3)
+    assert (img[..., 0] == img[..., 1]).all() and (img[..., 1] == img[..., 2]).all()
+    if fmt == "PNG":
+        np.testing.assert_array_equal(img[..., 0], gray)
+
+
+def test_rgba_png_composite_and_drop(tmp_path):
+    rgba = np.array([[[200, 100, 50, 128], [10, 20, 30, 0], [40, 50, 60, 255]]], np.uint8)
+    data = pillow_file(tmp_path, Image.fromarray(rgba, "RGBA"), "PNG")
+    composite = decode_image(data, ImageSpec(alpha="composite", background=(0, 0, 255)))
+    # round((c * a + bg * (255 - a)) / 255) per channel
+    np.testing.assert_array_equal(composite[0], [[100, 50, 152], [0, 0, 255], [40, 50, 60]])
+    dropped = decode_image(data, ImageSpec(alpha="drop"))
+    np.testing.assert_array_equal(dropped[0], rgba[0, :, :3])
+
+
+def test_16bit_png_rounds_to_nearest(tmp_path):
+    values = np.array([[0, 128, 129, 257, 385, 386, 32896, 65535]], np.uint16)
+    expected = [0, 0, 1, 1, 1, 2, 128, 255]  # round(x / 257)
+    gray = decode_image(opencv_file(tmp_path, values, ".png"), SPEC)
+    np.testing.assert_array_equal(gray[0, :, 0], expected)
+    bgr = np.dstack([values, np.zeros_like(values), np.full_like(values, 65535)])
+    color = decode_image(opencv_file(tmp_path, bgr, ".png"), SPEC)
+    np.testing.assert_array_equal(color[0, :, 0], np.full(8, 255))
+    np.testing.assert_array_equal(color[0, :, 2], expected)
+
+
+def test_float_tiff_clips_to_unit_range(tmp_path):
+    values = np.array([[0.0, 0.25, 0.5, 1.0, 2.0, -1.0]], np.float32)
+    img = decode_image(opencv_file(tmp_path, values, ".tiff"), SPEC)
+    np.testing.assert_array_equal(img[0, :, 0], [0, 64, 128, 255, 255, 0])
+
+
+@pytest.mark.parametrize("orientation,quarter_turns", [(3, 2), (6, -1), (8, 1)])
+def test_exif_orientation_jpeg(tmp_path, orientation, quarter_turns):
+    im = Image.fromarray(gradient())
+    exif = im.getexif()
+    exif[0x0112] = orientation
+    data = pillow_file(tmp_path, im, "JPEG", quality=95, exif=exif.tobytes())
+    img = decode_image(data, SPEC)
+    np.testing.assert_array_equal(img, np.rot90(raw_rgb(data), quarter_turns))
+    upright = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))))
+    assert img.shape == upright.shape
+    assert np.abs(img.astype(int) - upright).mean() < 2
+
+
+def test_tiff_orientation_is_applied_once(tmp_path):
+    """OpenCV's TIFF reader applies the orientation tag itself and returns no EXIF block."""
+    im = Image.fromarray(gradient())
+    exif = im.getexif()
+    exif[0x0112] = 6
+    data = pillow_file(tmp_path, im, "TIFF", exif=exif.tobytes())
+    np.testing.assert_array_equal(decode_image(data, SPEC), np.rot90(gradient(), -1))
+
+
+PILLOW_TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+                    4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+                    6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+                    8: Image.Transpose.ROTATE_90}
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_apply_orientation_matches_pillow(orientation):
+    rgb = gradient()
+    im = Image.fromarray(rgb)
+    expected = im.transpose(PILLOW_TRANSPOSE[orientation]) if orientation in PILLOW_TRANSPOSE else im
+    np.testing.assert_array_equal(apply_orientation(rgb, orientation), np.asarray(expected))
+
+
+def tiff_ifd(order: str, entries: list[tuple[int, int, int]]) -> bytes:
+    """A TIFF header plus IFD0 of (tag, type, value) entries with count 1."""
+    head = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "IH", 8, len(entries))
+    body = b""
+    for tag, kind, value in entries:
+        inline = struct.pack(order + ("HH" if kind == 3 else "I"), *((value, 0) if kind == 3 else (value,)))
+        body += struct.pack(order + "HHI", tag, kind, 1) + inline
+    return head + body + b"\x00\x00\x00\x00"
+
+
+def test_exif_orientation_parsing():
+    assert exif_orientation(tiff_ifd(">", [(0x0112, 3, 6)])) == 6
+    assert exif_orientation(tiff_ifd("<", [(0x010F, 3, 1), (0x0112, 3, 8)])) == 8
+    assert exif_orientation(b"Exif\x00\x00" + tiff_ifd("<", [(0x0112, 3, 3)])) == 3
+    assert exif_orientation(tiff_ifd("<", [(0x010F, 3, 1)])) == 1
+    assert exif_orientation(tiff_ifd("<", [(0x0112, 3, 9)])) == 1
+    assert exif_orientation(tiff_ifd("<", [(0x0112, 3, 6)])[:14]) == 1
+    assert exif_orientation(b"") == 1
+    assert exif_orientation(b"garbage!") == 1
+
+
+def test_tiff_header_short_and_long_big_endian():
+    data = tiff_ifd(">", [(256, 3, 300), (257, 4, 70000)])
+    assert read_header(data) == ImageHeader("tiff", 300, 70000)
+
+
+def test_bmp_core_header_and_top_down(tmp_path):
+    rgb = gradient(3, 2)
+    row = lambda r: rgb[r, :, ::-1].tobytes() + b"\x00" * 3  # BGR, padded to 4 bytes
+    pixels = row(1) + row(0)  # bottom-up
+    core = b"BM" + struct.pack("<IHHI", 26 + len(pixels), 0, 0, 26) + struct.pack("<IHHHH", 12, 3, 2, 1, 24)
+    assert (read_header(core + pixels).width, read_header(core + pixels).height) == (3, 2)
+
+    bottom_up = pillow_file(tmp_path, Image.fromarray(rgb), "BMP")
+    offset = struct.unpack_from("<I", bottom_up, 10)[0]
+    top_down = bytearray(bottom_up[:offset] + row(0) + row(1))
+    struct.pack_into("<i", top_down, 22, -2)
+    assert (read_header(bytes(top_down)).width, read_header(bytes(top_down)).height) == (3, 2)
+    np.testing.assert_array_equal(decode_image(bytes(top_down), SPEC), rgb)
+
+
+def test_cmyk_jpeg_becomes_rgb(tmp_path):
+    data = pillow_file(tmp_path, Image.new("RGB", (W, H), RED).convert("CMYK"), "JPEG", quality=95)
+    assert Image.open(io.BytesIO(data)).mode == "CMYK"
+    img = decode_image(data, SPEC)
+    assert img.shape == (H, W, 3)
+    np.testing.assert_allclose(img.reshape(-1, 3).mean(axis=0), RED, atol=3)
+
+
+def test_truncated_jpeg_is_corrupt(tmp_path):
+    data = pillow_file(tmp_path, Image.fromarray(gradient(256, 256)), "JPEG")
+    for cut in (len(data) // 2, len(data) - 2):
+        with pytest.raises(CorruptImage, match="jpeg"):
+            decode_image(data[:cut], SPEC)
+
+
+def test_jpeg_padding_and_appended_data_still_decode(tmp_path):
+    data = pillow_file(tmp_path, Image.fromarray(gradient()), "JPEG")
+    expected = decode_image(data, SPEC)
+    for suffix in (b"\x00" * 64, b"\n", b"ftypmp42 appended video of a motion photo"):
+        np.testing.assert_array_equal(decode_image(data + suffix, SPEC), expected)
+
+
+def test_truncated_png_is_corrupt(tmp_path):
+    data = pillow_file(tmp_path, Image.fromarray(gradient(256, 256)), "PNG")
+    for cut in (len(data) // 2, len(data) - 12):
+        with pytest.raises(CorruptImage, match="png"):
+            decode_image(data[:cut], SPEC)
+
+
+@pytest.mark.parametrize("fmt,keep", [("JPEG", 12), ("PNG", 20), ("GIF", 9), ("BMP", 20),
+                                      ("WEBP", 16), ("TIFF", 12)])
+def test_truncated_headers_are_corrupt(tmp_path, fmt, keep):
+    data = pillow_file(tmp_path, Image.fromarray(gradient()), fmt)
+    with pytest.raises(CorruptImage, match=fmt.lower()):
+        read_header(data[:keep])
+
+
+def test_png_ihdr_crc_mismatch_is_corrupt(tmp_path):
+    data = bytearray(pillow_file(tmp_path, Image.fromarray(gradient()), "PNG"))
+    data[19] ^= 1  # a bit of the declared width
+    with pytest.raises(CorruptImage, match="CRC"):
+        read_header(bytes(data))
+
+
+def test_random_bytes_are_not_an_image(tmp_path):
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(b"\x13\x37" + np.random.default_rng(0).bytes(998))
+    with pytest.raises(NotAnImage, match="13 37"):
+        decode_image(path.read_bytes(), SPEC)
+
+
+def test_zero_bytes_is_empty_file(tmp_path):
+    path = tmp_path / "empty.png"
+    path.write_bytes(b"")
+    with pytest.raises(EmptyFile):
+        decode_image(path.read_bytes(), SPEC)
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
+
+
+def test_png_decompression_bomb_rejected_from_header():
+    start = time.perf_counter()
+    with pytest.raises(ImageTooLarge, match=r"100000x100000 = 1\.0e\+10 pixels exceeds max_pixels=178956970"):
+        decode_image(png_declaring(100_000, 100_000), SPEC)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_jpeg_decompression_bomb_rejected_from_header(tmp_path):
+    data = bytearray(pillow_file(tmp_path, Image.fromarray(gradient()), "JPEG"))
+    sof = data.index(b"\xff\xc0")
+    struct.pack_into(">HH", data, sof + 5, 60_000, 60_000)  # height, width after length + precision
+    assert read_header(bytes(data)).width == 60_000
+    start = time.perf_counter()
+    with pytest.raises(ImageTooLarge, match="60000x60000"):
+        decode_image(bytes(data), SPEC)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_min_side_rejected(tmp_path):
+    data = pillow_file(tmp_path, Image.new("RGB", (40, 7), RED), "PNG")
+    with pytest.raises(ImageTooSmall, match="40x7.*min_side=8"):
+        check_header(data, ImageSpec(min_side=8))
+    assert check_header(data, ImageSpec(min_side=7)).height == 7
+
+
+def test_jpeg_header_skips_fill_and_extraneous_bytes(tmp_path):
+    data = pillow_file(tmp_path, Image.fromarray(gradient()), "JPEG")
+    sof = data.index(b"\xff\xc0")
+    padded = data[:sof] + b"\x12\x34" + b"\xff\xff" + data[sof:]  # junk, then fill bytes
+    assert (read_header(padded).width, read_header(padded).height) == (W, H)

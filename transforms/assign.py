@@ -1,0 +1,143 @@
+"""Give every readable image a label id, a duplicate group and a split.
+
+All of this moves small references (path, label, hash), never pixels, so the grouping steps
+stay cheap on every runner.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import apache_beam as beam
+
+from transforms.discover import REJECTED
+from transforms.labels import build_label_map
+from transforms.read import SourceImage
+from transforms.rejections import DuplicateImage, Rejection, UnknownLabel
+from transforms.specs import SplitSpec
+from transforms.split import assign_split, stratified_splits
+
+DUPLICATES = "duplicates"
+
+
+@dataclasses.dataclass(frozen=True)
+class LabeledImage:
+    source: SourceImage
+    label_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedImage:
+    """An image with everything decided except its pixels: label id and split."""
+
+    source: SourceImage
+    label_id: int
+    split: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitUnit:
+    """Images that must share a split: copies of one content (or a single path)."""
+
+    key: str
+    label: str
+    members: tuple[LabeledImage, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DuplicateGroup:
+    content_hash: str
+    paths: tuple[str, ...]
+    labels: tuple[str, ...]
+
+
+class ComputeLabelMap(beam.PTransform):
+    """Candidates → a single {label text: id} dict, to be used as a side input."""
+
+    def __init__(self, class_names: Optional[Sequence[str]]):
+        super().__init__()
+        self._class_names = class_names
+
+    def expand(self, candidates: beam.PCollection) -> beam.PCollection:
+        class_names = self._class_names
+        return (candidates
+                | "LabelText" >> beam.Map(lambda c: c.label)
+                | "DistinctLabels" >> beam.Distinct()
+                | "AllLabels" >> beam.combiners.ToList()
+                | "BuildLabelMap" >> beam.Map(build_label_map, class_names))
+
+
+def attach_label_id(image: SourceImage, label_map: Mapping[str, int]) -> Iterator[Union[LabeledImage, beam.pvalue.TaggedOutput]]:
+    if image.label in label_map:
+        yield LabeledImage(image, label_map[image.label])
+    else:
+        reason = UnknownLabel(f"label {image.label!r} is not one of the {len(label_map)} configured classes")
+        yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(image.path, reason))
+
+
+def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str,
+                 drop_duplicates: bool) -> Iterator[Union[SplitUnit, beam.pvalue.TaggedOutput]]:
+    """One content hash's images → split units, plus a duplicate report when there are copies.
+
+    The copy with the smallest path is canonical, so the choice does not depend on the runner.
+    """
+    content_hash, copies = element
+    members = sorted(copies, key=lambda m: m.source.path)
+    canonical = members[0]
+    if len(members) > 1:
+        yield beam.pvalue.TaggedOutput(DUPLICATES, DuplicateGroup(
+            content_hash, tuple(m.source.path for m in members), tuple(m.source.label for m in members)))
+    if drop_duplicates:
+        for copy in members[1:]:
+            reason = DuplicateImage(f"same content (sha256 {content_hash[:12]}…) as {canonical.source.path}")
+            yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(copy.source.path, reason))
+        members = [canonical]
+    if split_key == "content":
+        yield SplitUnit(content_hash, canonical.source.label, tuple(members))
+    else:
+        for member in members:
+            yield SplitUnit(member.source.path, member.source.label, (member,))
+
+
+def plan_unit(unit: SplitUnit, split: str) -> Iterator[PlannedImage]:
+    for member in unit.members:
+        yield PlannedImage(member.source, member.label_id, split)
+
+
+def plan_label_stratified(units: Iterable[SplitUnit], spec: SplitSpec) -> Iterator[PlannedImage]:
+    units = list(units)
+    assignment = stratified_splits((u.key for u in units), spec)
+    for unit in units:
+        yield from plan_unit(unit, assignment[unit.key])
+
+
+class PlanSplits(beam.PTransform):
+    """SourceImage → {"planned": PlannedImage, "rejected": Rejection, "duplicates": DuplicateGroup}."""
+
+    def __init__(self, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool):
+        super().__init__()
+        self._splits = splits
+        self._label_map = label_map
+        self._drop_duplicates = drop_duplicates
+
+    def expand(self, images: beam.PCollection) -> dict[str, beam.PCollection]:
+        splits = self._splits
+        labeled = images | "AttachLabelId" >> beam.FlatMap(
+            attach_label_id, self._label_map).with_outputs(REJECTED, main="labeled")
+        units = (labeled.labeled
+                 | "KeyByContent" >> beam.Map(lambda m: (m.source.content_hash, m))
+                 | "GroupCopies" >> beam.GroupByKey()
+                 | "ToSplitUnits" >> beam.FlatMap(
+                     group_copies, splits.key, self._drop_duplicates).with_outputs(
+                         REJECTED, DUPLICATES, main="units"))
+        if splits.method == "hash":
+            planned = units.units | "HashSplit" >> beam.FlatMap(
+                lambda u: plan_unit(u, assign_split(u.key, splits)))
+        else:
+            planned = (units.units
+                       | "KeyByLabel" >> beam.Map(lambda u: (u.label, u))
+                       | "GroupByLabel" >> beam.GroupByKey()
+                       | "StratifiedSplit" >> beam.FlatMapTuple(
+                           lambda _, us: plan_label_stratified(us, splits)))
+        rejected = (labeled[REJECTED], units[REJECTED]) | "MergeRejected" >> beam.Flatten()
+        return {"planned": planned, REJECTED: rejected, DUPLICATES: units[DUPLICATES]}

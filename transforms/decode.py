@@ -1,0 +1,110 @@
+"""Turn encoded image bytes into one canonical array: HxWx3 uint8 RGB, upright.
+
+Every later step (resize, normalize, encode) can then ignore formats, bit depths, alpha and
+orientation. The header is checked before decoding so oversized images never reach the decoder.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import cv2
+import numpy as np
+
+from transforms.image_header import ImageHeader, exif_orientation, jpeg_has_eoi, read_header
+from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall
+from transforms.specs import ImageSpec
+
+
+def check_header(data: bytes, spec: ImageSpec) -> ImageHeader:
+    """Read the declared size and refuse images outside the spec's limits before any decode, so a
+    decompression bomb costs a few header bytes instead of gigabytes of pixels."""
+    header = read_header(data)
+    pixels = header.width * header.height
+    if pixels > spec.max_pixels:
+        raise ImageTooLarge(f"declared size {header.width}x{header.height} = {pixels:.1e} pixels "
+                            f"exceeds max_pixels={spec.max_pixels}")
+    if min(header.width, header.height) < spec.min_side:
+        raise ImageTooSmall(f"declared size {header.width}x{header.height} has a side shorter "
+                            f"than min_side={spec.min_side}")
+    return header
+
+
+def to_uint8(img: np.ndarray) -> np.ndarray:
+    """Map any bit depth onto 0-255. 16-bit uses (x + 128) // 257, which is exactly round(x / 257)
+    (257 is odd, so there are no ties) and maps 0 -> 0, 65535 -> 255 and 257*k -> k; floats are
+    taken as 0-1 intensities, clipped and rounded."""
+    if img.dtype == np.uint8:
+        return img
+    if img.dtype == np.uint16:
+        return ((img.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    if img.dtype.kind == "f":
+        return np.rint(np.clip(np.nan_to_num(img), 0.0, 1.0) * 255.0).astype(np.uint8)
+    raise CorruptImage(f"unsupported pixel type {img.dtype}")
+
+
+def composite(rgb: np.ndarray, alpha: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
+    """Blend uint8 RGB over a solid background: round((c * a + bg * (255 - a)) / 255)."""
+    a = alpha[..., None].astype(np.uint32)
+    bg = np.asarray(background, np.uint32)
+    return ((rgb * a + bg * (255 - a) + 127) // 255).astype(np.uint8)
+
+
+def to_rgb(img: np.ndarray, spec: ImageSpec) -> np.ndarray:
+    """OpenCV's gray, BGR or BGRA uint8 layout to RGB, resolving alpha as the spec says."""
+    channels = 1 if img.ndim == 2 else img.shape[2]
+    if channels == 1:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
+    if channels == 3:
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    if channels == 4:
+        rgb = cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
+        return rgb if spec.alpha == "drop" else composite(rgb, img[..., 3], spec.background)
+    raise CorruptImage(f"unsupported channel count {channels}")
+
+
+def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
+    """Make an image stored with EXIF orientation 1-8 upright; anything else is left as is."""
+    if orientation == 2:
+        return cv2.flip(img, 1)
+    if orientation == 3:
+        return cv2.rotate(img, cv2.ROTATE_180)
+    if orientation == 4:
+        return cv2.flip(img, 0)
+    if orientation == 5:
+        return cv2.transpose(img)
+    if orientation == 6:
+        return cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
+    if orientation == 7:
+        return cv2.flip(cv2.transpose(img), -1)
+    if orientation == 8:
+        return cv2.rotate(img, cv2.ROTATE_90_COUNTERCLOCKWISE)
+    return img
+
+
+def _orientation(types: Sequence[int], metadata: Sequence[np.ndarray]) -> int:
+    for kind, blob in zip(types, metadata):
+        if kind == cv2.IMAGE_METADATA_EXIF:
+            return exif_orientation(np.asarray(blob).tobytes())
+    return 1
+
+
+def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
+    """Decode to HxWx3 uint8 RGB, upright; GIFs give their first frame.
+
+    IMREAD_UNCHANGED keeps alpha and 16-bit depth (so both are converted deliberately here) but
+    skips EXIF orientation, which is applied from the EXIF block OpenCV returns. OpenCV's TIFF
+    reader applies the TIFF orientation tag itself and returns no EXIF, so TIFFs are not rotated
+    twice.
+    """
+    header = check_header(data, spec)
+    if header.format == "jpeg" and not jpeg_has_eoi(data):
+        raise CorruptImage("jpeg is truncated: no end-of-image marker after the scan data")
+    try:
+        img, types, metadata = cv2.imdecodeWithMetadata(np.frombuffer(data, np.uint8),
+                                                        cv2.IMREAD_UNCHANGED)
+    except cv2.error as exc:
+        raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
+    if img is None or img.size == 0:
+        raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated)")
+    rgb = to_rgb(to_uint8(img), spec)
+    return apply_orientation(rgb, _orientation(types, metadata))

@@ -1,0 +1,200 @@
+"""Read an image's format and declared size from its header bytes alone.
+
+This runs before any decoder so that a decompression bomb (a tiny file that declares billions of
+pixels) is refused without allocating memory for its pixels; nothing here reads pixel data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+from typing import Callable, Iterator
+
+from transforms.rejections import CorruptImage, EmptyFile, NotAnImage
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageHeader:
+    """What the file says about itself: format (jpeg, png, gif, bmp, webp, tiff) and size."""
+
+    format: str
+    width: int
+    height: int
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_EXIF_PREFIX = b"Exif\x00\x00"
+_TIFF_WIDTH, _TIFF_HEIGHT, _EXIF_ORIENTATION = 256, 257, 0x0112
+_TIFF_SHORT, _TIFF_LONG = 3, 4
+_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7,
+                       0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+# Markers without a length field: TEM, RST0-7, SOI, EOI.
+_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
+_JPEG_SOS, _JPEG_EOI = 0xDA, 0xD9
+
+
+def _jpeg_markers(data: bytes) -> Iterator[tuple[int, int]]:
+    """Yield (marker, offset of its payload) up to and including SOS, after which the entropy-coded
+    data starts and no more headers can be read. Bytes between segments that are not 0xFF are
+    skipped as libjpeg does ("extraneous bytes"), and so are 0xFF fill bytes."""
+    pos = 2
+    while True:
+        pos = data.find(b"\xff", pos)
+        while 0 <= pos < len(data) and data[pos] == 0xFF:
+            pos += 1
+        if pos < 0 or pos >= len(data):
+            raise CorruptImage(f"jpeg header truncated at byte {len(data)}: no start-of-scan marker")
+        marker = data[pos]
+        pos += 1
+        if marker in _JPEG_STANDALONE:
+            if marker == _JPEG_EOI:
+                raise CorruptImage(f"jpeg ends (EOI at byte {pos - 2}) before any image data")
+            continue
+        if pos + 2 > len(data):
+            raise CorruptImage(f"jpeg header truncated inside marker 0x{marker:02X} at byte {pos - 2}")
+        (length,) = struct.unpack_from(">H", data, pos)
+        if length < 2:
+            raise CorruptImage(f"jpeg marker 0x{marker:02X} at byte {pos - 2} has length {length}")
+        yield marker, pos + 2
+        if marker == _JPEG_SOS:
+            return
+        pos += length
+
+
+def _jpeg(data: bytes) -> tuple[int, int]:
+    for marker, payload in _jpeg_markers(data):
+        if marker in _JPEG_SOF:
+            height, width = struct.unpack_from(">HH", data, payload + 1)  # after the precision byte
+            return width, height
+    raise CorruptImage("jpeg has a start-of-scan marker but no start-of-frame (SOFn) before it")
+
+
+def jpeg_has_eoi(data: bytes) -> bool:
+    """True when an end-of-image marker follows the first scan.
+
+    libjpeg treats truncation as a warning and fills the missing rows with grey; OpenCV 5.1
+    happens to refuse such files, but the check does not depend on that. 0xFFD9 cannot occur inside entropy-coded data,
+    so any occurrence after the start of the scan is the EOI. Searching (rather than requiring it
+    to be the last bytes) accepts files with data appended after EOI, such as motion photos.
+    """
+    scan_start = next(pos for marker, pos in _jpeg_markers(data) if marker == _JPEG_SOS)
+    return data.rfind(b"\xff\xd9", scan_start) >= 0
+
+
+def _png(data: bytes) -> tuple[int, int]:
+    length, chunk_type, width, height = struct.unpack_from(">I4sII", data, 8)
+    if length != 13 or chunk_type != b"IHDR":
+        raise CorruptImage(f"png first chunk is {chunk_type!r} of length {length}, not a 13-byte IHDR")
+    (crc,) = struct.unpack_from(">I", data, 29)
+    if zlib.crc32(data[12:29]) != crc:
+        raise CorruptImage("png IHDR chunk fails its CRC check")
+    return width, height
+
+
+def _gif(data: bytes) -> tuple[int, int]:
+    width, height = struct.unpack_from("<HH", data, 6)  # logical screen descriptor
+    return width, height
+
+
+def _bmp(data: bytes) -> tuple[int, int]:
+    (dib_size,) = struct.unpack_from("<I", data, 14)
+    if dib_size == 12:  # BITMAPCOREHEADER: unsigned 16-bit sizes
+        width, height = struct.unpack_from("<HH", data, 18)
+        return width, height
+    if dib_size < 40:
+        raise CorruptImage(f"bmp info header size {dib_size} is neither 12 (core) nor >= 40 (info)")
+    width, height = struct.unpack_from("<ii", data, 18)
+    if width < 0:
+        raise CorruptImage(f"bmp declares negative width {width}")
+    return width, abs(height)  # negative height marks a top-down bitmap
+
+
+def _webp(data: bytes) -> tuple[int, int]:
+    chunk = data[12:16]
+    if chunk == b"VP8 ":  # lossy: 3-byte frame tag, start code, 14-bit sizes
+        width, height = struct.unpack_from("<HH", data, 26)
+        if data[23:26] != b"\x9d\x01\x2a":
+            raise CorruptImage("webp VP8 chunk lacks the key-frame start code")
+        return width & 0x3FFF, height & 0x3FFF
+    if chunk == b"VP8L":  # lossless: signature byte, then 14-bit (size - 1) fields
+        (bits,) = struct.unpack_from("<I", data, 21)
+        if data[20] != 0x2F:
+            raise CorruptImage("webp VP8L chunk lacks its 0x2F signature")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X":  # extended: 24-bit (canvas size - 1) fields after flags
+        w0, w1, w2, h0, h1, h2 = struct.unpack_from("<6B", data, 24)
+        return (w0 | w1 << 8 | w2 << 16) + 1, (h0 | h1 << 8 | h2 << 16) + 1
+    raise CorruptImage(f"webp first chunk is {chunk!r}, not VP8, VP8L or VP8X")
+
+
+def _ifd0(tiff: bytes) -> dict[int, int]:
+    """Single-valued SHORT and LONG tags of IFD0 in a TIFF-structured blob (TIFF files and EXIF
+    share this layout). Such values sit inline in the entry, so no offsets are followed."""
+    order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
+    if order is None or struct.unpack_from(order + "H", tiff, 2)[0] != 42:
+        raise CorruptImage(f"tiff structure has no II*/MM* byte-order mark: {tiff[:4].hex(' ')}")
+    (ifd,) = struct.unpack_from(order + "I", tiff, 4)
+    (count,) = struct.unpack_from(order + "H", tiff, ifd)
+    values = {}
+    for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
+        tag, kind, n = struct.unpack_from(order + "HHI", tiff, entry)
+        if n != 1:
+            continue
+        if kind == _TIFF_SHORT:
+            values[tag] = struct.unpack_from(order + "H", tiff, entry + 8)[0]
+        elif kind == _TIFF_LONG:
+            values[tag] = struct.unpack_from(order + "I", tiff, entry + 8)[0]
+    return values
+
+
+def _tiff(data: bytes) -> tuple[int, int]:
+    tags = _ifd0(data)
+    if _TIFF_WIDTH not in tags or _TIFF_HEIGHT not in tags:
+        raise CorruptImage("tiff IFD0 lacks ImageWidth (256) or ImageLength (257)")
+    return tags[_TIFF_WIDTH], tags[_TIFF_HEIGHT]
+
+
+_Reader = Callable[[bytes], tuple[int, int]]
+_READERS: tuple[tuple[tuple[bytes, ...], str, _Reader], ...] = (
+    ((b"\xff\xd8\xff",), "jpeg", _jpeg),
+    ((_PNG_SIGNATURE,), "png", _png),
+    ((b"GIF87a", b"GIF89a"), "gif", _gif),
+    ((b"BM",), "bmp", _bmp),
+    ((b"II*\x00", b"MM\x00*"), "tiff", _tiff),
+)
+
+
+def _sniff(data: bytes) -> tuple[str, _Reader]:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp", _webp
+    for magics, fmt, reader in _READERS:
+        if data.startswith(magics):
+            return fmt, reader
+    raise NotAnImage(f"unrecognized magic bytes {data[:16].hex(' ')} ({len(data)} bytes); "
+                     "expected jpeg, png, gif, bmp, webp or tiff")
+
+
+def read_header(data: bytes) -> ImageHeader:
+    """Format and declared width/height, read from the header only (cheap, no pixel decode)."""
+    if not data:
+        raise EmptyFile("file has zero bytes")
+    fmt, reader = _sniff(data)
+    try:
+        width, height = reader(data)
+    except struct.error:
+        raise CorruptImage(f"{fmt} header truncated: file has only {len(data)} bytes") from None
+    if width <= 0 or height <= 0:
+        raise CorruptImage(f"{fmt} header declares an empty size {width}x{height}")
+    return ImageHeader(fmt, width, height)
+
+
+def exif_orientation(exif: bytes) -> int:
+    """EXIF orientation (1-8) from a TIFF-structured EXIF blob; 1 (upright) when the tag is absent,
+    out of range or the blob is malformed, because a bad EXIF block should not cost the image."""
+    if exif.startswith(_EXIF_PREFIX):
+        exif = exif[len(_EXIF_PREFIX):]
+    try:
+        orientation = _ifd0(exif).get(_EXIF_ORIENTATION, 1)
+    except (CorruptImage, struct.error):
+        return 1
+    return orientation if 1 <= orientation <= 8 else 1

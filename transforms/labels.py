@@ -1,0 +1,27 @@
+"""Label maps: label text ↔ integer id."""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+
+def build_label_map(labels: Iterable[str], class_names: Optional[Sequence[str]] = None) -> dict[str, int]:
+    """Label text → id.
+
+    A fixed `class_names` list wins (ids by position). Otherwise, when every label is an integer
+    (a manifest of ids), the integers are the ids; else ids follow the sorted class names, which
+    is the order Keras `image_dataset_from_directory` uses.
+    """
+    if class_names:
+        return {name: i for i, name in enumerate(class_names)}
+    distinct = set(labels)
+    if distinct and all(_is_int(label) for label in distinct):
+        return {label: int(label) for label in sorted(distinct, key=int)}
+    return {name: i for i, name in enumerate(sorted(distinct))}
+
+
+def _is_int(text: str) -> bool:
+    """Canonical integers only, so "1" and "01" can never share an id."""
+    try:
+        return str(int(text)) == text
+    except ValueError:
+        return False

@@ -1,0 +1,95 @@
+"""Why an input did not become a record: exceptions raised by the pure steps, and the
+dead-letter row written for each.
+
+Every rejection names the stage and the reason, so a user can find the file and fix it; the
+exception's class name is the error class counted in metrics and metadata.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Optional
+
+
+class InputRejected(ValueError):
+    """An input that cannot become a record; `stage` says which step refused it."""
+
+    stage = "process"
+
+
+class UnreadableFile(InputRejected):
+    stage = "read"
+
+
+class EmptyFile(InputRejected):
+    stage = "read"
+
+
+class NotAnImage(InputRejected):
+    stage = "header"
+
+
+class ImageTooLarge(InputRejected):
+    stage = "header"
+
+
+class ImageTooSmall(InputRejected):
+    stage = "header"
+
+
+class CorruptImage(InputRejected):
+    stage = "decode"
+
+
+class BadManifestLine(InputRejected):
+    stage = "discover"
+
+
+class SkippedFile(InputRejected):
+    """A matched file without an image extension (e.g. a README beside the images)."""
+
+    stage = "discover"
+
+
+class FileChanged(InputRejected):
+    """The file's bytes changed between hashing and processing (data still arriving)."""
+
+    stage = "read"
+
+
+class UnknownLabel(InputRejected):
+    stage = "label"
+
+
+class DuplicateImage(InputRejected):
+    """Not an error in the data: a copy dropped on request (`drop_duplicates`)."""
+
+    stage = "dedup"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """One dead-letter row: which input, at which stage, and why."""
+
+    path: str
+    stage: str
+    error: str
+    message: str
+    split: Optional[str] = None
+
+    @classmethod
+    def from_exception(cls, path: str, exc: Exception, split: Optional[str] = None) -> "Rejection":
+        stage = exc.stage if isinstance(exc, InputRejected) else "process"
+        return cls(path=path, stage=stage, error=type(exc).__name__, message=str(exc), split=split)
+
+    @property
+    def counts_as_error(self) -> bool:
+        """Skipped non-images and dropped duplicates are intended, so they do not count against
+        max_error_fraction."""
+        return self.error not in _NOT_ERRORS
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+_NOT_ERRORS = frozenset({SkippedFile.__name__, DuplicateImage.__name__})

@@ -1,0 +1,173 @@
+"""Frozen specs that describe one conversion; every transform reads its settings from these.
+
+They are plain, picklable values so that Beam ships them to workers unchanged and tests can build
+them without any configuration machinery.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+RESIZE_MODES = ("stretch", "center_crop", "pad")
+INTERPOLATIONS = ("nearest", "linear", "area", "cubic", "lanczos")
+NORMALIZATIONS = ("none", "unit", "mean_std")
+ENCODINGS = ("raw", "jpeg", "png")
+ALPHA_MODES = ("composite", "drop")
+SPLIT_METHODS = ("hash", "stratified")
+SPLIT_KEYS = ("content", "path")
+COMPRESSIONS = ("none", "gzip")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSpec:
+    """How every image is decoded, checked, resized, normalized and encoded."""
+
+    height: int = 224
+    width: int = 224
+    resize_mode: str = "stretch"
+    interpolation: str = "cubic"
+    normalize: str = "unit"
+    mean: tuple[float, ...] = (0.485, 0.456, 0.406)
+    std: tuple[float, ...] = (0.229, 0.224, 0.225)
+    encoding: str = "raw"
+    quality: int = 95
+    alpha: str = "composite"
+    background: tuple[int, int, int] = (255, 255, 255)
+    pad_value: int = 0
+    min_side: int = 1
+    max_pixels: int = 178_956_970  # Pillow's decompression-bomb limit, a widely used default.
+
+    def __post_init__(self) -> None:
+        _check_choice("resize_mode", self.resize_mode, RESIZE_MODES)
+        _check_choice("interpolation", self.interpolation, INTERPOLATIONS)
+        _check_choice("normalize", self.normalize, NORMALIZATIONS)
+        _check_choice("encoding", self.encoding, ENCODINGS)
+        _check_choice("alpha", self.alpha, ALPHA_MODES)
+        if self.height <= 0 or self.width <= 0:
+            raise ValueError(f"height and width must be positive; got {self.height}x{self.width}")
+        if self.encoding != "raw" and self.normalize != "none":
+            raise ValueError("jpeg/png encoding stores uint8 pixels: use normalize=none at write time "
+                             "and normalize when reading")
+        if self.normalize == "mean_std" and (len(self.mean) != 3 or len(self.std) != 3):
+            raise ValueError("mean_std needs three means and three stds (R, G, B)")
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be in 1..100; got {self.quality}")
+
+    @property
+    def dtype(self) -> str:
+        """Pixel dtype stored in the record (and read back with decode_raw for raw encoding)."""
+        return "uint8" if self.normalize == "none" else "float32"
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.height, self.width, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureKeys:
+    """`tf.train.Example` feature keys; an empty key leaves that feature out of the record."""
+
+    image: str = "image"
+    label: str = "label"
+    label_text: str = "label/text"
+    height: str = "image/height"
+    width: str = "image/width"
+    channels: str = "image/channels"
+    source_path: str = "image/source_path"
+    content_hash: str = "image/sha256"
+
+    def __post_init__(self) -> None:
+        if not self.image or not self.label:
+            raise ValueError("feature keys for image and label are required")
+        keys = [k for k in dataclasses.astuple(self) if k]
+        if len(keys) != len(set(keys)):
+            raise ValueError(f"feature keys must be distinct; got {keys}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitSpec:
+    """Deterministic train/val/test assignment."""
+
+    names: tuple[str, ...] = ("train", "val", "test")
+    ratios: tuple[float, ...] = (0.7, 0.2, 0.1)
+    method: str = "hash"
+    key: str = "content"
+    salt: str = "imgrec"
+
+    def __post_init__(self) -> None:
+        _check_choice("split method", self.method, SPLIT_METHODS)
+        _check_choice("split key", self.key, SPLIT_KEYS)
+        if len(self.names) != len(self.ratios) or not self.names:
+            raise ValueError("splits need one ratio per name")
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"split names must be distinct; got {self.names}")
+        if any(r < 0 for r in self.ratios) or abs(sum(self.ratios) - 1.0) > 1e-6:
+            raise ValueError(f"split ratios must be >= 0 and sum to 1; got {self.ratios}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """Where and how shards are written."""
+
+    path: str
+    num_shards: int = 0  # 0: chosen from target_shard_bytes
+    target_shard_bytes: int = 256 * 2**20
+    compression: str = "none"
+    shuffle_seed: int = 0
+    overwrite: bool = False
+    max_error_fraction: float = 0.01
+    drop_duplicates: bool = False
+
+    def __post_init__(self) -> None:
+        _check_choice("compression", self.compression, COMPRESSIONS)
+        if self.num_shards < 0 or self.target_shard_bytes <= 0:
+            raise ValueError("num_shards must be >= 0 and target_shard_bytes > 0")
+        if not 0 <= self.max_error_fraction <= 1:
+            raise ValueError(f"max_error_fraction must be in [0, 1]; got {self.max_error_fraction}")
+
+    @property
+    def suffix(self) -> str:
+        return ".tfrecord.gz" if self.compression == "gzip" else ".tfrecord"
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """What to discover: a folder of class folders, a glob, or a CSV/JSONL manifest."""
+
+    path: str
+    kind: str = "auto"  # auto | folders | glob | csv | jsonl
+    extensions: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif")
+    class_names: Optional[tuple[str, ...]] = None  # fixed label map; other labels are rejected
+
+    def resolved_kind(self) -> str:
+        """`auto` picks by the path: manifests by extension, globs by wildcard, else folders."""
+        if self.kind != "auto":
+            _check_choice("input kind", self.kind, ("folders", "glob", "csv", "jsonl"))
+            return self.kind
+        lower = self.path.lower()
+        if lower.endswith(".csv"):
+            return "csv"
+        if lower.endswith((".jsonl", ".json")):
+            return "jsonl"
+        if any(ch in self.path for ch in "*?["):
+            return "glob"
+        return "folders"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionSpec:
+    """Everything a run needs; stored verbatim in metadata.json as the effective config."""
+
+    input: InputSpec
+    output: OutputSpec
+    image: ImageSpec = ImageSpec()
+    features: FeatureKeys = FeatureKeys()
+    splits: SplitSpec = SplitSpec()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

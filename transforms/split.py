@@ -1,0 +1,90 @@
+"""Deterministic split, shard and order assignment from stable hashes.
+
+Everything here is a pure function of (key, salt/seed): re-running the same input gives every
+image the same split, shard and position on any runner, with no global state or randomness.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Iterable, Sequence
+
+from transforms.specs import ImageSpec, OutputSpec, SplitSpec
+
+# Bytes a record costs beyond its pixels (feature keys, label, path, hash, framing).
+_RECORD_OVERHEAD_BYTES = 512
+# Typical compression of a 224x224 photo; only used to pick a shard count.
+_ENCODED_FRACTION = {"raw": 1.0, "jpeg": 0.12, "png": 0.6}
+
+
+def stable_hash(*parts: str) -> int:
+    """A 64-bit hash that is the same in every process (unlike `hash()`)."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def unit_fraction(*parts: str) -> float:
+    """Maps parts uniformly to [0, 1)."""
+    return stable_hash(*parts) / 2.0**64
+
+
+def split_for_fraction(fraction: float, spec: SplitSpec) -> str:
+    cumulative = 0.0
+    for name, ratio in zip(spec.names, spec.ratios):
+        cumulative += ratio
+        if fraction < cumulative:
+            return name
+    return spec.names[-1]
+
+
+def assign_split(key: str, spec: SplitSpec) -> str:
+    """Hash split: the same key (content hash or path) always lands in the same split."""
+    return split_for_fraction(unit_fraction(spec.salt, key), spec)
+
+
+def split_counts(total: int, ratios: Sequence[float]) -> list[int]:
+    """Integer counts closest to `total * ratios` that add up to `total` (largest remainder)."""
+    exact = [total * r for r in ratios]
+    counts = [math.floor(x) for x in exact]
+    by_remainder = sorted(range(len(ratios)), key=lambda i: (counts[i] - exact[i], i))
+    for i in by_remainder[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def stratified_splits(keys: Iterable[str], spec: SplitSpec) -> dict[str, str]:
+    """Splits one label's keys so each split gets its exact share of that label.
+
+    Keys are ordered by their salted hash, so which keys go where is as random as the hash split
+    but the per-label proportions are exact rather than approximate.
+    """
+    ordered = sorted(set(keys), key=lambda k: (stable_hash(spec.salt, k), k))
+    assignment: dict[str, str] = {}
+    start = 0
+    for name, count in zip(spec.names, split_counts(len(ordered), spec.ratios)):
+        for key in ordered[start:start + count]:
+            assignment[key] = name
+        start += count
+    return assignment
+
+
+def estimated_record_bytes(spec: ImageSpec) -> int:
+    pixels = spec.height * spec.width * 3 * (4 if spec.dtype == "float32" else 1)
+    return int(pixels * _ENCODED_FRACTION[spec.encoding]) + _RECORD_OVERHEAD_BYTES
+
+
+def num_shards_for(num_examples: int, image: ImageSpec, output: OutputSpec) -> int:
+    """The configured shard count, or enough shards that each is about `target_shard_bytes`."""
+    if output.num_shards:
+        return output.num_shards
+    total = num_examples * estimated_record_bytes(image)
+    return max(1, math.ceil(total / output.target_shard_bytes))
+
+
+def shard_for(key: str, seed: int, num_shards: int) -> int:
+    return stable_hash("shard", str(seed), key) % num_shards
+
+
+def order_in_shard(key: str, seed: int) -> int:
+    """Sort key that shuffles records within a shard reproducibly for a given seed."""
+    return stable_hash("order", str(seed), key)
