@@ -14,7 +14,7 @@ $(VENV)/.installed: setup.py
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) -m pipeline.run --config=configs/local.yaml --output=out/demo --overwrite
+	$(PY) -m pipeline.run --config=configs/local.yaml --overwrite
 
 test: venv
 	$(PY) -m pytest -q tests

@@ -64,7 +64,7 @@ def finalize_dataset(_, spec: ConversionSpec, staging_dir: str, run: dict, label
         num_inputs=num_inputs, duplicates=duplicates[0], error_files=sorted(staged[p] for p in error_files),
         run=run)
     check_error_fraction(metadata, spec.output.max_error_fraction, FileSystems.join(staging_dir, "errors-*.jsonl"))
-    publish(staged, spec.output.path, metadata, staging_dir)
+    publish(staged, spec.output.path, metadata)
     return metadata
 
 

@@ -69,7 +69,7 @@ def read_json(path: str) -> dict:
         return json.loads(handle.read().decode("utf-8"))
 
 
-def publish(staged: dict[str, str], output: str, metadata: dict, staging_dir: str) -> None:
+def publish(staged: dict[str, str], output: str, metadata: dict) -> None:
     """Moves staged files (staged path → final name) into `output`, then writes metadata.json.
 
     An older dataset there is unpublished first (its metadata.json goes first), so a crash
@@ -87,4 +87,4 @@ def publish(staged: dict[str, str], output: str, metadata: dict, staging_dir: st
     if sources:
         FileSystems.rename(sources, [_join(output, staged[s]) for s in sources])
     write_json(metadata_path, metadata)
-    FileSystems.delete([staging_dir])
+    FileSystems.delete([staging_root(output)])

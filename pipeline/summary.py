@@ -31,7 +31,7 @@ def format_summary(metadata: dict, output: str) -> str:
     if duplicates["groups"]:
         action = "dropped" if duplicates["dropped"] else "kept"
         lines.append(f"duplicates: {duplicates['groups']} groups, {duplicates['extra_copies']} extra copies ({action})")
-    if metadata["error_files"]:
+    if inputs["rejected"]:
         lines.append(f"dead letters: {', '.join(metadata['error_files'])}")
     lines.append(f"output: {output} (metadata.json, {sum(s['num_shards'] for s in splits.values())} shards)")
     return "\n".join(lines)

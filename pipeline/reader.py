@@ -1,0 +1,319 @@
+"""Read an imgrec dataset back as a `tf.data.Dataset` of (image, label).
+
+Everything a reader needs is taken from `metadata.json`, never guessed: the shard files (listed,
+not globbed, so stale or half-written files can never leak into training), the compression, and
+the parse spec with the image encoding, pixel dtype and shape. Datasets written by the old seed
+script, which have no metadata, go through the same parsing, decoding and batching code: both
+entry points reduce to a `RecordLayout` and call `build_dataset`.
+
+This module imports TensorFlow but not Beam or OpenCV, so training jobs can use it without the
+pipeline's dependencies; `tf.io.gfile` makes `gs://` and other TF filesystems work.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import tensorflow as tf
+
+from transforms.specs import ImageSpec
+
+# Same name as pipeline.metadata.METADATA_FILE; not imported from there because that module
+# pulls in Beam and OpenCV, which a training job should not need.
+METADATA_FILE = "metadata.json"
+SUPPORTED_FORMAT_VERSIONS = (1,)
+
+# Read-time normalization: the same formulas (and float32 arithmetic) as transforms/normalize.py.
+READ_NORMALIZATIONS = ("unit", "mean_std")
+DEFAULT_MEAN: tuple[float, ...] = ImageSpec().mean
+DEFAULT_STD: tuple[float, ...] = ImageSpec().std
+
+_FEATURE_DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32, "float": tf.float32}
+_PIXEL_DTYPES = {"uint8": tf.uint8, "float32": tf.float32}
+_COMPRESSION_TYPES = {"none": "", "": "", "gzip": "GZIP"}
+_ENCODINGS = ("raw", "jpeg", "png")
+
+ImageDecoder = Callable[[tf.Tensor], tf.Tensor]
+Files = Union[str, Sequence[str]]
+
+
+class NotAnImgrecDataset(FileNotFoundError):
+    """The folder has no metadata.json: not written by imgrec, or the run never finished."""
+
+
+class UnsupportedDataset(ValueError):
+    """metadata.json describes something this reader cannot parse (newer format, unknown dtype)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordLayout:
+    """How one serialized record becomes (image, label[, extras]).
+
+    Both the metadata layout and the seed layout reduce to this, so they share one parser.
+    `extras` maps a role (label_text, source_path, ...) to its feature key; roles are used as
+    the names a caller sees because feature keys are configurable per dataset.
+    """
+
+    parse_spec: Mapping[str, tf.io.FixedLenFeature]
+    image_key: str
+    label_key: str
+    decode_image: ImageDecoder
+    pixel_dtype: tf.DType
+    shape: tuple[int, int, int]
+    extras: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# metadata.json
+
+
+def read_metadata(output_dir: str) -> dict:
+    """The dataset's metadata.json; its absence means the dataset is unfinished or not imgrec's.
+
+    publish.py writes metadata.json last, so shards without it may be partial or stale.
+    """
+    path = posixpath.join(output_dir.rstrip("/"), METADATA_FILE)
+    if not tf.io.gfile.exists(path):
+        raise NotAnImgrecDataset(
+            f"{output_dir} is not a finished imgrec dataset: {METADATA_FILE} is missing (was it written "
+            "by imgrec, and did the run finish?)")
+    with tf.io.gfile.GFile(path, "r") as handle:
+        metadata = json.loads(handle.read())
+    version = metadata.get("format_version")
+    if version not in SUPPORTED_FORMAT_VERSIONS:
+        raise UnsupportedDataset(f"{path}: format_version {version!r} is not supported by this reader "
+                                 f"(supports {SUPPORTED_FORMAT_VERSIONS}); upgrade imgrec")
+    return metadata
+
+
+def split_info(metadata: Mapping, split: str) -> Mapping:
+    """metadata["splits"][split], with an error naming the splits that exist."""
+    splits = metadata.get("splits", {})
+    if split not in splits:
+        raise ValueError(f"no split {split!r} in this dataset; it has {', '.join(splits) or 'no splits'}")
+    return splits[split]
+
+
+def shard_paths(output_dir: str, metadata: Mapping, split: str) -> list[str]:
+    """Full paths of the split's shards, in the order metadata lists them."""
+    return [posixpath.join(output_dir.rstrip("/"), name) for name in split_info(metadata, split)["files"]]
+
+
+def compression_type(compression: Optional[str]) -> str:
+    """imgrec's compression name → TFRecordDataset's compression_type."""
+    key = (compression or "none").lower()
+    if key not in _COMPRESSION_TYPES:
+        raise UnsupportedDataset(f"unknown compression {compression!r}; expected none or gzip")
+    return _COMPRESSION_TYPES[key]
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts: parse spec + image decoder
+
+
+def image_decoder(encoding: str, pixel_dtype: tf.DType, shape: Sequence[int]) -> ImageDecoder:
+    """Encoded image bytes → an image tensor with a static, checked shape.
+
+    Raw pixels are stored little-endian (transforms/example.py); JPEG/PNG are decoded to RGB
+    with channels=3, matching how the pipeline encoded them.
+    """
+    shape = tuple(int(d) for d in shape)
+    if encoding == "raw":
+        def decode(data: tf.Tensor) -> tf.Tensor:
+            return tf.reshape(tf.io.decode_raw(data, pixel_dtype, little_endian=True), shape)
+    elif encoding in ("jpeg", "png"):
+        if pixel_dtype != tf.uint8:
+            raise UnsupportedDataset(f"{encoding} images hold uint8 pixels, not {pixel_dtype.name}")
+        decode_fn = tf.io.decode_jpeg if encoding == "jpeg" else tf.io.decode_png
+
+        def decode(data: tf.Tensor) -> tf.Tensor:
+            # ensure_shape (not set_shape) so an image of the wrong size fails loudly at read time.
+            return tf.ensure_shape(decode_fn(data, channels=3), shape)
+    else:
+        raise UnsupportedDataset(f"unknown image encoding {encoding!r}; expected one of {', '.join(_ENCODINGS)}")
+    return decode
+
+
+def _feature_dtype(key: str, described: Mapping) -> tf.DType:
+    dtype = described.get("dtype")
+    if dtype not in _FEATURE_DTYPES:
+        raise UnsupportedDataset(f"feature {key!r} has unsupported dtype {dtype!r}")
+    return _FEATURE_DTYPES[dtype]
+
+
+def layout_from_metadata(metadata: Mapping, with_metadata: bool = False) -> RecordLayout:
+    """The layout metadata["features"] describes; only the image and label roles are required.
+
+    Without `with_metadata` only image and label are parsed: parsing fewer features is cheaper.
+    """
+    features: Mapping[str, Mapping] = metadata.get("features") or {}
+    by_role = {described.get("role"): key for key, described in features.items()}
+    missing = [role for role in ("image", "label") if role not in by_role]
+    if missing:
+        raise UnsupportedDataset(f"metadata features have no {' or '.join(missing)} role: {sorted(features)}")
+    image_key, label_key = by_role["image"], by_role["label"]
+    image = features[image_key]
+    pixel_dtype_name = image.get("pixel_dtype")
+    if pixel_dtype_name not in _PIXEL_DTYPES:
+        raise UnsupportedDataset(f"image pixel_dtype {pixel_dtype_name!r} is not one of {sorted(_PIXEL_DTYPES)}")
+    pixel_dtype = _PIXEL_DTYPES[pixel_dtype_name]
+    shape = tuple(int(d) for d in image["shape"])
+    extras = {role: key for role, key in by_role.items() if role not in ("image", "label")} if with_metadata else {}
+    keys = [image_key, label_key, *extras.values()]
+    return RecordLayout(
+        parse_spec={key: tf.io.FixedLenFeature([], _feature_dtype(key, features[key])) for key in keys},
+        image_key=image_key, label_key=label_key,
+        decode_image=image_decoder(image.get("encoding", "raw"), pixel_dtype, shape),
+        pixel_dtype=pixel_dtype, shape=shape, extras=extras)
+
+
+def seed_layout(image_key: str = "train/image", label_key: str = "train/label",
+                shape: Sequence[int] = (224, 224, 3), dtype: tf.DType = tf.float32) -> RecordLayout:
+    """The old seed script's records: raw pixel bytes under `image_key`, int64 `label_key`."""
+    shape = tuple(int(d) for d in shape)
+    dtype = tf.as_dtype(dtype)
+    return RecordLayout(
+        parse_spec={image_key: tf.io.FixedLenFeature([], tf.string),
+                    label_key: tf.io.FixedLenFeature([], tf.int64)},
+        image_key=image_key, label_key=label_key, decode_image=image_decoder("raw", dtype, shape),
+        pixel_dtype=dtype, shape=shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Normalization
+
+
+def normalize_images(images: tf.Tensor, method: str, mean: Sequence[float] = DEFAULT_MEAN,
+                     std: Sequence[float] = DEFAULT_STD) -> tf.Tensor:
+    """uint8 RGB (channels last, any batch shape) → float32, bit-identical to transforms/normalize.py.
+
+    Both sides do the same float32 operations in the same order (`x / 255`, then `(u - mean) / std`
+    with float32 mean/std), and IEEE division/subtraction are exactly rounded, so normalizing
+    when reading gives the same values as normalizing when writing.
+    """
+    if method not in READ_NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {', '.join(READ_NORMALIZATIONS)} or None; got {method!r}")
+    unit = tf.cast(images, tf.float32) / tf.constant(255.0, tf.float32)
+    if method == "unit":
+        return unit
+    return (unit - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32)
+
+
+def _check_normalize(normalize: Optional[str], layout: RecordLayout, mean: Sequence[float],
+                     std: Sequence[float]) -> Optional[str]:
+    """Validates the request up front, so mistakes fail before any file is read."""
+    if normalize in (None, "none"):
+        return None
+    if normalize not in READ_NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {', '.join(READ_NORMALIZATIONS)} or None; got {normalize!r}")
+    if layout.pixel_dtype != tf.uint8:
+        raise ValueError(f"images are stored as {layout.pixel_dtype.name}, i.e. already normalized when "
+                         "written; read them with normalize=None")
+    if normalize == "mean_std" and (len(mean) != 3 or len(std) != 3):
+        raise ValueError("mean_std needs three means and three stds (R, G, B)")
+    return normalize
+
+
+# --------------------------------------------------------------------------------------------
+# The one pipeline builder
+
+
+def _record_fn(layout: RecordLayout, normalize: Optional[str], mean: Sequence[float], std: Sequence[float],
+               with_metadata: bool) -> Callable[[tf.Tensor], tuple]:
+    def parse(record: tf.Tensor) -> tuple:
+        parsed = tf.io.parse_single_example(record, layout.parse_spec)
+        image = layout.decode_image(parsed[layout.image_key])
+        if normalize:
+            image = normalize_images(image, normalize, mean, std)
+        label = parsed[layout.label_key]
+        if with_metadata:
+            return image, label, {role: parsed[key] for role, key in layout.extras.items()}
+        return image, label
+    return parse
+
+
+def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Optional[str] = "none",
+                  batch_size: Optional[int] = 32, shuffle: bool = False, seed: Optional[int] = None,
+                  shuffle_buffer: int = 10_000, normalize: Optional[str] = None,
+                  mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD,
+                  with_metadata: bool = False, num_parallel_reads: Optional[int] = tf.data.AUTOTUNE,
+                  drop_remainder: bool = False) -> tf.data.Dataset:
+    """files → records → (shuffle) → parse + decode (+ normalize) → batch → prefetch.
+
+    Shuffling happens on serialized records, before decoding, so the buffer holds compact JPEG/PNG
+    bytes rather than decoded pixels (for raw records both are the same size: a 10 000-record
+    buffer of 224x224x3 float32 images is ~6 GB). With a seed the order is reproducible, but
+    parallel reads interleave `num_parallel_reads` files at once and AUTOTUNE picks that from
+    the CPU count: pass an int for the same order on every machine.
+    """
+    normalize = _check_normalize(normalize, layout, mean, std)
+    if batch_size is not None and batch_size <= 0:
+        raise ValueError(f"batch_size must be positive or None; got {batch_size}")
+    file_names = tf.data.Dataset.from_tensor_slices(tf.constant(list(files), dtype=tf.string))
+    if shuffle:
+        file_names = file_names.shuffle(max(len(files), 1), seed=seed)
+    records = tf.data.TFRecordDataset(file_names, compression_type=compression_type(compression),
+                                      num_parallel_reads=num_parallel_reads)
+    if shuffle:
+        records = records.shuffle(shuffle_buffer, seed=seed)
+    dataset = records.map(_record_fn(layout, normalize, mean, std, with_metadata),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+    if batch_size is not None:
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, shuffle: bool = False,
+                 seed: Optional[int] = None, shuffle_buffer: int = 10_000, normalize: Optional[str] = None,
+                 mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD,
+                 with_metadata: bool = False, num_parallel_reads: Optional[int] = tf.data.AUTOTUNE,
+                 drop_remainder: bool = False) -> tf.data.Dataset:
+    """One split of a finished imgrec dataset as (image, label) or, with `with_metadata`,
+    (image, label, {role: value}) for the other features (label_text, source_path, ...).
+
+    Images are uint8 for normalize=none datasets and jpeg/png, float32 when normalized (at write
+    time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata["label_map"].
+    `batch_size=None` yields single examples.
+    """
+    metadata = read_metadata(output_dir)
+    return build_dataset(
+        shard_paths(output_dir, metadata, split), layout_from_metadata(metadata, with_metadata),
+        compression=metadata.get("compression", "none"), batch_size=batch_size, shuffle=shuffle,
+        seed=seed, shuffle_buffer=shuffle_buffer, normalize=normalize, mean=mean, std=std,
+        with_metadata=with_metadata, num_parallel_reads=num_parallel_reads, drop_remainder=drop_remainder)
+
+
+def resolve_files(files: Files) -> list[str]:
+    """A list of paths as given, or a glob pattern expanded (sorted) when seed data has no file list."""
+    if isinstance(files, str):
+        matched = sorted(tf.io.gfile.glob(files))
+        if not matched:
+            raise FileNotFoundError(f"no files match {files!r}")
+        return matched
+    return list(files)
+
+
+def load_seed_layout(files: Files, image_key: str = "train/image", label_key: str = "train/label",
+                     shape: Sequence[int] = (224, 224, 3), dtype: tf.DType = tf.float32,
+                     compression: Optional[str] = "none", batch_size: Optional[int] = 32,
+                     shuffle: bool = False, seed: Optional[int] = None, shuffle_buffer: int = 10_000,
+                     normalize: Optional[str] = None, mean: Sequence[float] = DEFAULT_MEAN,
+                     std: Sequence[float] = DEFAULT_STD,
+                     num_parallel_reads: Optional[int] = tf.data.AUTOTUNE,
+                     drop_remainder: bool = False) -> tf.data.Dataset:
+    """Records in the old seed script's layout (no metadata.json) as (image, label).
+
+    Nothing describes these files, so the caller states the keys, shape and pixel dtype; `files`
+    is a list of paths or a glob pattern. Uses the same builder as `load_dataset`.
+    """
+    return build_dataset(
+        resolve_files(files), seed_layout(image_key, label_key, shape, dtype), compression=compression,
+        batch_size=batch_size, shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer,
+        normalize=normalize, mean=mean, std=std, num_parallel_reads=num_parallel_reads,
+        drop_remainder=drop_remainder)

@@ -1,0 +1,280 @@
+"""The same pipeline code and config on several runners.
+
+- DirectRunner in_memory (the reference), DirectRunner multi_processing (2 worker processes) and
+  PortableRunner against Beam's Python job service with an EXTERNAL worker pool (started by
+  tests/portable.py) convert data/sample with configs/local.yaml; the datasets must hold the
+  same records per split, and in fact byte-identical shard files.
+- DataflowRunner with --dry_run=True builds the Dataflow job offline: the job graph holds our
+  steps, and --setup_file is built into the workflow.tar.gz that Dataflow would stage (or
+  --sdk_container_image names the worker image). Any connection off the loopback fails the test.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import ipaddress
+import json
+import pathlib
+import socket
+import tarfile
+import tempfile
+import time
+from typing import Sequence
+
+import pytest
+
+from tests.conftest import IN_MEMORY, MULTI_PROCESSING, REPO, SAMPLE, run_pipeline
+from tests.portable import PortableServices, live_group_members, local_portable_services
+
+CONFIG = REPO / "configs" / "local.yaml"
+IMGREC_STEPS = ("ConvertToTFRecords", "ConvertToTFRecords/Discover", "ConvertToTFRecords/ReadAndCheck",
+                "ConvertToTFRecords/PlanSplits", "ConvertToTFRecords/WriteShards",
+                "ConvertToTFRecords/WriteShards/WriteShardFiles", "ConvertToTFRecords/WriteDeadLetters",
+                "ConvertToTFRecords/PublishDataset")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    path: pathlib.Path
+    metadata: dict
+    seconds: float
+
+
+def convert(output: pathlib.Path, runner: Sequence[str]) -> Dataset:
+    started = time.monotonic()
+    metadata = run_pipeline(SAMPLE, output, f"--config={CONFIG}", runner=runner)
+    return Dataset(output, metadata, time.monotonic() - started)
+
+
+def split_records(dataset: Dataset) -> dict[str, list[bytes]]:
+    """Every split's serialized records, read back with TensorFlow from the files metadata.json lists."""
+    import tensorflow as tf
+
+    compression = "GZIP" if dataset.metadata["compression"] == "gzip" else ""
+    records = {}
+    for split, info in dataset.metadata["splits"].items():
+        files = [str(dataset.path / name) for name in info["files"]]
+        records[split] = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(files, compression_type=compression)]
+    return records
+
+
+def file_digests(dataset: Dataset) -> dict[str, str]:
+    """sha256 of every file the run published (shards and dead letters), by name."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(dataset.path.iterdir()) if p.name != "metadata.json"}
+
+
+def comparable_metadata(dataset: Dataset) -> dict:
+    """metadata.json less what differs between runs by design: run info and the output path."""
+    metadata = json.loads(json.dumps(dataset.metadata))
+    metadata.pop("run")
+    metadata["config"]["output"].pop("path")
+    return metadata
+
+
+def assert_same_dataset(actual: Dataset, expected: Dataset) -> None:
+    actual_records, expected_records = split_records(actual), split_records(expected)
+    assert actual_records.keys() == expected_records.keys()
+    for split in expected_records:
+        assert collections.Counter(actual_records[split]) == collections.Counter(expected_records[split]), split
+        # The order is a seeded hash of the path, so even the order within the split agrees.
+        assert actual_records[split] == expected_records[split], split
+    assert file_digests(actual) == file_digests(expected)
+    assert comparable_metadata(actual) == comparable_metadata(expected)
+
+
+@pytest.fixture(scope="module")
+def portable_services(tmp_path_factory) -> PortableServices:
+    with local_portable_services(tmp_path_factory.mktemp("portable_services")) as services:
+        yield services
+    left = [pid for service in (services.job_service, services.worker_pool)
+            for pid in live_group_members(service.process.pid)]
+    assert not left, f"processes left running: {left}\n{services.output()}"
+
+
+@pytest.fixture(scope="module")
+def in_memory(tmp_path_factory) -> Dataset:
+    return convert(tmp_path_factory.mktemp("in_memory") / "dataset", IN_MEMORY)
+
+
+@pytest.fixture(scope="module")
+def multi_processing(tmp_path_factory) -> Dataset:
+    return convert(tmp_path_factory.mktemp("multi_processing") / "dataset", MULTI_PROCESSING)
+
+
+@pytest.fixture(scope="module")
+def portable(tmp_path_factory, portable_services) -> Dataset:
+    try:
+        return convert(tmp_path_factory.mktemp("portable") / "dataset", portable_services.runner_flags())
+    except Exception as exc:
+        raise AssertionError(f"PortableRunner run failed: {exc}\n{portable_services.output()}") from exc
+
+
+@pytest.mark.timeout(120)
+def test_direct_in_memory_reference(in_memory):
+    metadata = in_memory.metadata
+    records = split_records(in_memory)
+    assert metadata["run"]["runner"] == "DirectRunner"
+    assert metadata["inputs"]["written"] > 0
+    assert {split: len(r) for split, r in records.items()} == {
+        split: info["num_examples"] for split, info in metadata["splits"].items()}
+    assert sum(map(len, records.values())) == metadata["inputs"]["written"]
+
+
+@pytest.mark.timeout(120)
+def test_direct_multi_processing_matches_in_memory(multi_processing, in_memory):
+    assert_same_dataset(multi_processing, in_memory)
+
+
+@pytest.mark.timeout(180)
+def test_portable_runner_external_workers_matches_direct(portable, in_memory, multi_processing, portable_services):
+    assert portable.metadata["run"]["runner"] == "PortableRunner"
+    # The job ran on the job service, and its user code in workers the pool started.
+    assert "Running job" in portable_services.job_service.output()
+    assert "Starting worker with command" in portable_services.worker_pool.output()
+    assert_same_dataset(portable, in_memory)
+    assert_same_dataset(portable, multi_processing)
+
+
+# --- DataflowRunner, dry run -------------------------------------------------------------------
+
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+
+
+def _is_loopback(host) -> bool:
+    if host is None:
+        return True
+    host = host.decode() if isinstance(host, bytes) else str(host)
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Fails the test on any DNS lookup or connection (from Python sockets) off the loopback.
+
+    The sdist build is a subprocess and is not covered; gRPC's C core neither, but a dry run
+    never creates a Dataflow API client.
+    """
+    attempts = []
+    real_connect, real_connect_ex, real_getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+
+    def check(address):
+        if isinstance(address, tuple) and not _is_loopback(address[0]):
+            attempts.append(address)
+            raise OSError(f"test blocks network access to {address!r}")
+
+    def connect(sock, address):
+        check(address)
+        return real_connect(sock, address)
+
+    def connect_ex(sock, address):
+        check(address)
+        return real_connect_ex(sock, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        check((host,))
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield attempts
+    assert not attempts, f"the dry run tried to reach {attempts}"
+
+
+def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str):
+    """Runs pipeline.run.run() with DataflowRunner --dry_run=True; returns Beam's result and the output."""
+    from pipeline.run import run
+
+    # Beam builds the staged artifacts (sdist, pickled main session) in tempfile.mkdtemp() dirs
+    # and leaves them behind: keep them under tmp_path.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    # A dry run executes nothing, but run() checks --output with prepare_output() before building
+    # the graph: a gs:// output would need GCS credentials, so the output is a local folder.
+    output = tmp_path / "dataset"
+    result = run(["--runner=DataflowRunner", "--dry_run=True", "--project=imgrec-test", "--region=us-central1",
+                  "--temp_location=gs://imgrec-test-bucket/tmp", f"--config={CONFIG}", f"--input={SAMPLE}",
+                  f"--output={output}", *flags])
+    return result, output, scratch
+
+
+def docker_environments(pipeline_proto) -> dict:
+    from apache_beam.portability import common_urns
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    return {env_id: (beam_runner_api_pb2.DockerPayload.FromString(env.payload).container_image, env)
+            for env_id, env in pipeline_proto.components.environments.items()
+            if env.urn == common_urns.environments.DOCKER.urn}
+
+
+def staged_files(environment) -> dict[str, pathlib.Path]:
+    """staged name (what Dataflow uploads it as) → the local file that would be uploaded."""
+    from apache_beam.portability import common_urns
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    staged = {}
+    for dep in environment.dependencies:
+        assert dep.type_urn == common_urns.artifact_types.FILE.urn
+        assert dep.role_urn == common_urns.artifact_roles.STAGING_TO.urn
+        name = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(dep.role_payload).staged_name
+        staged[name] = pathlib.Path(beam_runner_api_pb2.ArtifactFilePayload.FromString(dep.type_payload).path)
+    return staged
+
+
+def assert_dataflow_job(result, output: pathlib.Path) -> tuple[str, object]:
+    """Checks the dry-run job and returns (container image, environment) of our steps."""
+    import apache_beam as beam
+    from apache_beam.runners.dataflow.internal import apiclient
+
+    assert result.state == beam.runners.runner.PipelineState.DONE
+    job = result.job
+    assert isinstance(job, apiclient.Job)
+    assert job.proto.type_ == apiclient.dataflow.JobType.JOB_TYPE_BATCH
+    assert job.proto.name
+    transforms = job.proto_pipeline.components.transforms
+    names = {t.unique_name: t for t in transforms.values()}
+    assert set(IMGREC_STEPS) <= set(names), sorted(set(IMGREC_STEPS) - set(names))
+    write = next(t for n, t in names.items() if n.startswith("ConvertToTFRecords/WriteShards/WriteShardFiles/ParDo"))
+    environments = docker_environments(job.proto_pipeline)
+    assert write.environment_id in environments, "Dataflow runs user code in a Docker environment"
+    # Nothing ran: neither the dataset nor its staging folder exists.
+    assert not output.exists()
+    assert not output.with_name(output.name + ".imgrec-staging").exists()
+    return environments[write.environment_id]
+
+
+@pytest.mark.timeout(120)
+def test_dataflow_dry_run_with_setup_file(tmp_path, monkeypatch, no_network):
+    import apache_beam as beam
+
+    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, f"--setup_file={REPO / 'setup.py'}")
+    image, environment = assert_dataflow_job(result, output)
+    assert image == f"gcr.io/cloud-dataflow/v1beta3/beam_python3.11_sdk:{beam.__version__}"
+
+    staged = staged_files(environment)
+    assert "workflow.tar.gz" in staged, staged  # the sdist of setup.py, installed on every worker
+    sdist = staged["workflow.tar.gz"]
+    assert sdist.is_relative_to(scratch) and sdist.name == "imgrec-0.1.0.tar.gz"
+    with tarfile.open(sdist) as tar:
+        members = {m.name for m in tar.getmembers()}
+        assert {"imgrec-0.1.0/setup.py", "imgrec-0.1.0/pipeline/run.py", "imgrec-0.1.0/pipeline/convert.py",
+                "imgrec-0.1.0/transforms/write_shards.py"} <= members
+        assert tar.extractfile("imgrec-0.1.0/setup.py").read() == (REPO / "setup.py").read_bytes()
+
+
+@pytest.mark.timeout(120)
+def test_dataflow_dry_run_with_custom_container(tmp_path, monkeypatch, no_network):
+    image_name = "us-central1-docker.pkg.dev/imgrec-test/beam/imgrec-worker:0.1.0"
+    result, output, _ = dataflow_dry_run(tmp_path, monkeypatch, f"--sdk_container_image={image_name}")
+    image, environment = assert_dataflow_job(result, output)
+    assert image == image_name
+    # The image has the package installed (Dockerfile), so no source package is staged.
+    assert "workflow.tar.gz" not in staged_files(environment)
