@@ -1,0 +1,237 @@
+"""pipeline.reader on datasets written by the real pipeline (in-memory DirectRunner), and on
+records in the old seed layout."""
+from __future__ import annotations
+
+import collections
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline import reader
+from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, load_dataset, load_seed_layout
+from tests.conftest import SAMPLE, run_pipeline
+from transforms.normalize import normalize_image
+from transforms.specs import ImageSpec
+
+H, W = 40, 56  # small and non-square, so a transposed reshape would show up
+COMMON = ("--height=40", "--width=56", "--num_shards=2", "--split_method=stratified", "--resize_mode=center_crop")
+LAYOUTS = {
+    "jpeg": ("--encoding=jpeg", "--normalize=none", "--quality=95"),
+    "raw_none": ("--encoding=raw", "--normalize=none"),
+    "raw_unit": ("--encoding=raw", "--normalize=unit"),
+    "raw_mean_std": ("--encoding=raw", "--normalize=mean_std"),
+    # gzip, and an empty split (ratio 0) that readers must handle.
+    "png_gzip": ("--encoding=png", "--normalize=none", "--compression=gzip", "--split_ratios=0.8,0.2,0"),
+}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """name → (output dir, metadata); each layout is written once per module, on first use."""
+    cache: dict[str, tuple[str, dict]] = {}
+
+    def get(name: str) -> tuple[str, dict]:
+        if name not in cache:
+            output = tmp_path_factory.mktemp(name) / "out"
+            cache[name] = (str(output), run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS[name]))
+        return cache[name]
+    return get
+
+
+def examples(dataset: tf.data.Dataset) -> list:
+    return list(dataset.as_numpy_iterator())
+
+
+def by_hash(output: str, split: str, **kwargs) -> dict[str, np.ndarray]:
+    """sha256 → image, so datasets written separately can be compared record by record."""
+    dataset = load_dataset(output, split, batch_size=None, with_metadata=True, **kwargs)
+    return {extras["content_hash"].decode(): image for image, _, extras in examples(dataset)}
+
+
+@pytest.mark.parametrize("name, dtype", [("jpeg", np.uint8), ("raw_none", np.uint8),
+                                         ("raw_unit", np.float32), ("png_gzip", np.uint8)])
+def test_every_split_matches_metadata(written, name, dtype):
+    output, metadata = written(name)
+    id_to_name = {i: n for n, i in metadata["label_map"].items()}
+    for split, info in metadata["splits"].items():
+        found = examples(load_dataset(output, split, batch_size=None, with_metadata=True))
+        assert len(found) == info["num_examples"]
+        counts = collections.Counter(id_to_name[int(label)] for _, label, _ in found)
+        assert counts == info["label_counts"]
+        for image, label, extras in found:
+            assert image.shape == (H, W, 3) and image.dtype == dtype
+            assert 0 <= label < len(metadata["label_map"])
+            assert metadata["label_map"][extras["label_text"].decode()] == label
+            assert extras["source_path"].decode().startswith(str(SAMPLE))
+            assert (extras["height"], extras["width"], extras["channels"]) == (H, W, 3)
+
+
+def test_empty_split_reads_as_empty(written):
+    output, metadata = written("png_gzip")
+    assert metadata["splits"]["test"]["files"] == []
+    assert examples(load_dataset(output, "test")) == []
+
+
+def test_gzip_shards_are_gzip(written):
+    output, metadata = written("png_gzip")
+    assert metadata["compression"] == "gzip"
+    for name in metadata["splits"]["train"]["files"]:
+        assert name.endswith(".tfrecord.gz")
+        assert (pathlib.Path(output) / name).read_bytes()[:2] == b"\x1f\x8b"
+
+
+def test_without_metadata_yields_pairs_only(written):
+    output, _ = written("jpeg")
+    image, label = next(iter(load_dataset(output, "val", batch_size=None)))
+    assert image.dtype == tf.uint8 and label.dtype == tf.int64 and label.shape == ()
+
+
+def test_batching(written):
+    output, metadata = written("raw_none")
+    total = metadata["splits"]["train"]["num_examples"]
+    batches = examples(load_dataset(output, "train", batch_size=5))
+    assert [len(labels) for _, labels in batches] == [5] * (total // 5) + ([total % 5] if total % 5 else [])
+    assert all(images.shape[1:] == (H, W, 3) and labels.shape == (len(images),) for images, labels in batches)
+    dropped = examples(load_dataset(output, "train", batch_size=5, drop_remainder=True))
+    assert [len(labels) for _, labels in dropped] == [5] * (total // 5)
+    spec = load_dataset(output, "train", batch_size=5).element_spec
+    assert spec[0].shape.as_list() == [None, H, W, 3]
+
+
+def test_shuffle_is_deterministic_per_seed(written):
+    output, _ = written("raw_none")
+
+    def order(**kwargs) -> list[bytes]:
+        dataset = load_dataset(output, "train", batch_size=None, with_metadata=True, **kwargs)
+        return [extras["content_hash"] for _, _, extras in examples(dataset)]
+
+    plain = order()
+    first, again, other = order(shuffle=True, seed=1), order(shuffle=True, seed=1), order(shuffle=True, seed=2)
+    assert first == again
+    assert first != other
+    assert sorted(first) == sorted(other) == sorted(plain)
+    assert order() == plain  # unshuffled reads are repeatable too
+
+
+@pytest.mark.parametrize("method, stored", [("unit", "raw_unit"), ("mean_std", "raw_mean_std")])
+def test_read_time_normalization_equals_write_time(written, method, stored):
+    raw_output, metadata = written("raw_none")
+    stored_output, _ = written(stored)
+    for split in metadata["splits"]:
+        at_read = by_hash(raw_output, split, normalize=method)
+        at_write = by_hash(stored_output, split)
+        assert at_read.keys() == at_write.keys() and at_read
+        for key, image in at_read.items():
+            assert image.dtype == np.float32
+            assert np.array_equal(image, at_write[key]), key  # exact, not approximate
+
+
+@pytest.mark.parametrize("method", ["unit", "mean_std"])
+def test_normalize_images_is_bit_identical_to_the_pipeline(method):
+    pixels = np.stack(np.meshgrid(np.arange(256), np.arange(256)[::-1], np.arange(256) // 2), -1)[:64]
+    pixels = pixels.astype(np.uint8)
+    expected = normalize_image(pixels, ImageSpec(normalize=method))
+    got = reader.normalize_images(tf.constant(pixels), method).numpy()
+    assert got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_png_pixels_equal_raw_and_jpeg_pixels_are_close(written):
+    """Lossless PNG must give the raw pixels exactly (so channel order and orientation are right)."""
+    raw = by_hash(written("raw_none")[0], "val")
+    png = by_hash(written("png_gzip")[0], "val")
+    jpeg = by_hash(written("jpeg")[0], "val")
+    assert png and set(png) <= set(raw)
+    for key, image in png.items():
+        assert np.array_equal(image, raw[key])
+    for key, image in jpeg.items():
+        assert np.abs(image.astype(int) - raw[key].astype(int)).mean() < 6
+
+
+def test_refuses_a_folder_without_metadata(tmp_path):
+    (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
+    with pytest.raises(NotAnImgrecDataset, match="not a finished imgrec dataset"):
+        load_dataset(str(tmp_path), "train")
+
+
+def test_unknown_split_names_the_splits(written):
+    output, _ = written("jpeg")
+    with pytest.raises(ValueError, match="train, val, test"):
+        load_dataset(output, "training")
+
+
+def test_normalize_is_refused_for_already_normalized_pixels(written):
+    output, _ = written("raw_unit")
+    with pytest.raises(ValueError, match="already normalized"):
+        load_dataset(output, "train", normalize="unit")
+    with pytest.raises(ValueError, match="normalize must be"):
+        load_dataset(written("jpeg")[0], "train", normalize="imagenet")
+
+
+def test_metadata_problems_are_reported(written, tmp_path):
+    _, metadata = written("jpeg")
+    no_label = {**metadata, "features": {k: v for k, v in metadata["features"].items() if v["role"] != "label"}}
+    with pytest.raises(UnsupportedDataset, match="label"):
+        reader.layout_from_metadata(no_label)
+    (tmp_path / "metadata.json").write_text(json.dumps({**metadata, "format_version": 99}))
+    with pytest.raises(UnsupportedDataset, match="format_version 99"):
+        load_dataset(str(tmp_path), "train")
+
+
+def test_optional_roles_may_be_absent(written):
+    _, metadata = written("jpeg")
+    minimal = {**metadata, "features": {k: v for k, v in metadata["features"].items()
+                                        if v["role"] in ("image", "label")}}
+    layout = reader.layout_from_metadata(minimal, with_metadata=True)
+    assert set(layout.parse_spec) == {"image", "label"} and not layout.extras
+
+
+def test_wrong_image_shape_fails_loudly(written, tmp_path):
+    output, metadata = written("jpeg")
+    copy = tmp_path / "copy"
+    shutil.copytree(output, copy)
+    metadata["features"]["image"]["shape"] = [W, H, 3]
+    (copy / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        examples(load_dataset(str(copy), "val"))
+
+
+# --- the old seed layout -------------------------------------------------------------------
+
+def write_seed_records(directory: pathlib.Path, count: int, per_file: int) -> tuple[list[str], list[np.ndarray]]:
+    rng = np.random.default_rng(0)
+    images = [rng.random((224, 224, 3), dtype=np.float32) for _ in range(count)]
+    files = []
+    for start in range(0, count, per_file):
+        path = str(directory / f"seed-{start // per_file:05d}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for label in range(start, min(start + per_file, count)):
+                example = tf.train.Example(features=tf.train.Features(feature={
+                    "train/image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[images[label].tobytes()])),
+                    "train/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                }))
+                writer.write(example.SerializeToString())
+        files.append(path)
+    return files, images
+
+
+def test_seed_layout(tmp_path):
+    files, images = write_seed_records(tmp_path, count=5, per_file=3)
+    batches = examples(load_seed_layout(files, batch_size=2, num_parallel_reads=1))
+    assert [b[0].shape for b in batches] == [(2, 224, 224, 3), (2, 224, 224, 3), (1, 224, 224, 3)]
+    found = {int(label): image for batch_images, labels in batches for image, label in zip(batch_images, labels)}
+    assert sorted(found) == list(range(5))
+    for label, image in found.items():
+        assert image.dtype == np.float32 and np.array_equal(image, images[label])
+    shuffled = [int(label) for _, label in examples(load_seed_layout(
+        str(tmp_path / "seed-*.tfrecord"), batch_size=None, shuffle=True, seed=3))]
+    assert sorted(shuffled) == list(range(5))
+
+
+def test_seed_layout_refuses_an_empty_glob(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no files match"):
+        load_seed_layout(str(tmp_path / "nothing-*.tfrecord"))
