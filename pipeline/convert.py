@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import posixpath
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -10,10 +10,11 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsList, AsSingleton
 
 from pipeline.metadata import RejectionCount, build_metadata, check_error_fraction
-from pipeline.publish import publish
+from pipeline.publish import discard_staging, publish
 from transforms.assign import DUPLICATES, ComputeLabelMap, PlanSplits
 from transforms.discover import REJECTED, DiscoverImages
-from transforms.read import ReadAndCheck
+from transforms.fingerprint import FingerprintFn, config_fingerprint
+from transforms.read import ReadAndCheck, SourceImage
 from transforms.rejections import Rejection
 from transforms.specs import ConversionSpec
 from transforms.split import num_shards_for
@@ -33,6 +34,14 @@ def summarize_duplicates(counts: Sequence[tuple[int, int]], examples: Sequence[t
             "examples": [{"sha256": h, "paths": list(p), "labels": list(l)} for h, p, l in examples]}
 
 
+def image_row(image: SourceImage) -> str:
+    return f"image\t{image.path}\t{image.content_hash}\t{image.label}"
+
+
+def rejection_row(rejection: Rejection) -> str:
+    return f"rejected\t{rejection.path}\t{rejection.error}\t{rejection.message}"
+
+
 def fill_missing_shards(results: Sequence[ShardResult], planned_counts: Mapping[str, int],
                         spec: ConversionSpec, staging_dir: str) -> list[ShardResult]:
     """Shard indices that no image hashed to still get an (empty) file, so `-of-N` is true."""
@@ -48,11 +57,19 @@ def fill_missing_shards(results: Sequence[ShardResult], planned_counts: Mapping[
     return filled
 
 
-def finalize_dataset(_, spec: ConversionSpec, staging_dir: str, run: dict, label_map: Mapping[str, int],
+def finalize_dataset(_, spec: ConversionSpec, staging_dir: str, run: dict, previous_fingerprint: Optional[str],
+                     fingerprint: str, label_map: Mapping[str, int],
                      shard_results: Sequence[ShardResult], planned_counts: Sequence[Mapping[str, int]],
                      rejection_counts: Iterable[RejectionCount], num_inputs: int,
                      duplicates: Sequence[dict], error_files: Sequence[str]) -> dict:
-    """Checks the counts and the error budget, then publishes shards, dead letters and metadata."""
+    """Checks the counts and the error budget, then publishes shards, dead letters and metadata.
+
+    When the inputs and config match the published dataset's fingerprint, nothing was converted
+    and the published dataset is kept as it is.
+    """
+    if fingerprint == previous_fingerprint:
+        discard_staging(spec.output.path)
+        return {"unchanged": True, "fingerprint": fingerprint}
     planned = planned_counts[0] if planned_counts else {}
     results = fill_missing_shards(shard_results, planned, spec, staging_dir)
     staged = {r.path: posixpath.basename(r.path) for r in results}
@@ -62,7 +79,7 @@ def finalize_dataset(_, spec: ConversionSpec, staging_dir: str, run: dict, label
     metadata = build_metadata(
         spec, label_map=label_map, shards=shards, planned_counts=planned, rejection_counts=rejection_counts,
         num_inputs=num_inputs, duplicates=duplicates[0], error_files=sorted(staged[p] for p in error_files),
-        run=run)
+        run=run, fingerprint=fingerprint)
     check_error_fraction(metadata, spec.output.max_error_fraction, FileSystems.join(staging_dir, "errors-*.jsonl"))
     publish(staged, spec.output.path, metadata)
     return metadata
@@ -71,9 +88,10 @@ def finalize_dataset(_, spec: ConversionSpec, staging_dir: str, run: dict, label
 class ConvertToTFRecords(beam.PTransform):
     """PBegin → the published dataset's metadata (one dict)."""
 
-    def __init__(self, spec: ConversionSpec, staging_dir: str, run: dict):
+    def __init__(self, spec: ConversionSpec, staging_dir: str, run: dict, previous_fingerprint: Optional[str] = None):
         super().__init__()
         self._spec, self._staging_dir, self._run = spec, staging_dir, run
+        self._previous_fingerprint = previous_fingerprint
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec = self._spec
@@ -83,9 +101,16 @@ class ConvertToTFRecords(beam.PTransform):
         label_map = candidates | "LabelMap" >> ComputeLabelMap(spec.input.class_names)
         read = candidates | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(spec.image)).with_outputs(
             REJECTED, main="images")
+        fingerprint = ((read.images | "ImageRows" >> beam.Map(image_row),
+                        (discovered[REJECTED], read[REJECTED]) | "EarlyRejections" >> beam.Flatten()
+                        | "RejectionRows" >> beam.Map(rejection_row))
+                       | "InputRows" >> beam.Flatten()
+                       | "Fingerprint" >> beam.CombineGlobally(FingerprintFn(config_fingerprint(spec))))
         plan = read.images | "PlanSplits" >> PlanSplits(
             spec.splits, AsSingleton(label_map), spec.output.drop_duplicates)
-        written = plan["planned"] | "WriteShards" >> WriteShards(
+        to_write = plan["planned"] | "SkipIfUnchanged" >> beam.Filter(
+            lambda _, current, previous: current != previous, AsSingleton(fingerprint), self._previous_fingerprint)
+        written = to_write | "WriteShards" >> WriteShards(
             spec.image, spec.features, spec.output, self._staging_dir)
 
         rejected = ((discovered[REJECTED], read[REJECTED], plan[REJECTED], written[REJECTED])
@@ -105,7 +130,8 @@ class ConvertToTFRecords(beam.PTransform):
         return (pbegin
                 | "Finalize" >> beam.Create([None])
                 | "PublishDataset" >> beam.Map(
-                    finalize_dataset, spec, self._staging_dir, self._run,
+                    finalize_dataset, spec, self._staging_dir, self._run, self._previous_fingerprint,
+                    fingerprint=AsSingleton(fingerprint),
                     label_map=AsSingleton(label_map),
                     shard_results=AsList(written["shards"]),
                     planned_counts=AsList(written["planned_counts"]),

@@ -40,7 +40,7 @@ def versions() -> dict[str, str]:
 def build_metadata(spec: ConversionSpec, *, label_map: Mapping[str, int], shards: Sequence[dict],
                    planned_counts: Mapping[str, int], rejection_counts: Iterable[RejectionCount],
                    num_inputs: int, duplicates: Mapping[str, object], error_files: Sequence[str],
-                   run: Mapping[str, object]) -> dict:
+                   run: Mapping[str, object], fingerprint: str) -> dict:
     """`shards`: one dict per published file with split, file, num_examples, num_bytes, label_counts.
 
     Raises CountMismatch unless inputs = written + rejected, in total and for every split.
@@ -96,6 +96,7 @@ def build_metadata(spec: ConversionSpec, *, label_map: Mapping[str, int], shards
         },
         "duplicates": dict(duplicates),
         "error_files": list(error_files),
+        "fingerprint": fingerprint,
         "config": spec.to_dict(),
         "run": dict(run),
         "versions": versions(),

@@ -46,6 +46,8 @@ FLAGS = (
     Flag("compression", "output", "compression", str, "none | gzip."),
     Flag("shuffle_seed", "output", "shuffle_seed", int, "Seed of the record order inside and across shards."),
     Flag("overwrite", "output", "overwrite", None, "Replace a finished dataset in --output."),
+    Flag("skip_unchanged", "output", "skip_unchanged", None,
+         "With a finished dataset in --output: keep it if inputs and config are unchanged, else replace it."),
     Flag("max_error_fraction", "output", "max_error_fraction", float, "Fail when more inputs than this are rejected."),
     Flag("drop_duplicates", "output", "drop_duplicates", None, "Write one copy of identical images."),
     Flag("height", "image", "height", int, "Output height in pixels."),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Optional
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -41,14 +42,22 @@ def is_finished(output: str) -> bool:
     return FileSystems.exists(_join(output, METADATA_FILE))
 
 
-def prepare_output(output: str, overwrite: bool) -> None:
-    """Refuses to replace a finished dataset unless asked; clears what dead runs left behind."""
-    if is_finished(output) and not overwrite:
-        raise DatasetExists(f"{output} already holds a finished dataset ({METADATA_FILE}); "
-                            "pass --overwrite to replace it")
+def prepare_output(output: str, overwrite: bool, skip_unchanged: bool) -> Optional[str]:
+    """Refuses to replace a finished dataset unless asked; clears what dead runs left behind.
+
+    Returns the finished dataset's input fingerprint when `skip_unchanged` may keep it.
+    """
+    previous = None
+    if is_finished(output):
+        if not (overwrite or skip_unchanged):
+            raise DatasetExists(f"{output} already holds a finished dataset ({METADATA_FILE}); "
+                                "pass --overwrite to replace it, or --skip_unchanged to re-run only on changes")
+        if skip_unchanged:
+            previous = read_json(_join(output, METADATA_FILE)).get("fingerprint")
     root = staging_root(output)
     if FileSystems.exists(root):
         FileSystems.delete([root])
+    return previous
 
 
 def _existing_dataset_files(output: str) -> list[str]:
@@ -87,4 +96,8 @@ def publish(staged: dict[str, str], output: str, metadata: dict) -> None:
     if sources:
         FileSystems.rename(sources, [_join(output, staged[s]) for s in sources])
     write_json(metadata_path, metadata)
+    discard_staging(output)
+
+
+def discard_staging(output: str) -> None:
     FileSystems.delete([staging_root(output)])

@@ -201,3 +201,34 @@ def test_memory_is_bounded_by_data_in_flight(tmp_path):
     extra_data_mib = 300 * 224 * 224 * 3 * 4 / 2**20  # 4x the images: 300 more records
     assert rss_large - rss_small < 0.1 * extra_data_mib, (rss_small, rss_large)
     assert rss_large < 1.5 * rss_small
+
+
+def test_skip_unchanged_keeps_the_dataset_until_inputs_change(tmp_path):
+    root = tmp_path / "imgs"
+    make_good_images(root, per_class=4)
+    out = tmp_path / "out"
+    first = run_pipeline(root, out, "--skip_unchanged")
+    again = run_pipeline(root, out, "--skip_unchanged")
+    assert again == first  # not rewritten: same run id, same files
+    write_image(root / "bee" / "bee_new.jpg", seed=999)
+    changed = run_pipeline(root, out, "--skip_unchanged")
+    assert changed["run"]["run_id"] != first["run"]["run_id"]
+    assert changed["inputs"]["written"] == 9 and changed["fingerprint"] != first["fingerprint"]
+    rewritten = run_pipeline(root, out, "--skip_unchanged", "--quality=80", "--encoding=jpeg", "--normalize=none")
+    assert rewritten["fingerprint"] != changed["fingerprint"]  # the config is part of the fingerprint
+
+
+def test_output_path_templates_expand_by_date(tmp_path):
+    import datetime
+
+    from pipeline.run import expand_output_template
+
+    now = datetime.datetime(2026, 12, 2, 13, 15, 0, tzinfo=datetime.timezone.utc)
+    assert expand_output_template("gs://b/ds/{date}", now) == "gs://b/ds/2026-12-02"
+    assert expand_output_template(str(tmp_path / "{timestamp}"), now) == str(tmp_path / "20261202T131500")
+    root = tmp_path / "imgs"
+    make_good_images(root, per_class=2)
+    from pipeline.run import main
+    assert main([f"--input={root}", f"--output={tmp_path}/daily/{{date}}", "--runner=DirectRunner"]) == 0
+    (dated,) = (tmp_path / "daily").iterdir()
+    assert datetime.date.fromisoformat(dated.name) and (dated / "metadata.json").exists()

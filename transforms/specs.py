@@ -120,6 +120,7 @@ class OutputSpec:
     compression: str = "none"
     shuffle_seed: int = 0
     overwrite: bool = False
+    skip_unchanged: bool = False
     max_error_fraction: float = 0.01
     drop_duplicates: bool = False
 
