@@ -142,14 +142,15 @@ def test_normalize_images_is_bit_identical_to_the_pipeline(method):
 
 def test_png_pixels_equal_raw_and_jpeg_pixels_are_close(written):
     """Lossless PNG must give the raw pixels exactly (so channel order and orientation are right)."""
-    raw = by_hash(written("raw_none")[0], "train") | by_hash(written("raw_none")[0], "val")
+    raw_output, metadata = written("raw_none")
+    raw = {key: image for split in metadata["splits"] for key, image in by_hash(raw_output, split).items()}
     png = by_hash(written("png_gzip")[0], "val")  # split differently (ratios 0.8/0.2/0)
     jpeg = by_hash(written("jpeg")[0], "val")
     assert png and set(png) <= set(raw)
     for key, image in png.items():
         assert np.array_equal(image, raw[key])
     for key, image in jpeg.items():
-        assert np.abs(image.astype(int) - raw[key].astype(int)).mean() < 6
+        assert np.abs(image.astype(int) - raw[key].astype(int)).mean() < 10  # JPEG loss; a channel swap would be far larger
 
 
 def test_refuses_a_folder_without_metadata(tmp_path):

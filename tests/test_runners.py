@@ -4,9 +4,11 @@
   PortableRunner against Beam's Python job service with an EXTERNAL worker pool (started by
   tests/portable.py) convert data/sample with configs/local.yaml; the datasets must hold the
   same records per split, and in fact byte-identical shard files.
-- DataflowRunner with --dry_run=True builds the Dataflow job offline: the job graph holds our
-  steps, and --setup_file is built into the workflow.tar.gz that Dataflow would stage (or
-  --sdk_container_image names the worker image). Any connection off the loopback fails the test.
+- DataflowRunner with --dry_run=True builds the Dataflow job offline, from configs/local.yaml and
+  from configs/imagenet.yaml as shipped: the job graph holds our steps, and --setup_file is built
+  into the workflow.tar.gz that Dataflow would stage (or --sdk_container_image names the worker
+  image). Any connection off the loopback fails the test. The output is a local folder: run()
+  checks it before building the graph (prepare_output), and a gs:// one would need GCS.
 """
 from __future__ import annotations
 
@@ -188,7 +190,7 @@ def no_network(monkeypatch):
     assert not attempts, f"the dry run tried to reach {attempts}"
 
 
-def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str):
+def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: pathlib.Path = CONFIG):
     """Runs pipeline.run.run() with DataflowRunner --dry_run=True; returns Beam's result and the output."""
     from pipeline.run import run
 
@@ -201,7 +203,7 @@ def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str):
     # the graph: a gs:// output would need GCS credentials, so the output is a local folder.
     output = tmp_path / "dataset"
     result = run(["--runner=DataflowRunner", "--dry_run=True", "--project=imgrec-test", "--region=us-central1",
-                  "--temp_location=gs://imgrec-test-bucket/tmp", f"--config={CONFIG}", f"--input={SAMPLE}",
+                  "--temp_location=gs://imgrec-test-bucket/tmp", f"--config={config}", f"--input={SAMPLE}",
                   f"--output={output}", *flags])
     return result, output, scratch
 
@@ -252,10 +254,18 @@ def assert_dataflow_job(result, output: pathlib.Path) -> tuple[str, object]:
 
 
 @pytest.mark.timeout(120)
-def test_dataflow_dry_run_with_setup_file(tmp_path, monkeypatch, no_network):
+@pytest.mark.parametrize("config", ["local.yaml", "imagenet.yaml"])
+def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_network):
     import apache_beam as beam
 
-    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, f"--setup_file={REPO / 'setup.py'}")
+    if config == "imagenet.yaml":
+        # The Dataflow config as shipped: its beam section names DataflowRunner and
+        # setup_file ./setup.py, which (like the docs' commands) is relative to the repo root.
+        monkeypatch.chdir(REPO)
+        flags = ()
+    else:
+        flags = (f"--setup_file={REPO / 'setup.py'}",)
+    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, *flags, config=REPO / "configs" / config)
     image, environment = assert_dataflow_job(result, output)
     assert image == f"gcr.io/cloud-dataflow/v1beta3/beam_python3.11_sdk:{beam.__version__}"
 

@@ -21,8 +21,10 @@ from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, Plann
 from transforms.discover import REJECTED, Candidate, DiscoverImages
 from transforms.read import ReadAndCheck, SourceImage, content_hash, describe_source
 from transforms.specs import FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
-from transforms.split import order_in_shard
+from transforms.split import order_in_shard, shard_for
 from transforms.write_shards import WriteShards
+
+TestPipeline.__test__ = False  # not a test class, though pytest would try to collect it by name
 
 SPEC = ImageSpec(height=8, width=8, normalize="none")
 LABEL_MAP = {"cat": 0, "dog": 1}
@@ -220,38 +222,46 @@ def read_shards(pattern: str) -> dict[str, list[tuple[str, int]]]:
     """{shard file name: [(source path, label id), ...] in file order}, read with tf.data."""
     shards = {}
     for path in sorted(glob.glob(pattern)):
-        records = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+        compression = "GZIP" if path.endswith(".gz") else ""
+        records = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path, compression)]
         shards[os.path.basename(path)] = [(e.features.feature["image/source_path"].bytes_list.value[0].decode(),
                                            e.features.feature["label"].int64_list.value[0]) for e in records]
     return shards
 
 
-def test_write_shards(tmp_path):
-    images = [planned_image(write_image(tmp_path / "in" / label / f"{i}.png", COLORS[label]), label, split)
-              for i in range(12) for label, split in (("cat", "train"), ("dog", "train"), ("dog", "val"))
-              if split == "train" or i < 3]
+SEED = 5
+# 12 cats and 12 dogs in train, 3 dogs in val.
+PLAN = [(label, split, i) for split, labels, n in (("train", ("cat", "dog"), 12), ("val", ("dog",), 3))
+        for label in labels for i in range(n)]
+
+
+def shard_name(split: str, index: int, suffix: str) -> str:
+    return f"{split}-{index:05d}-of-00002{suffix}"
+
+
+@pytest.mark.parametrize("compression,suffix", [("none", ".tfrecord"), ("gzip", ".tfrecord.gz")])
+def test_write_shards(tmp_path, compression, suffix):
+    images = [planned_image(write_image(tmp_path / "in" / split / label / f"{i}.png", COLORS[label]), label, split)
+              for label, split, i in PLAN]
     staging = tmp_path / "staging"
-    output = OutputSpec(str(tmp_path / "out"), num_shards=2, shuffle_seed=5)
+    output = OutputSpec(str(tmp_path / "out"), num_shards=2, shuffle_seed=SEED, compression=compression)
+    # Each image goes to the shard its path hashes to; a shard no image hashes to has no file yet.
+    expected = collections.defaultdict(list)
+    for im in images:
+        expected[shard_name(im.split, shard_for(im.source.path, SEED, 2), suffix)].append(im.source.path)
     with TestPipeline() as p:
         written = p | beam.Create(images) | WriteShards(SPEC, FeatureKeys(), output, str(staging))
-        assert_that(written["shards"] | "S" >> beam.Map(lambda s: (s.split, s.index, s.num_shards,
-                                                                   os.path.basename(s.path))),
-                    equal_to([("train", 0, 2, "train-00000-of-00002.tfrecord"), ("train", 1, 2, "train-00001-of-00002.tfrecord"),
-                              ("val", 0, 2, "val-00000-of-00002.tfrecord"), ("val", 1, 2, "val-00001-of-00002.tfrecord")]),
-                    label="shards")
-        assert_that(written["shards"] | "Totals" >> beam.Map(lambda s: (s.split, s.num_examples))
-                    | beam.CombinePerKey(sum), equal_to([("train", 24), ("val", 3)]), label="totals")
+        assert_that(written["shards"] | "S" >> beam.Map(lambda s: (os.path.basename(s.path), s.num_examples)),
+                    equal_to([(name, len(paths)) for name, paths in expected.items()]), label="shards")
         assert_that(written["planned_counts"], equal_to([{"train": 24, "val": 3}]), label="planned_counts")
         assert_that(written[REJECTED], equal_to([]), label="rejected")
 
     shards = read_shards(str(staging / "*"))
-    assert set(shards) == {"train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord",
-                           "val-00000-of-00002.tfrecord", "val-00001-of-00002.tfrecord"}  # no attempt files left
-    written_records = sorted(r for name, records in shards.items() for r in records)
-    assert written_records == sorted((im.source.path, im.label_id) for im in images)
-    for records in shards.values():  # records are in the seeded order within each shard
-        paths = [path for path, _ in records]
-        assert paths == sorted(paths, key=lambda path: order_in_shard(path, 5))
+    assert set(shards) == set(expected)  # and no attempt files are left
+    label_of = {im.source.path: im.label_id for im in images}
+    for name, records in shards.items():  # each shard in the seeded order, with the right labels
+        assert [path for path, _ in records] == sorted(expected[name], key=lambda path: order_in_shard(path, SEED))
+        assert all(label == label_of[path] for path, label in records)
 
 
 def test_write_shards_rejects_a_file_changed_after_planning(tmp_path):

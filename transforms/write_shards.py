@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import struct
 import uuid
 from typing import Iterable, Iterator, Union
 
@@ -56,8 +57,15 @@ def create_tfrecord_file(path: str, compression: str):
 
 
 def write_tfrecord(handle, record: bytes) -> None:
-    """Frames one record (length, masked CRC32C of length, data, masked CRC32C of data)."""
-    _TFRecordUtil.write_record(handle, record)
+    """Frames one record (length, masked CRC32C of length, data, masked CRC32C of data).
+
+    The same bytes as `_TFRecordUtil.write_record`, whose checksums it uses, but written as three
+    pieces instead of joined first: that join copied every (600 KB raw) record once more.
+    """
+    length = struct.pack("<Q", len(record))
+    handle.write(length + struct.pack("<I", _TFRecordUtil._masked_crc32c(length)))
+    handle.write(record)
+    handle.write(struct.pack("<I", _TFRecordUtil._masked_crc32c(record)))
 
 
 def key_by_shard(image: PlannedImage, shard_counts: dict[str, int], seed: int) -> tuple[ShardKey, PlannedImage]:
