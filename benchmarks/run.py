@@ -41,22 +41,32 @@ RESULTS = REPO / "benchmarks" / "results"
 SCRATCH = RESULTS / "tmp"  # gitignored
 PYTHON = sys.executable
 PIPELINE_FLAGS = ("--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+QUIET_WAIT = 60.0  # s to wait, before each run, for other work on the machine to settle
 TARGETS = {"pipeline_vs_seed_min": 1.8, "ceiling_vs_pipeline_steady_max": 1.3, "memory_growth_4x_max": 1.5,
            "reader_vs_ceiling_min": 1.0}
 
 
-class TreeMemory:
-    """Polls the summed RSS of a process and all its descendants; keeps the peak.
+def _busy_seconds() -> float:
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+class TreeMonitor:
+    """Polls a process and all its descendants every `interval` s: peak summed RSS, CPU seconds.
 
     Summing RSS counts pages shared between processes (libraries) once per process, so it
-    overstates memory slightly; it never misses a worker the way the parent's own RSS would.
+    overstates memory slightly; it never misses a worker the way the parent's own RSS (or
+    ru_maxrss, the largest single process) would. Machine-wide busy CPU over the same period,
+    minus the tree's own, is reported as background load: other work on the machine slows every
+    contender, so results are only comparable when it is low.
     """
 
     def __init__(self, pid: int, interval: float = 0.1):
         self._root = psutil.Process(pid)
         self._interval = interval
         self.peak = 0
-        self.peak_processes = 0
+        self._cpu: dict[int, float] = {}
+        self._busy_start, self._start = _busy_seconds(), time.perf_counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -70,17 +80,32 @@ class TreeMemory:
             total = 0
             for proc in procs:
                 try:
-                    total += proc.memory_info().rss
+                    with proc.oneshot():
+                        total += proc.memory_info().rss
+                        times = proc.cpu_times()
+                    self._cpu[proc.pid] = times.user + times.system
                 except psutil.Error:
                     pass
-            if total > self.peak:
-                self.peak, self.peak_processes = total, len(procs)
+            self.peak = max(self.peak, total)
             self._stop.wait(self._interval)
 
-    def stop(self) -> int:
+    def stop(self) -> dict:
         self._stop.set()
         self._thread.join()
-        return self.peak
+        wall = time.perf_counter() - self._start
+        cpu = sum(self._cpu.values())
+        background = max(0.0, _busy_seconds() - self._busy_start - cpu)
+        return {"peak_rss": self.peak, "cpu_seconds": cpu,
+                "background_cpu_share": background / (wall * (os.cpu_count() or 1))}
+
+
+def wait_for_quiet(max_wait: float, threshold: float = 0.25) -> float:
+    """Waits (up to max_wait s) until other work uses under `threshold` of the machine's CPU."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < max_wait:
+        if psutil.cpu_percent(interval=2.0) / 100 < threshold:
+            break
+    return time.perf_counter() - start
 
 
 def folder_bytes(path: pathlib.Path) -> int:
@@ -97,25 +122,31 @@ def timed(name: str, argv: Sequence[str], output: pathlib.Path, images: int, kee
     if output.exists():
         shutil.rmtree(output) if output.is_dir() else output.unlink()
     output.parent.mkdir(parents=True, exist_ok=True)
+    waited = wait_for_quiet(QUIET_WAIT)
     print(f"[{name}] {' '.join(argv)}", flush=True)
     start = time.perf_counter()
     proc = subprocess.Popen(list(argv), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    memory = TreeMemory(proc.pid)
+    monitor = TreeMonitor(proc.pid)
     stdout, stderr = proc.communicate()
     seconds = time.perf_counter() - start
-    peak = memory.stop()
+    usage = monitor.stop()
+    peak = usage["peak_rss"]
     if proc.returncode != 0:
         sys.stderr.write(stderr[-5000:])
         raise SystemExit(f"[{name}] exited with {proc.returncode}")
     result = {"name": name, "command": " ".join(argv), "images": images, "seconds": round(seconds, 2),
               "images_per_s": round(images / seconds, 1), "peak_rss_mib": round(peak / 2**20, 1),
-              "output_bytes": folder_bytes(output)}
+              "output_bytes": folder_bytes(output), "cpu_seconds": round(usage["cpu_seconds"], 1),
+              "cpu_ms_per_image": round(1e3 * usage["cpu_seconds"] / images, 2),
+              "background_cpu_share": round(usage["background_cpu_share"], 2), "waited_for_quiet_s": round(waited, 1)}
     if parse_json:
         result["detail"] = json.loads(stdout.strip().splitlines()[-1])
     if not keep:
         shutil.rmtree(output, ignore_errors=True) if output.is_dir() else output.unlink(missing_ok=True)
     print(f"[{name}] {images} images in {seconds:.1f} s = {images / seconds:.1f} images/s, "
-          f"peak RSS {peak / 2**20:.0f} MiB, output {result['output_bytes'] / 2**20:.0f} MiB", flush=True)
+          f"peak RSS {peak / 2**20:.0f} MiB, output {result['output_bytes'] / 2**20:.0f} MiB, "
+          f"{result['cpu_ms_per_image']} CPU ms/image, background load {result['background_cpu_share']:.0%}",
+          flush=True)
     return result
 
 
@@ -165,10 +196,10 @@ def reader_run(output: pathlib.Path, split: str = "train") -> dict:
     start = time.perf_counter()
     proc = subprocess.Popen([PYTHON, "-c", READER_SNIPPET, str(output), split], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    memory = TreeMemory(proc.pid)
+    monitor = TreeMonitor(proc.pid)
     stdout, stderr = proc.communicate()
     seconds = time.perf_counter() - start
-    peak = memory.stop()
+    peak = monitor.stop()["peak_rss"]
     if proc.returncode != 0:
         sys.stderr.write(stderr[-5000:])
         raise SystemExit(f"[reader] exited with {proc.returncode}")
@@ -241,8 +272,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", default=str(RESULTS / "latest.json"))
     parser.add_argument("--processes", type=int, default=2, help="ceiling processes (one per core)")
     parser.add_argument("--pipeline_flags", default="", help="extra flags for every pipeline run, space-separated")
+    parser.add_argument("--quiet_wait", type=float, default=QUIET_WAIT,
+                        help="max seconds to wait before each run for background CPU load to drop below 25%%")
     parser.add_argument("--skip", default="", help="comma-separated: seed, quarter, jpeg, reader")
     args = parser.parse_args(argv)
+    global QUIET_WAIT
+    QUIET_WAIT = args.quiet_wait
     skip = set(filter(None, args.skip.split(",")))
     extra = args.pipeline_flags.split()
 

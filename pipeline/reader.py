@@ -245,9 +245,9 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
     Shuffling happens on serialized records, before decoding, so the buffer holds compact JPEG/PNG
     bytes rather than decoded pixels (for raw records both are the same size: a 10 000-record
     buffer of 224x224x3 float32 images is ~6 GB). Each pass over the dataset (epoch) is shuffled
-    anew. With a seed the sequence of orders is reproducible, but
-    parallel reads interleave `num_parallel_reads` files at once and AUTOTUNE picks that from
-    the CPU count: pass an int for the same order on every machine.
+    anew. With a seed the sequence of orders is reproducible, but parallel reads interleave
+    `num_parallel_reads` files at once and AUTOTUNE picks that from the CPU count: pass an int
+    for the same order on every machine.
     """
     normalize = _check_normalize(normalize, layout, mean, std)
     if batch_size is not None and batch_size <= 0:

@@ -139,7 +139,8 @@ def feature_spec(spec: ImageSpec, keys: FeatureKeys) -> dict[str, dict]:
     """The parse spec a reader needs, as JSON: {key: {"kind", "dtype", ...}} for metadata.json."""
     described = {
         keys.image: {"role": "image", "dtype": "string", "encoding": spec.encoding,
-                     "pixel_dtype": spec.dtype, "shape": list(spec.shape)},
+                     "pixel_dtype": spec.dtype, "shape": list(spec.shape), "normalize": spec.normalize,
+                     "mean": list(spec.mean), "std": list(spec.std)},
         keys.label: {"role": "label", "dtype": "int64"},
         keys.label_text: {"role": "label_text", "dtype": "string"},
         keys.height: {"role": "height", "dtype": "int64"},

@@ -16,6 +16,7 @@ import uuid
 from typing import Iterable, Iterator, Union
 
 import apache_beam as beam
+import cv2
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
@@ -87,6 +88,12 @@ class _WriteShardFn(beam.DoFn):
         self._image, self._keys, self._output, self._staging_dir = image, keys, output, staging_dir
         self._written = Metrics.counter("imgrec", "records_written")
         self._bytes = Metrics.counter("imgrec", "record_bytes_written")
+
+    def setup(self) -> None:
+        # Beam already runs one worker per core; OpenCV's own thread pool (resize, colour
+        # conversion) would oversubscribe the cores and costs ~10% more CPU per image. One
+        # thread gives the same pixels.
+        cv2.setNumThreads(1)
 
     def process(self, element: tuple[ShardKey, Iterable[PlannedImage]]) -> Iterator[Union[ShardResult, beam.pvalue.TaggedOutput]]:
         (split, index, num_shards), images = element
