@@ -266,6 +266,7 @@ def table(results: dict) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    global QUIET_WAIT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--config", default="configs/seed.yaml")
@@ -276,7 +277,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="max seconds to wait before each run for background CPU load to drop below 25%%")
     parser.add_argument("--skip", default="", help="comma-separated: seed, quarter, jpeg, reader")
     args = parser.parse_args(argv)
-    global QUIET_WAIT
     QUIET_WAIT = args.quiet_wait
     skip = set(filter(None, args.skip.split(",")))
     extra = args.pipeline_flags.split()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import typing
 from typing import Any, Callable, Optional, Sequence
 
 import yaml
@@ -119,8 +120,32 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
         unknown = set(values[section]) - set(fields)
         if unknown:
             raise ValueError(f"unknown {section} settings {sorted(unknown)}; expected {sorted(fields)}")
-        specs[section] = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values[section].items()})
+        hints = typing.get_type_hints(cls)
+        specs[section] = cls(**{k: coerce(v, hints[k], f"{section}.{k}") for k, v in values[section].items()})
     return ConversionSpec(**specs)
+
+
+def coerce(value: Any, hint: Any, name: str) -> Any:
+    """A YAML value as the field's declared type, so `salt: 2024` is the string "2024"."""
+    if value is None:
+        if type(None) in typing.get_args(hint):
+            return None
+        raise ValueError(f"{name} must not be empty")
+    if typing.get_origin(hint) is typing.Union:  # Optional[X]
+        (hint,) = [h for h in typing.get_args(hint) if h is not type(None)]
+    if typing.get_origin(hint) is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} must be a list, got {value!r}")
+        item = typing.get_args(hint)[0]
+        return tuple(coerce(v, item, name) for v in value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return value
+    try:
+        return hint(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be {hint.__name__}, got {value!r}") from exc
 
 
 def parse_config_flag(argv: Sequence[str]) -> Optional[str]:

@@ -15,7 +15,7 @@ import tensorflow as tf
 from pipeline.metadata import CountMismatch, TooManyErrors, build_metadata, check_error_fraction
 from pipeline.options import ImgrecOptions, beam_args_from_config, build_spec, read_config
 from pipeline.publish import DatasetExists, prepare_output, publish, staging_root
-from transforms.discover import Candidate, label_from_parent, parse_csv_line, parse_jsonl_line
+from transforms.discover import Candidate, ParseManifestLine, label_from_parent, parse_csv_line, parse_jsonl_line
 from transforms.example import RecordFields, build_example, encode_pixels, feature_spec, serialize_example
 from transforms.labels import build_label_map
 from transforms.normalize import normalize_image
@@ -159,11 +159,6 @@ def test_split_counts_sum_to_total(ratios):
         assert sum(split_counts(total, ratios)) == total
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "split.py:split_counts assumes sum(ratios) == 1 exactly, but SplitSpec accepts a 1e-6 tolerance: "
-    "for large totals the floors miss by more than len(ratios) (or overshoot, giving a negative "
-    "slice), so counts do not add up and stratified_splits leaves keys unassigned (KeyError in "
-    "assign.plan_label_stratified)"))
 @pytest.mark.parametrize("ratios", [(0.5, 0.4999991), (0.5, 0.5000009)], ids=["under", "over"])
 def test_split_counts_sum_to_total_with_tolerated_ratio_error(ratios):
     SplitSpec(names=("a", "b"), ratios=ratios)  # accepted as summing to 1
@@ -403,13 +398,15 @@ def test_bad_manifest_lines(parse_line, line):
         parse_line(line, MANIFEST)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "discover.py:parse_jsonl_line (read through ReadFromText, which keeps a UTF-8 BOM): the first "
-    "line of a JSONL manifest saved with a BOM (Notepad, pandas encoding='utf-8-sig') is rejected "
-    "as BadManifestLine 'Unexpected UTF-8 BOM'; strip a leading '\\ufeff' before json.loads"))
-def test_jsonl_line_with_utf8_bom():
-    line = '\ufeff{"path": "a.jpg", "label": "cat"}'
-    assert parse_jsonl_line(line, MANIFEST) == Candidate("/data/manifests/a.jpg", "cat")
+@pytest.mark.parametrize("kind,line", [("jsonl", '\ufeff{"path": "a.jpg", "label": "cat"}'),
+                                       ("csv", "\ufeffa.jpg,cat")])
+def test_manifest_line_with_utf8_bom(kind, line):
+    assert list(ParseManifestLine(MANIFEST, kind).process(line)) == [Candidate("/data/manifests/a.jpg", "cat")]
+
+
+def test_csv_header_is_not_an_input():
+    assert list(ParseManifestLine(MANIFEST, "csv").process("path,label")) == []
+    assert list(ParseManifestLine(MANIFEST, "csv").process("a.jpg,cat")) == [Candidate("/data/manifests/a.jpg", "cat")]
 
 
 @pytest.mark.parametrize("path,label", [
@@ -472,10 +469,6 @@ def test_repo_config_builds():
     assert spec.splits.names == ("train", "val", "test")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "options.py:build_spec passes YAML scalars through untyped: `salt: 2024` becomes an int and "
-    "stable_hash fails with TypeError on the workers; `class_names: [0, 1]` becomes ints, so every "
-    "(str) label is rejected as UnknownLabel. Flags are typed by Flag.type, YAML values are not"))
 @pytest.mark.parametrize("section,field,value", [("splits", "salt", 2024), ("input", "class_names", [0, 1])])
 def test_yaml_values_get_the_field_type(section, field, value):
     try:

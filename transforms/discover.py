@@ -41,6 +41,10 @@ def resolve_path(path: str, manifest: str) -> str:
     return FileSystems.join(posixpath.dirname(manifest), path)
 
 
+def is_csv_header(line: str) -> bool:
+    return [cell.strip().lower() for cell in line.split(",")] == ["path", "label"]
+
+
 def parse_csv_line(line: str, manifest: str) -> Candidate:
     try:
         row = next(csv.reader([line]))
@@ -61,13 +65,14 @@ def parse_jsonl_line(line: str, manifest: str) -> Candidate:
     return Candidate(resolve_path(str(row["path"]), manifest), str(row["label"]))
 
 
-class _ParseManifestLine(beam.DoFn):
+class ParseManifestLine(beam.DoFn):
     def __init__(self, manifest: str, kind: str):
         self._manifest = manifest
         self._parse = parse_csv_line if kind == "csv" else parse_jsonl_line
 
     def process(self, line: str):
-        if not line.strip():
+        line = line.lstrip("\ufeff")  # editors and pandas may save manifests with a UTF-8 BOM
+        if not line.strip() or self._parse is parse_csv_line and is_csv_header(line):
             return
         try:
             yield self._parse(line, self._manifest)
@@ -100,10 +105,9 @@ class DiscoverImages(beam.PTransform):
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         kind = self._spec.resolved_kind()
         if kind in ("csv", "jsonl"):
-            lines = pbegin | "ReadManifest" >> beam.io.ReadFromText(
-                self._spec.path, skip_header_lines=1 if kind == "csv" else 0)
+            lines = pbegin | "ReadManifest" >> beam.io.ReadFromText(self._spec.path)
             parsed = lines | "ParseManifest" >> beam.ParDo(
-                _ParseManifestLine(self._spec.path, kind)).with_outputs(REJECTED, main="candidates")
+                ParseManifestLine(self._spec.path, kind)).with_outputs(REJECTED, main="candidates")
         else:
             pattern = self._spec.path
             if kind == "folders":

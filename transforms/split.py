@@ -43,12 +43,16 @@ def assign_split(key: str, spec: SplitSpec) -> str:
 
 
 def split_counts(total: int, ratios: Sequence[float]) -> list[int]:
-    """Integer counts closest to `total * ratios` that add up to `total` (largest remainder)."""
-    exact = [total * r for r in ratios]
+    """Integer counts closest to `total * ratios` that add up to `total` (largest remainder).
+
+    Ratios are rescaled to sum to exactly 1, since specs accept a small rounding error.
+    """
+    scale = sum(ratios)
+    exact = [total * r / scale for r in ratios]
     counts = [math.floor(x) for x in exact]
     by_remainder = sorted(range(len(ratios)), key=lambda i: (counts[i] - exact[i], i))
-    for i in by_remainder[: total - sum(counts)]:
-        counts[i] += 1
+    for step in range(total - sum(counts)):
+        counts[by_remainder[step % len(ratios)]] += 1
     return counts
 
 
