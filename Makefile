@@ -1,6 +1,6 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Beam's worker pools spawn `python` from PATH: the venv must come first.
+# Beam's worker pool (portable runner tests) spawns `python` from PATH: the venv must come first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: venv demo test bench clean

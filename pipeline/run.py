@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import TestOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline.convert import ConvertToTFRecords
@@ -38,6 +39,7 @@ class Conversion:
     result: PipelineResult
     spec: ConversionSpec
     run_id: str
+    dry_run: bool = False
 
 
 def convert(argv: Sequence[str]) -> Conversion:
@@ -49,15 +51,18 @@ def convert(argv: Sequence[str]) -> Conversion:
     spec = dataclasses.replace(spec, output=dataclasses.replace(
         spec.output, path=expand_output_template(spec.output.path, started)))
     _LOG.info("effective config: %s", json.dumps(spec.to_dict(), sort_keys=True))
-    previous_fingerprint = prepare_output(spec.output.path, spec.output.overwrite, spec.output.skip_unchanged)
+    pipeline = beam.Pipeline(options=options)
+    # DataflowRunner --dry_run=True only builds the job: leave the output (maybe gs://) alone.
+    dry_run = bool(options.view_as(TestOptions).dry_run) and type(pipeline.runner).__name__ == "DataflowRunner"
+    previous_fingerprint = None if dry_run else prepare_output(
+        spec.output.path, spec.output.overwrite, spec.output.skip_unchanged)
     run_info = {"run_id": uuid.uuid4().hex, "started": started.isoformat(timespec="seconds"),
                 "runner": options.get_all_options()["runner"] or "DirectRunner"}
-    pipeline = beam.Pipeline(options=options)
     _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(
         spec, new_staging_dir(spec.output.path), run_info, previous_fingerprint)
     result = pipeline.run()
     result.wait_until_finish()
-    return Conversion(result, spec, run_info["run_id"])
+    return Conversion(result, spec, run_info["run_id"], dry_run)
 
 
 def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
@@ -75,6 +80,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _LOG.error("pipeline ended in state %s", conversion.result.state)
         return 1
     output = conversion.spec.output.path
+    if conversion.dry_run:
+        print(f"dry run: built the Dataflow job for {output}; nothing was staged, submitted or written")
+        return 0
     metadata = read_json(FileSystems.join(output, METADATA_FILE))
     if metadata["run"]["run_id"] != conversion.run_id:
         print(f"unchanged: inputs and config match the dataset in {output} "

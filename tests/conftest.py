@@ -12,7 +12,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample"
 
-# Beam's multi_processing DirectRunner and worker pools start `python` from PATH.
+# Beam's worker pools start `python` from PATH (the portable runner tests use one).
 os.environ["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 IN_MEMORY = ("--runner=DirectRunner", "--direct_running_mode=in_memory")

@@ -195,8 +195,7 @@ def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: p
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    # A dry run executes nothing, but run() checks --output with prepare_output() before building
-    # the graph: a gs:// output would need GCS credentials, so the output is a local folder.
+    # A local output folder lets the test check that a dry run creates nothing there.
     output = tmp_path / "dataset"
     result = run(["--runner=DataflowRunner", "--dry_run=True", "--project=imgrec-test", "--region=us-central1",
                   "--temp_location=gs://imgrec-test-bucket/tmp", f"--config={config}", f"--input={SAMPLE}",
@@ -284,3 +283,16 @@ def test_dataflow_dry_run_with_custom_container(tmp_path, monkeypatch, no_networ
     assert image == image_name
     # The image has the package installed (Dockerfile), so no source package is staged.
     assert "workflow.tar.gz" not in staged_files(environment)
+
+
+@pytest.mark.timeout(120)
+def test_dataflow_dry_run_from_the_command_line_leaves_gcs_alone(tmp_path, monkeypatch, no_network, capsys):
+    """`python -m pipeline.run ... --dry_run=True` with gs:// paths: no GCS access, exit code 0."""
+    from pipeline.run import main
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.chdir(REPO)
+    assert main(["--config=configs/imagenet.yaml", "--input=gs://imgrec-test-bucket/images",
+                 "--output=gs://imgrec-test-bucket/datasets/{date}", "--project=imgrec-test",
+                 "--region=us-central1", "--temp_location=gs://imgrec-test-bucket/tmp", "--dry_run=True"]) == 0
+    assert "dry run: built the Dataflow job for gs://imgrec-test-bucket/datasets/20" in capsys.readouterr().out

@@ -10,10 +10,12 @@ names them and framed by Beam's own TFRecord code.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
+import os
 import struct
 import uuid
-from typing import Iterable, Iterator, Union
+from typing import Callable, Iterable, Iterator, Optional, TypeVar, Union
 
 import apache_beam as beam
 import cv2
@@ -83,6 +85,31 @@ def convert_planned_image(image: PlannedImage, label_text: str, spec: ImageSpec,
     return image_to_record(data, fields, spec, keys)
 
 
+# Threads converting one shard's images. Decoding, resizing, hashing, float conversion and file
+# I/O release the GIL (~90% of the per-image time), so a shard keeps every core busy even when it
+# is the only work left: with few shards per split (the seed config has one) the runner gives one
+# worker most of the images, and every stage ends waiting for its slowest worker.
+CONVERT_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def converted_in_order(pool: concurrent.futures.Executor, convert: Callable[[T], R], items: Iterable[T],
+                       window: int) -> Iterator[tuple[T, R]]:
+    """(item, convert(item)) in the order of `items`, computed on `pool` with at most `window`
+    items in flight, so memory stays bounded by a few records whatever the shard size."""
+    pending: collections.deque = collections.deque()
+    for item in items:
+        pending.append((item, pool.submit(convert, item)))
+        if len(pending) >= window:
+            done, future = pending.popleft()
+            yield done, future.result()
+    while pending:
+        done, future = pending.popleft()
+        yield done, future.result()
+
+
 class _WriteShardFn(beam.DoFn):
     def __init__(self, image: ImageSpec, keys: FeatureKeys, output: OutputSpec, staging_dir: str):
         self._image, self._keys, self._output, self._staging_dir = image, keys, output, staging_dir
@@ -90,10 +117,22 @@ class _WriteShardFn(beam.DoFn):
         self._bytes = Metrics.counter("imgrec", "record_bytes_written")
 
     def setup(self) -> None:
-        # Beam already runs one worker per core; OpenCV's own thread pool (resize, colour
-        # conversion) would oversubscribe the cores and costs ~10% more CPU per image. One
-        # thread gives the same pixels.
+        # Images are converted on this DoFn's own threads (see `converted_in_order`), so
+        # OpenCV's thread pool (resize, colour conversion) would only oversubscribe the cores:
+        # it costs ~10% more CPU per image. One OpenCV thread gives the same pixels.
         cv2.setNumThreads(1)
+        self._pool = concurrent.futures.ThreadPoolExecutor(CONVERT_THREADS, thread_name_prefix="imgrec-convert")
+
+    def teardown(self) -> None:
+        pool, self._pool = getattr(self, "_pool", None), None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _convert(self, image: PlannedImage) -> tuple[Optional[bytes], Optional[Exception]]:
+        try:
+            return convert_planned_image(image, image.source.label, self._image, self._keys), None
+        except Exception as exc:  # reported in order by process()
+            return None, exc
 
     def process(self, element: tuple[ShardKey, Iterable[PlannedImage]]) -> Iterator[Union[ShardResult, beam.pvalue.TaggedOutput]]:
         (split, index, num_shards), images = element
@@ -108,10 +147,10 @@ class _WriteShardFn(beam.DoFn):
         num_bytes = 0
         handle = create_tfrecord_file(attempt_path, self._output.compression)
         try:
-            for image in ordered:
-                try:
-                    record = convert_planned_image(image, image.source.label, self._image, self._keys)
-                except Exception as exc:  # any per-image failure becomes a dead letter, not a lost job
+            if getattr(self, "_pool", None) is None:
+                self.setup()
+            for image, (record, exc) in converted_in_order(self._pool, self._convert, ordered, 2 * CONVERT_THREADS):
+                if exc is not None:  # any per-image failure becomes a dead letter, not a lost job
                     if not isinstance(exc, InputRejected):
                         exc = InputRejected(f"{type(exc).__name__}: {exc}")
                     yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(image.source.path, exc, split))
