@@ -179,3 +179,10 @@ def test_display_pixels_undo_write_time_normalization():
         shown = imgrec_inspect.to_display_uint8(stored, method)
         assert np.abs(shown.astype(int) - image.astype(int)).max() <= 1
     assert imgrec_inspect.to_display_uint8(image) is image
+
+
+def test_label_map_ids_must_be_distinct_but_not_contiguous():
+    from pipeline.inspect import label_map_check
+
+    assert label_map_check({"3": 3, "7": 7}).ok  # integer labels from a manifest
+    assert not label_map_check({"cat": 0, "dog": 0}).ok
