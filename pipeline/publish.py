@@ -14,7 +14,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.metadata import METADATA_FILE
 
-DATASET_PATTERNS = ("*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*", "errors-*.jsonl")
+# Everything a published dataset consists of, including what `pipeline.tfds_export` adds: a new
+# publish removes all of it, so no file can describe shards that are gone.
+DATASET_PATTERNS = ("*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*", "errors-*.jsonl",
+                    "dataset_info.json", "features.json", "*.labels.txt")
 
 
 class DatasetExists(RuntimeError):

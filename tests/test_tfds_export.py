@@ -1,0 +1,147 @@
+"""pipeline.tfds_export: datasets written by the real pipeline load with
+`tfds.builder_from_directory` and give the same records as our own reader."""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+import tensorflow_datasets as tfds
+
+from pipeline import tfds_export
+from pipeline.reader import load_dataset
+from tests.conftest import SAMPLE, run_pipeline
+
+COMMON = ("--height=40", "--width=56", "--num_shards=2", "--split_method=stratified")
+LAYOUTS = {
+    "jpeg": ("--encoding=jpeg", "--normalize=none"),
+    # float32 raw pixels, and an empty split (ratio 0), which TFDS cannot list and export leaves out.
+    "raw_unit": ("--encoding=raw", "--normalize=unit", "--split_ratios=0.8,0.2,0"),
+}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """name → (output dir, metadata); each layout is written once per module, on first use."""
+    cache: dict[str, tuple[str, dict]] = {}
+
+    def get(name: str) -> tuple[str, dict]:
+        if name not in cache:
+            output = tmp_path_factory.mktemp(name) / "out"
+            cache[name] = (str(output), run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS[name]))
+        return cache[name]
+    return get
+
+
+def ours(output: str, split: str) -> dict[str, tuple[int, np.ndarray]]:
+    """source path → (label id, image) from pipeline.reader: the reference TFDS must match."""
+    dataset = load_dataset(output, split, batch_size=None, with_metadata=True)
+    return {extras["source_path"].decode(): (int(label), image)
+            for image, label, extras in dataset.as_numpy_iterator()}
+
+
+def theirs(builder, split: str) -> dict[str, tuple[int, np.ndarray]]:
+    return {example["image/source_path"].decode(): (int(example["label"]), example["image"])
+            for example in tfds.as_numpy(builder.as_dataset(split=split))}
+
+
+def assert_same_records(output: str, metadata: dict, builder, dtype) -> None:
+    info = builder.info
+    exported = {name: split for name, split in metadata["splits"].items() if split["files"]}
+    assert sorted(info.splits) == sorted(exported)
+    for name, split in exported.items():
+        assert info.splits[name].num_examples == split["num_examples"]
+        assert info.splits[name].shard_lengths == split["shard_lengths"]
+        expected, got = ours(output, name), theirs(builder, name)
+        assert len(got) == split["num_examples"]
+        assert {k: label for k, (label, _) in got.items()} == {k: label for k, (label, _) in expected.items()}
+        for key, (_, image) in got.items():
+            assert image.dtype == dtype and image.shape == (40, 56, 3)
+            np.testing.assert_array_equal(image, expected[key][1])
+
+
+def test_jpeg_dataset_loads_with_tfds(written, tmp_path, capsys):
+    output, metadata = written("jpeg")
+    before = (pathlib.Path(output) / "metadata.json").read_bytes()
+
+    assert tfds_export.main([output, "--name", "sample_jpeg"]) == 0
+    assert "split train" in capsys.readouterr().out
+
+    assert (pathlib.Path(output) / "metadata.json").read_bytes() == before, "our metadata.json was replaced"
+    builder = tfds.builder_from_directory(output)
+    assert builder.info.name == "sample_jpeg"
+    label = builder.info.features["label"]
+    assert isinstance(label, tfds.features.ClassLabel)
+    assert label.names == sorted(metadata["label_map"], key=metadata["label_map"].get)
+    assert isinstance(builder.info.features["image"], tfds.features.Image)
+    assert_same_records(output, metadata, builder, np.uint8)
+
+    # Every feature of ours comes back under its own key; as_supervised gives (image, label).
+    example = next(iter(tfds.as_numpy(builder.as_dataset(split="train"))))
+    assert sorted(example) == sorted(metadata["features"])
+    assert example["image/height"] == 40 and example["label/text"].decode() in metadata["label_map"]
+    image, label = next(iter(tfds.as_numpy(builder.as_dataset(split="train", as_supervised=True))))
+    assert image.shape == (40, 56, 3) and 0 <= label < len(metadata["label_map"])
+
+
+def test_raw_float32_dataset_loads_with_tfds(written):
+    output, metadata = written("raw_unit")
+    summary = tfds_export.export(output)
+
+    assert summary["skipped_empty_splits"] == ["test"]
+    builder = tfds.builder_from_directory(output)
+    assert isinstance(builder.info.features["image"], tfds.features.Tensor)
+    assert_same_records(output, metadata, builder, np.float32)
+
+
+def test_gzip_shards_are_refused(written, tmp_path):
+    output, metadata = written("jpeg")
+    gzip_dir = tmp_path / "gz"
+    gzip_dir.mkdir()
+    (gzip_dir / "metadata.json").write_text(json.dumps({**metadata, "compression": "gzip"}))
+
+    with pytest.raises(tfds_export.NotExportable, match="gzip-compressed.*--compression=none"):
+        tfds_export.export(str(gzip_dir))
+    assert sorted(p.name for p in gzip_dir.iterdir()) == ["metadata.json"]
+    assert tfds_export.main([str(gzip_dir)]) == 2
+
+
+def test_label_ids_that_classlabel_cannot_hold_stay_plain_int64(written):
+    _, metadata = written("jpeg")
+    assert tfds_export.class_names({"b": 1, "a": 0}) == ["a", "b"]
+    assert tfds_export.class_names({"a": 0, "c": 2}) is None  # ClassLabel ids are positions
+    assert tfds_export.class_names({" a": 0, "b": 1}) is None  # labels.txt strips names
+    assert tfds_export.class_names({"a\nb": 0}) is None
+
+    features = tfds_export.feature_connectors({**metadata, "label_map": {"cat": 0, "coffee": 5, "rocket": 7}})
+    assert type(features["label"]) is tfds.features.Scalar and features["label"].dtype == np.int64
+
+
+def test_shard_names_tfds_cannot_derive_are_refused(written, tmp_path):
+    output, metadata = written("jpeg")
+    renamed = json.loads(json.dumps(metadata))
+    renamed["splits"]["train"]["files"] = ["train-0-of-2.tfrecord", "train-1-of-2.tfrecord"]
+    copy = tmp_path / "renamed"
+    shutil.copytree(output, copy)
+    (copy / "metadata.json").write_text(json.dumps(renamed))
+
+    with pytest.raises(tfds_export.NotExportable, match="not the names TFDS derives"):
+        tfds_export.export(str(copy))
+
+
+def test_default_name_is_a_tfds_identifier():
+    assert tfds_export.default_name("gs://bucket/my-data.v2/") == "my_data_v2"
+    assert tfds_export.default_name("/tmp/2024") == "imgrec"
+
+
+def test_a_new_publish_removes_the_tfds_files(tmp_path):
+    output = tmp_path / "out"
+    run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS["jpeg"])
+    assert tfds_export.main([str(output)]) == 0
+    assert (output / "dataset_info.json").exists()
+    run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS["jpeg"], "--overwrite")
+    leftovers = {p.name for p in output.iterdir()} & {"dataset_info.json", "features.json"}
+    assert not leftovers and not list(output.glob("*.labels.txt"))
