@@ -19,6 +19,7 @@ setup(
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "pillow>=10", "scikit-image>=0.22", "tensorflow-datasets>=4.9"],
         "gcp": ["apache-beam[gcp]>=2.60,<3"],
+        "aws": ["apache-beam[aws]>=2.60,<3"],
         "tfds": ["tensorflow-datasets>=4.9"],
     },
 )

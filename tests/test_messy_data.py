@@ -232,3 +232,19 @@ def test_output_path_templates_expand_by_date(tmp_path):
     assert main([f"--input={root}", f"--output={tmp_path}/daily/{{date}}", "--runner=DirectRunner"]) == 0
     (dated,) = (tmp_path / "daily").iterdir()
     assert datetime.date.fromisoformat(dated.name) and (dated / "metadata.json").exists()
+
+
+def test_beam_counters_count_each_rejection_class(messy_folder, tmp_path):
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from pipeline.run import run
+
+    out = tmp_path / "out"
+    result = run(["--runner=DirectRunner", f"--input={messy_folder}", f"--output={out}", "--max_error_fraction=1",
+                  "--min_side=8", "--max_pixels=1000000"])
+    counters = {c.key.metric.name: c.committed
+                for c in result.metrics().query(MetricsFilter().with_namespace("imgrec"))["counters"]}
+    metadata = json.loads((out / "metadata.json").read_text())
+    rejected = {name.removeprefix("rejected_"): n for name, n in counters.items() if name.startswith("rejected_")}
+    assert rejected == metadata["inputs"]["rejected_by_error"]
+    assert counters["records_written"] == metadata["inputs"]["written"]
