@@ -147,8 +147,6 @@ class _WriteShardFn(beam.DoFn):
         num_bytes = 0
         handle = create_tfrecord_file(attempt_path, self._output.compression)
         try:
-            if getattr(self, "_pool", None) is None:
-                self.setup()
             for image, (record, exc) in converted_in_order(self._pool, self._convert, ordered, 2 * CONVERT_THREADS):
                 if exc is not None:  # any per-image failure becomes a dead letter, not a lost job
                     if not isinstance(exc, InputRejected):
