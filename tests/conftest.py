@@ -5,7 +5,7 @@ import json
 import os
 import pathlib
 import sys
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import pytest
 
@@ -45,3 +45,17 @@ def read_split_records(output: os.PathLike | str, metadata: dict, split: str) ->
 def records_by_split(output: os.PathLike | str, metadata: dict) -> dict[str, list[bytes]]:
     """Sorted records per split: the multiset that must not depend on runner or re-run."""
     return {split: sorted(read_split_records(output, metadata, split)) for split in metadata["splits"]}
+
+
+def written_datasets(tmp_path_factory, common: Sequence[str],
+                     layouts: Mapping[str, Sequence[str]]) -> Callable[[str], tuple[str, dict]]:
+    """For module-scoped fixtures: layout name → (output dir, metadata) of the sample data
+    converted with `common` + that layout's flags, each written once, on first use."""
+    cache: dict[str, tuple[str, dict]] = {}
+
+    def get(name: str) -> tuple[str, dict]:
+        if name not in cache:
+            output = tmp_path_factory.mktemp(name) / "out"
+            cache[name] = (str(output), run_pipeline(SAMPLE, output, *common, *layouts[name]))
+        return cache[name]
+    return get

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pipeline import inspect as imgrec_inspect
-from tests.conftest import REPO, SAMPLE, run_pipeline
+from tests.conftest import REPO, written_datasets
 from transforms.normalize import normalize_image
 from transforms.specs import ImageSpec
 
@@ -28,16 +28,9 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """name → output dir, written once per module; tests that damage a dataset copy it first."""
-    cache: dict[str, pathlib.Path] = {}
-
-    def get(name: str) -> pathlib.Path:
-        if name not in cache:
-            output = tmp_path_factory.mktemp(name) / "out"
-            run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS[name])
-            cache[name] = output
-        return cache[name]
-    return get
+    """name → output dir; tests that damage a dataset copy it first."""
+    get = written_datasets(tmp_path_factory, COMMON, LAYOUTS)
+    return lambda name: pathlib.Path(get(name)[0])
 
 
 def copy_of(written, name: str, tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict]:

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from pipeline import reader
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, load_dataset, load_seed_layout
-from tests.conftest import SAMPLE, run_pipeline
+from tests.conftest import SAMPLE, written_datasets
 from transforms.normalize import normalize_image
 from transforms.specs import ImageSpec
 
@@ -31,15 +31,7 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """name → (output dir, metadata); each layout is written once per module, on first use."""
-    cache: dict[str, tuple[str, dict]] = {}
-
-    def get(name: str) -> tuple[str, dict]:
-        if name not in cache:
-            output = tmp_path_factory.mktemp(name) / "out"
-            cache[name] = (str(output), run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS[name]))
-        return cache[name]
-    return get
+    return written_datasets(tmp_path_factory, COMMON, LAYOUTS)
 
 
 def examples(dataset: tf.data.Dataset) -> list:

@@ -13,7 +13,7 @@ import tensorflow_datasets as tfds
 
 from pipeline import tfds_export
 from pipeline.reader import load_dataset
-from tests.conftest import SAMPLE, run_pipeline
+from tests.conftest import SAMPLE, run_pipeline, written_datasets
 
 COMMON = ("--height=40", "--width=56", "--num_shards=2", "--split_method=stratified")
 LAYOUTS = {
@@ -25,15 +25,7 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """name → (output dir, metadata); each layout is written once per module, on first use."""
-    cache: dict[str, tuple[str, dict]] = {}
-
-    def get(name: str) -> tuple[str, dict]:
-        if name not in cache:
-            output = tmp_path_factory.mktemp(name) / "out"
-            cache[name] = (str(output), run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS[name]))
-        return cache[name]
-    return get
+    return written_datasets(tmp_path_factory, COMMON, LAYOUTS)
 
 
 def ours(output: str, split: str) -> dict[str, tuple[int, np.ndarray]]:
