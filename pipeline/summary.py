@@ -10,15 +10,27 @@ def _size(num_bytes: int) -> str:
     raise AssertionError("unreachable")
 
 
+# Beyond this many classes (ImageNet has 1,000) the table shows the spread, not a column each.
+MAX_CLASS_COLUMNS = 8
+
+
+def _class_cells(label_counts: dict, classes: list[str]) -> list[str]:
+    if len(classes) <= MAX_CLASS_COLUMNS:
+        return [str(label_counts.get(c, 0)) for c in classes]
+    counts = [label_counts.get(c, 0) for c in classes]
+    return [str(sum(1 for n in counts if n)), str(min(counts)), str(max(counts))]
+
+
 def format_summary(metadata: dict, output: str) -> str:
     splits = metadata["splits"]
     classes = list(metadata["label_map"])
-    header = ["split", "examples", *classes, "shards", "bytes", "rejected"]
-    rows = [[name, str(s["num_examples"]), *(str(s["label_counts"].get(c, 0)) for c in classes),
+    class_header = classes if len(classes) <= MAX_CLASS_COLUMNS else ["classes", "min/class", "max/class"]
+    header = ["split", "examples", *class_header, "shards", "bytes", "rejected"]
+    rows = [[name, str(s["num_examples"]), *_class_cells(s["label_counts"], classes),
              str(s["num_shards"]), _size(s["num_bytes"]), str(s["rejected"])]
             for name, s in splits.items()]
     inputs = metadata["inputs"]
-    rows.append(["total", str(inputs["written"]), *("" for _ in classes), "", "", str(inputs["rejected"])])
+    rows.append(["total", str(inputs["written"]), *("" for _ in class_header), "", "", str(inputs["rejected"])])
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
              for row in [header, *rows]]

@@ -617,3 +617,30 @@ def test_publish(tmp_path, existing):
         assert (out / name).read_text() == f"content of {name}"
     assert json.loads((out / "metadata.json").read_text()) == {"format_version": 1}
     assert not staging.exists()
+
+
+def _summary_metadata(classes: list[str]) -> dict:
+    split = {"num_examples": 2 * len(classes), "label_counts": {c: 2 for c in classes}, "num_shards": 1,
+             "num_bytes": 2048, "rejected": 0, "files": ["train-00000-of-00001.tfrecord"]}
+    return {"splits": {"train": split}, "label_map": {c: i for i, c in enumerate(classes)},
+            "inputs": {"total": split["num_examples"], "written": split["num_examples"], "rejected": 0,
+                       "rejected_by_error": {}},
+            "duplicates": {"groups": 0}, "error_files": []}
+
+
+def test_summary_has_a_column_per_class_when_there_are_few():
+    from pipeline.summary import format_summary
+
+    table = format_summary(_summary_metadata(["cat", "dog"]), "out")
+    assert table.splitlines()[0].split() == ["split", "examples", "cat", "dog", "shards", "bytes", "rejected"]
+    assert "inputs: 4 = 4 written + 0 rejected" in table
+
+
+def test_summary_shows_the_class_spread_when_there_are_many():
+    from pipeline.summary import format_summary
+
+    table = format_summary(_summary_metadata([f"n{i:08d}" for i in range(1000)]), "out")
+    header, _, train, *_ = table.splitlines()
+    assert header.split() == ["split", "examples", "classes", "min/class", "max/class", "shards", "bytes", "rejected"]
+    assert train.split()[:5] == ["train", "2000", "1000", "2", "2"]
+    assert max(len(line) for line in table.splitlines()) < 120
