@@ -1,9 +1,16 @@
 """imgrec: image datasets to sharded TFRecords with Apache Beam."""
+import pathlib
+import re
+
 from setuptools import find_packages, setup
+
+# The version lives in pipeline/__init__.py (metadata.json records it); read it, don't repeat it.
+VERSION = re.search(r'__version__ = "([^"]+)"',
+                    (pathlib.Path(__file__).parent / "pipeline" / "__init__.py").read_text()).group(1)
 
 setup(
     name="imgrec",
-    version="0.1.0",
+    version=VERSION,
     description="Apache Beam pipeline that turns image files + labels into sharded TFRecords.",
     python_requires=">=3.10",
     packages=find_packages(include=["pipeline", "pipeline.*", "transforms", "transforms.*"]),

@@ -13,6 +13,7 @@ import apache_beam as beam
 import cv2
 import numpy as np
 
+from pipeline import __version__
 from transforms.example import feature_spec
 from transforms.specs import ConversionSpec
 
@@ -32,7 +33,6 @@ class TooManyErrors(RuntimeError):
 
 
 def versions() -> dict[str, str]:
-    from pipeline import __version__
     return {"imgrec": __version__, "apache_beam": beam.__version__, "opencv": cv2.__version__,
             "numpy": np.__version__, "python": platform.python_version()}
 
