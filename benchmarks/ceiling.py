@@ -20,23 +20,25 @@ import multiprocessing
 import os
 import time
 
+import cv2
+
+from pipeline.options import ImgrecOptions, build_spec, read_config
+from transforms.discover import label_from_parent
+from transforms.example import RecordFields
+from transforms.labels import build_label_map
+from transforms.process import image_to_record
+from transforms.read import content_hash, read_file
 from transforms.write_shards import write_tfrecord
 
 
 def list_images(input_dir: str) -> list[tuple[str, str]]:
     """(path, label) pairs of a class-folder tree, sorted by path."""
-    return [(p, os.path.basename(os.path.dirname(p)))
+    return [(p, label_from_parent(p))
             for p in sorted(glob.glob(os.path.join(input_dir, "*", "*"))) if os.path.isfile(p)]
 
 
 def convert_slice(args: tuple) -> dict:
     """One worker: files[index::count] → OUTPUT_DIR/part-<index>.tfrecord."""
-    import cv2
-
-    from transforms.example import RecordFields
-    from transforms.process import image_to_record
-    from transforms.read import content_hash, read_file
-
     files, label_ids, spec, keys, output_dir, index, count, cv2_threads = args
     cv2.setNumThreads(cv2_threads)
     path = os.path.join(output_dir, f"part-{index:05d}-of-{count:05d}.tfrecord")
@@ -56,14 +58,12 @@ def convert_slice(args: tuple) -> dict:
 
 def run_ceiling(input_dir: str, output_dir: str, config: str, processes: int,
                 cv2_threads: int = 1, encoding: str | None = None, normalize: str | None = None) -> dict:
-    from pipeline.options import ImgrecOptions, build_spec, read_config
-
     flags = [f"--input={input_dir}", f"--output={output_dir}"]
     flags += [f"--encoding={encoding}"] if encoding else []
     flags += [f"--normalize={normalize}"] if normalize else []
     spec = build_spec(read_config(config), ImgrecOptions(flags))
     files = list_images(input_dir)
-    label_ids = {label: i for i, label in enumerate(sorted({label for _, label in files}))}
+    label_ids = build_label_map(label for _, label in files)
     os.makedirs(output_dir, exist_ok=True)
     start = time.perf_counter()
     jobs = [(files, label_ids, spec.image, spec.features, output_dir, i, processes, cv2_threads)

@@ -22,8 +22,8 @@ Refused: gzip shards (TFDS opens TFRecords without a compression type), split or
 that TFDS's filename template cannot reproduce. Splits without shards are left out, because
 TFDS requires every split to have files.
 
-The TFDS files are not part of what the pipeline publishes: re-run this after every run that
-rewrites OUTPUT, or TFDS will describe the old shards.
+The pipeline does not write these files, but a run that replaces the dataset removes them with
+the old shards (pipeline/publish.py DATASET_PATTERNS): re-run this export after such a run.
 """
 from __future__ import annotations
 
