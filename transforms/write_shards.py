@@ -5,7 +5,7 @@ read, converted and written by the same DoFn call. Pixels therefore never cross 
 `GroupByKey` over encoded images (what `WriteToTFRecord(num_shards=N)` does) makes the
 DirectRunner hold the whole dataset in memory, and sharding by bundle (`num_shards=0`) gives
 neither a chosen shard count nor a reproducible order. Files are named as `WriteToTFRecord`
-names them and framed by Beam's own TFRecord code.
+names them, framed as TFRecords with Beam's masked CRC32C.
 """
 from __future__ import annotations
 
