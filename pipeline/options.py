@@ -1,23 +1,36 @@
 """Command-line options and YAML configs, merged into one frozen `ConversionSpec`.
 
 A YAML file gives defaults (its `beam:` section holds Beam pipeline options); flags given on the
-command line override it. Each flag is declared once, with the config field it sets.
+command line override it. Each flag is declared once, with the config field it sets. Anything
+unknown (a typo'd flag, config key or Beam option) is a usage error naming the closest valid
+one: a scheduled job must not run with defaults because of a typo.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import importlib.resources
+import os
 import typing
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence
 
 import yaml
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-from transforms.specs import (ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec,
-                              SplitSpec)
+from pipeline.errors import UsageError
+from transforms.specs import (
+    ConversionSpec,
+    FeatureKeys,
+    ImageSpec,
+    InputSpec,
+    OutputSpec,
+    SplitSpec,
+)
 
 SECTIONS = {"input": InputSpec, "output": OutputSpec, "image": ImageSpec, "features": FeatureKeys,
             "splits": SplitSpec}
+CONFIG_PACKAGE = "imgrec_configs"  # configs/ as installed, so --config=local works anywhere
 
 
 def _csv_of(kind: Callable[[str], Any]) -> Callable[[str], tuple]:
@@ -41,16 +54,24 @@ FLAGS = (
     Flag("input", "input", "path", str, "Class-folder root, glob, or CSV/JSONL manifest (any Beam filesystem)."),
     Flag("input_kind", "input", "kind", str, "auto | folders | glob | csv | jsonl."),
     Flag("class_names", "input", "class_names", _csv_of(str), "Fixed label map, comma-separated; other labels are rejected."),
-    Flag("output", "output", "path", str, "Output folder for shards, dead letters and metadata.json."),
+    Flag("max_file_bytes", "input", "max_file_bytes", int, "Reject larger files without reading them."),
+    Flag("manifest_columns", "input", "manifest_columns", _csv_of(str),
+         "PATH_COLUMN,LABEL_COLUMN: manifest column (CSV header) or key (JSONL) names."),
+    Flag("output", "output", "path", str, "Output folder ({date} and {timestamp} expand, UTC)."),
     Flag("num_shards", "output", "num_shards", int, "Shards per split; 0 picks them from --target_shard_mb."),
     Flag("target_shard_mb", "output", "target_shard_bytes", _mebibytes, "Target shard size in MiB when num_shards is 0."),
     Flag("compression", "output", "compression", str, "none | gzip."),
     Flag("shuffle_seed", "output", "shuffle_seed", int, "Seed of the record order inside and across shards."),
-    Flag("overwrite", "output", "overwrite", None, "Replace a finished dataset in --output."),
+    Flag("overwrite", "output", "overwrite", None, "Replace a finished dataset in --output (files imgrec did not write stay)."),
     Flag("skip_unchanged", "output", "skip_unchanged", None,
-         "With a finished dataset in --output: keep it if inputs and config are unchanged, else replace it."),
+         "Keep the dataset if inputs and config are unchanged (see --compare_to), else replace it."),
+    Flag("compare_to", "output", "compare_to", str,
+         "Dataset --skip_unchanged compares with: a path, or 'latest' (newest sibling of a dated output)."),
+    Flag("reuse_from", "output", "reuse_from", str,
+         "Incremental run: take unchanged images from this dataset (a path, or 'latest')."),
     Flag("max_error_fraction", "output", "max_error_fraction", float, "Fail when more inputs than this are rejected."),
     Flag("drop_duplicates", "output", "drop_duplicates", None, "Write one copy of identical images."),
+    Flag("allow_empty", "output", "allow_empty", None, "Publish a dataset even when no image was written."),
     Flag("height", "image", "height", int, "Output height in pixels."),
     Flag("width", "image", "width", int, "Output width in pixels."),
     Flag("resize_mode", "image", "resize_mode", str, "stretch | center_crop | pad."),
@@ -59,8 +80,11 @@ FLAGS = (
     Flag("encoding", "image", "encoding", str, "raw | jpeg | png."),
     Flag("quality", "image", "quality", int, "JPEG quality 1..100."),
     Flag("alpha", "image", "alpha", str, "composite (over background) | drop."),
+    Flag("decoder", "image", "decoder", str, "imgrec (exact alpha, 16-bit, EXIF handling) | imread (as cv2.imread)."),
+    Flag("reduced_decode", "image", "reduced_decode", str, "auto (JPEG DCT scaling where invisible) | off."),
     Flag("min_side", "image", "min_side", int, "Reject images whose short side is smaller."),
     Flag("max_pixels", "image", "max_pixels", int, "Reject images declaring more pixels (decompression bombs)."),
+    Flag("max_decoded_bytes", "image", "max_decoded_bytes", int, "Reject images whose decode needs more memory."),
     Flag("split_method", "splits", "method", str, "hash | stratified."),
     Flag("split_key", "splits", "key", str, "content | path: what the split hash is computed from."),
     Flag("split_names", "splits", "names", _csv_of(str), "Split names, comma-separated."),
@@ -69,27 +93,110 @@ FLAGS = (
 )
 
 
+def _defaults() -> dict[str, Any]:
+    """Each flag's default, from the spec dataclasses (shown by --help)."""
+    defaults = {}
+    for flag in FLAGS:
+        field = {f.name: f for f in dataclasses.fields(SECTIONS[flag.section])}[flag.field]
+        if field.default is not dataclasses.MISSING:
+            defaults[flag.name] = field.default
+    return defaults
+
+
+def _processes(text: str) -> int:
+    return 0 if text == "auto" else int(text)
+
+
 class ImgrecOptions(PipelineOptions):
     """imgrec's options; every other flag is passed to Beam."""
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--config", default=None, help="YAML config file with defaults (see configs/).")
+        parser.add_argument("--config", default=None,
+                            help="YAML config: a file, or a shipped one by name (local, seed, imagenet, flink, spark).")
+        defaults = _defaults()
         for flag in FLAGS:
+            shown = f" (default: {defaults[flag.name]})" if defaults.get(flag.name) not in (None, False, "") else ""
             if flag.type is None:
-                parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=flag.help)
+                parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=flag.help + shown)
             else:
-                parser.add_argument(f"--{flag.name}", type=flag.type, default=None, help=flag.help)
+                parser.add_argument(f"--{flag.name}", type=flag.type, default=None, help=flag.help + shown)
+        parser.add_argument("--convert_processes", type=_processes, default=None,
+                            help="Processes converting images inside each worker: auto (every core when the "
+                                 "runner runs the job in one process, else 1) or a number.")
+        parser.add_argument("--progress_interval", type=float, default=None,
+                            help="Seconds between progress lines (default: 5 on a terminal, 30 otherwise; 0: off).")
+
+
+# --------------------------------------------------------------------------------------------
+# Validation: one line, exit code 2, the closest valid name
+
+
+def _closest(name: str, valid: Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+class _StrictParser(_BeamArgumentParser):
+    """Beam's parser, but a bad value is a UsageError instead of usage text and SystemExit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _known_option_parser() -> _StrictParser:
+    """Every option of every PipelineOptions class, as Beam itself collects them."""
+    parser = _StrictParser(allow_abbrev=False)
+    seen: dict[str, type] = {}
+    for cls in PipelineOptions.__subclasses__():
+        seen.setdefault(str(cls), cls)
+    for cls in seen.values():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    return parser
+
+
+def check_flags(flags: Sequence[str], source: str = "command line") -> None:
+    """Unknown flags and invalid values are usage errors, not warnings."""
+    parser = _known_option_parser()
+    _, unknown = parser.parse_known_args(list(flags))
+    if unknown:
+        name = unknown[0].split("=", 1)[0]
+        valid = [s for s in parser._option_string_actions if s.startswith("--")]  # pylint: disable=protected-access
+        raise UsageError(f"unknown option {name} on the {source}{_closest(name, valid)}")
+
+
+def config_path(name: str) -> str:
+    """A config file path, or the name of a shipped config (`local` → configs/local.yaml)."""
+    if os.path.exists(name) or name.endswith((".yaml", ".yml")) or os.sep in name:
+        return name
+    try:
+        shipped = importlib.resources.files(CONFIG_PACKAGE) / f"{name}.yaml"
+    except ModuleNotFoundError:
+        shipped = None
+    if shipped is not None and shipped.is_file():
+        return str(shipped)
+    local = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", f"{name}.yaml")
+    return local if os.path.exists(local) else name
 
 
 def read_config(path: Optional[str]) -> dict:
     if not path:
         return {}
-    with open(path, encoding="utf-8") as handle:
-        config = yaml.safe_load(handle) or {}
-    unknown = set(config) - set(SECTIONS) - {"beam"}
-    if unknown:
-        raise ValueError(f"{path}: unknown sections {sorted(unknown)}; expected beam, {', '.join(SECTIONS)}")
+    path = config_path(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = yaml.safe_load(handle) or {}
+    except OSError as exc:
+        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"config {path} must be a mapping of sections")
+    for section in config:
+        if section not in SECTIONS and section != "beam":
+            raise UsageError(f"{path}: unknown section {section!r}{_closest(str(section), ['beam', *SECTIONS])}")
+        if config[section] is not None and not isinstance(config[section], dict):
+            raise UsageError(f"{path}: section {section!r} must be a mapping")
     return config
 
 
@@ -113,15 +220,18 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
             values[flag.section][flag.field] = given[flag.name]
     for section, flag in (("input", "--input"), ("output", "--output")):
         if not values[section].get("path"):
-            raise ValueError(f"{flag} (or {section}.path in the config) is required")
+            raise UsageError(f"{flag} (or {section}.path in the config) is required")
     specs = {}
     for section, cls in SECTIONS.items():
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = set(values[section]) - set(fields)
-        if unknown:
-            raise ValueError(f"unknown {section} settings {sorted(unknown)}; expected {sorted(fields)}")
+        for key in values[section]:
+            if key not in fields:
+                raise UsageError(f"unknown {section} setting {key!r}{_closest(str(key), fields)}")
         hints = typing.get_type_hints(cls)
-        specs[section] = cls(**{k: coerce(v, hints[k], f"{section}.{k}") for k, v in values[section].items()})
+        try:
+            specs[section] = cls(**{k: coerce(v, hints[k], f"{section}.{k}") for k, v in values[section].items()})
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
     return ConversionSpec(**specs)
 
 
@@ -134,6 +244,8 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
     if typing.get_origin(hint) is typing.Union:  # Optional[X]
         (hint,) = [h for h in typing.get_args(hint) if h is not type(None)]
     if typing.get_origin(hint) is tuple:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{name} must be a list, got {value!r}")
         item = typing.get_args(hint)[0]
@@ -153,3 +265,21 @@ def parse_config_flag(argv: Sequence[str]) -> Optional[str]:
     parser.add_argument("--config", default=None)
     known, _ = parser.parse_known_args(argv)
     return known.config
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedArguments:
+    spec: ConversionSpec
+    options: PipelineOptions
+    config_file: Optional[str]
+
+
+def parse_arguments(argv: Sequence[str]) -> ParsedArguments:
+    """argv → validated spec and Beam options; every problem is a UsageError."""
+    config_file = parse_config_flag(argv)
+    config = read_config(config_file)
+    beam_flags = beam_args_from_config(config)
+    check_flags(beam_flags, f"config's beam: section ({config_file})")
+    check_flags(argv)
+    options = PipelineOptions(beam_flags + list(argv))
+    return ParsedArguments(build_spec(config, options.view_as(ImgrecOptions)), options, config_file)

@@ -1,106 +1,77 @@
-"""Atomic publishing: shards are staged beside the output and moved in only when complete.
+"""Worker side, the pipeline's last step: check the run, then move its dataset into the output.
 
-A run that dies leaves its files in `<output>.imgrec-staging/` (removed by the next run) and
-nothing in the output; `metadata.json` is written last, so its presence marks a finished
-dataset. Works on any Beam filesystem.
+Staging lives inside the output (`OUTPUT/.imgrec-staging/run-<id>/`), so publishing is a rename
+on the same filesystem, even when the output is a mount point. The order makes every crash
+safe:
+
+1. the lock must still be this run's, with its driver alive when it runs on this host
+   (pipeline/lock.py `check_publisher`), and the output must hold the dataset the driver saw;
+2. a journal lists the files about to be removed and added (a later run treats them as imgrec's
+   own, even if a crash left no metadata.json to say so);
+3. the old metadata.json goes first (the old dataset stops being "finished"), then the old
+   dataset's other files that the new one does not replace; nothing else is ever removed;
+4. the staged files move in, and metadata.json is written last, via a temporary name;
+5. the staging folder (parts, journal) is removed.
+
+Publishing is part of the job, not of the launcher, so a Dataflow job publishes even when the
+process that submitted it (an Airflow task, say) stopped watching.
 """
 from __future__ import annotations
 
 import json
-import uuid
-from typing import Optional
+from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.metadata import METADATA_FILE
+from pipeline.errors import RunFailed
+from pipeline.lock import check_publisher
+from transforms import files
+from transforms.dataset_format import (
+    INDEX_DIR,
+    METADATA_FILE,
+    DatasetMetadata,
+    join,
+    staging_dir,
+)
 
-# Everything a published dataset consists of, including what `pipeline.tfds_export` adds: a new
-# publish removes all of it, so no file can describe shards that are gone.
-DATASET_PATTERNS = ("*-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].tfrecord*", "errors-*.jsonl",
-                    "dataset_info.json", "features.json", "*.labels.txt")
-
-
-class DatasetExists(RuntimeError):
-    pass
-
-
-def _join(directory: str, name: str) -> str:
-    return FileSystems.join(directory.rstrip("/"), name)
-
-
-def staging_root(output: str) -> str:
-    """Staging sits beside the output (same filesystem, so publishing is a rename)."""
-    trimmed = output.rstrip("/")
-    _, scheme_separator, rest = trimmed.partition("://")
-    if not (("/" in rest) if scheme_separator else trimmed):
-        raise ValueError(f"--output must be a folder below a filesystem or bucket root, got {output!r}")
-    return f"{trimmed}.imgrec-staging"
-
-
-def new_staging_dir(output: str) -> str:
-    return _join(staging_root(output), uuid.uuid4().hex)
-
-
-def is_finished(output: str) -> bool:
-    return FileSystems.exists(_join(output, METADATA_FILE))
-
-
-def prepare_output(output: str, overwrite: bool, skip_unchanged: bool) -> Optional[str]:
-    """Refuses to replace a finished dataset unless asked; clears what dead runs left behind.
-
-    Returns the finished dataset's input fingerprint when `skip_unchanged` may keep it.
-    """
-    previous = None
-    if is_finished(output):
-        if not (overwrite or skip_unchanged):
-            raise DatasetExists(f"{output} already holds a finished dataset ({METADATA_FILE}); "
-                                "pass --overwrite to replace it, or --skip_unchanged to re-run only on changes")
-        if skip_unchanged:
-            previous = read_json(_join(output, METADATA_FILE)).get("fingerprint")
-    root = staging_root(output)
-    if FileSystems.exists(root):
-        FileSystems.delete([root])
-    return previous
-
-
-def _existing_dataset_files(output: str) -> list[str]:
-    matches = FileSystems.match([_join(output, p) for p in DATASET_PATTERNS])
-    return [m.path for result in matches for m in result.metadata_list]
-
-
-def write_json(path: str, value: dict) -> None:
-    """Writes via a temporary name and a rename, so readers never see half a file."""
-    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(temporary, mime_type="application/json") as handle:
-        handle.write(json.dumps(value, indent=2, sort_keys=False).encode("utf-8"))
-    FileSystems.rename([temporary], [path])
+JOURNAL_FILE = "publishing.json"  # in the staging folder while files move into the output
 
 
 def read_json(path: str) -> dict:
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
-        return json.loads(handle.read().decode("utf-8"))
+    return json.loads(files.read_bytes(path).decode("utf-8"))
 
 
-def publish(staged: dict[str, str], output: str, metadata: dict) -> None:
-    """Moves staged files (staged path → final name) into `output`, then writes metadata.json.
+def run_id_of(metadata: Optional[dict]) -> Optional[str]:
+    return ((metadata or {}).get("run") or {}).get("run_id")
 
-    An older dataset there is unpublished first (its metadata.json goes first), so a crash
-    mid-way never leaves a metadata.json that describes files which are not there.
-    """
-    metadata_path = _join(output, METADATA_FILE)
-    if FileSystems.exists(metadata_path):
+
+def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_id: Optional[str],
+            previous_files: Sequence[str]) -> None:
+    """Moves the staged dataset (`metadata` lists its files) from `run_dir` into `output`,
+    replacing only `previous_files` (what the dataset there consisted of)."""
+    check_publisher(output, metadata.run["run_id"])
+    metadata_path = join(output, METADATA_FILE)
+    current = read_json(metadata_path) if FileSystems.exists(metadata_path) else None
+    if run_id_of(current) != previous_run_id:
+        raise RunFailed(f"the dataset in {output} changed while this run converted (now run "
+                        f"{run_id_of(current)}); nothing was published")
+    new = [f for f in metadata.owned_files() if f != METADATA_FILE]
+    old = [f for f in previous_files if f != METADATA_FILE and f not in set(new)]
+    files.write_atomically(join(staging_dir(output), JOURNAL_FILE),
+                           json.dumps({"old": list(previous_files), "new": new}).encode("utf-8"))
+    if current is not None:
         FileSystems.delete([metadata_path])
-    if not FileSystems.exists(output):
-        FileSystems.mkdirs(output)
-    stale = _existing_dataset_files(output)
+    stale = [join(output, f) for f in old if FileSystems.exists(join(output, f))]
     if stale:
         FileSystems.delete(stale)
-    sources = sorted(staged)
-    if sources:
-        FileSystems.rename(sources, [_join(output, staged[s]) for s in sources])
-    write_json(metadata_path, metadata)
+    index_dir = join(output, INDEX_DIR)
+    if not FileSystems.exists(index_dir):
+        FileSystems.mkdirs(index_dir)
+    FileSystems.rename([join(run_dir, f) for f in new], [join(output, f) for f in new])
+    files.write_atomically(metadata_path, metadata.dumps().encode("utf-8"))
     discard_staging(output)
 
 
 def discard_staging(output: str) -> None:
-    FileSystems.delete([staging_root(output)])
+    if FileSystems.exists(staging_dir(output)):
+        FileSystems.delete([staging_dir(output)])

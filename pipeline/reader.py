@@ -12,18 +12,19 @@ pipeline's dependencies; `tf.io.gfile` makes `gs://` and other TF filesystems wo
 from __future__ import annotations
 
 import dataclasses
-import json
 import posixpath
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
+from transforms.dataset_format import (
+    METADATA_FILE,
+    DatasetMetadata,
+    FormatError,
+    split_files,
+    tf_compression_type,
+)
 from transforms.specs import ImageSpec
-
-# Same name as pipeline.metadata.METADATA_FILE; not imported from there because that module
-# pulls in Beam and OpenCV, which a training job should not need.
-METADATA_FILE = "metadata.json"
-SUPPORTED_FORMAT_VERSIONS = (1,)
 
 # Read-time normalization: the same formulas (and float32 arithmetic) as transforms/normalize.py.
 READ_NORMALIZATIONS = ("unit", "mean_std")
@@ -32,7 +33,6 @@ DEFAULT_STD: tuple[float, ...] = ImageSpec().std
 
 _FEATURE_DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32, "float": tf.float32}
 _PIXEL_DTYPES = {"uint8": tf.uint8, "float32": tf.float32}
-_COMPRESSION_TYPES = {"none": "", "": "", "gzip": "GZIP"}
 _ENCODINGS = ("raw", "jpeg", "png")
 
 ImageDecoder = Callable[[tf.Tensor], tf.Tensor]
@@ -44,7 +44,8 @@ class NotAnImgrecDataset(FileNotFoundError):
 
 
 class UnsupportedDataset(ValueError):
-    """metadata.json describes something this reader cannot parse (newer format, unknown dtype)."""
+    """metadata.json describes something this reader cannot parse (other format version, bad JSON,
+    unknown dtype)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +70,10 @@ class RecordLayout:
 # metadata.json
 
 
-def read_metadata(output_dir: str) -> dict:
+def read_metadata(output_dir: str) -> DatasetMetadata:
     """The dataset's metadata.json; its absence means the dataset is unfinished or not imgrec's.
 
-    publish.py writes metadata.json last, so shards without it may be partial or stale.
+    The pipeline writes metadata.json last, so shards without it may be partial or stale.
     """
     path = posixpath.join(output_dir.rstrip("/"), METADATA_FILE)
     if not tf.io.gfile.exists(path):
@@ -80,33 +81,27 @@ def read_metadata(output_dir: str) -> dict:
             f"{output_dir} is not a finished imgrec dataset: {METADATA_FILE} is missing (was it written "
             "by imgrec, and did the run finish?)")
     with tf.io.gfile.GFile(path, "r") as handle:
-        metadata = json.loads(handle.read())
-    version = metadata.get("format_version")
-    if version not in SUPPORTED_FORMAT_VERSIONS:
-        raise UnsupportedDataset(f"{path}: format_version {version!r} is not supported by this reader "
-                                 f"(supports {SUPPORTED_FORMAT_VERSIONS}); upgrade imgrec")
-    return metadata
+        text = handle.read()
+    try:
+        return DatasetMetadata.loads(text)
+    except FormatError as exc:
+        raise UnsupportedDataset(f"{path}: {exc}") from None
 
 
-def split_info(metadata: Mapping, split: str) -> Mapping:
-    """metadata["splits"][split], with an error naming the splits that exist."""
-    splits = metadata.get("splits", {})
-    if split not in splits:
-        raise ValueError(f"no split {split!r} in this dataset; it has {', '.join(splits) or 'no splits'}")
-    return splits[split]
-
-
-def shard_paths(output_dir: str, metadata: Mapping, split: str) -> list[str]:
+def shard_paths(output_dir: str, metadata: DatasetMetadata, split: str) -> list[str]:
     """Full paths of the split's shards, in the order metadata lists them."""
-    return [posixpath.join(output_dir.rstrip("/"), name) for name in split_info(metadata, split)["files"]]
+    return [posixpath.join(output_dir.rstrip("/"), name) for name in split_files(metadata, split)]
 
 
-def compression_type(compression: Optional[str]) -> str:
-    """imgrec's compression name → TFRecordDataset's compression_type."""
-    key = (compression or "none").lower()
-    if key not in _COMPRESSION_TYPES:
-        raise UnsupportedDataset(f"unknown compression {compression!r}; expected none or gzip")
-    return _COMPRESSION_TYPES[key]
+def shard_for_input_pipeline(files: Sequence[str], num_shards: int, index: int, split: str) -> list[str]:
+    """The files one of `num_shards` input pipelines reads (every num_shards-th, from `index`),
+    as TFDS shards by file; fewer files than pipelines would leave some without data."""
+    if not 0 <= index < num_shards:
+        raise ValueError(f"input pipeline index {index} is not in 0..{num_shards - 1}")
+    if len(files) < num_shards:
+        raise ValueError(f"split {split!r} has {len(files)} shard files, fewer than the {num_shards} input "
+                         "pipelines reading it; write the dataset with --num_shards at least that large")
+    return list(files[index::num_shards])
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,12 +138,12 @@ def _feature_dtype(key: str, described: Mapping) -> tf.DType:
     return _FEATURE_DTYPES[dtype]
 
 
-def layout_from_metadata(metadata: Mapping, with_metadata: bool = False) -> RecordLayout:
-    """The layout metadata["features"] describes; only the image and label roles are required.
+def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False) -> RecordLayout:
+    """The layout metadata.features describes; only the image and label roles are required.
 
     Without `with_metadata` only image and label are parsed: parsing fewer features is cheaper.
     """
-    features: Mapping[str, Mapping] = metadata.get("features") or {}
+    features: Mapping[str, Mapping] = metadata.features
     by_role = {described.get("role"): key for key, described in features.items()}
     missing = [role for role in ("image", "label") if role not in by_role]
     if missing:
@@ -255,7 +250,7 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
     file_names = tf.data.Dataset.from_tensor_slices(tf.constant(list(files), dtype=tf.string))
     if shuffle:
         file_names = file_names.shuffle(max(len(files), 1), seed=seed)
-    records = tf.data.TFRecordDataset(file_names, compression_type=compression_type(compression),
+    records = tf.data.TFRecordDataset(file_names, compression_type=tf_compression_type(compression or "none"),
                                       num_parallel_reads=num_parallel_reads)
     if shuffle:
         records = records.shuffle(shuffle_buffer, seed=seed)
@@ -274,18 +269,25 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
                  seed: Optional[int] = None, shuffle_buffer: int = 10_000, normalize: Optional[str] = None,
                  mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD,
                  with_metadata: bool = False, num_parallel_reads: Optional[int] = tf.data.AUTOTUNE,
-                 drop_remainder: bool = False) -> tf.data.Dataset:
+                 drop_remainder: bool = False,
+                 input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
     """One split of a finished imgrec dataset as (image, label) or, with `with_metadata`,
     (image, label, {role: value}) for the other features (label_text, source_path, ...).
 
     Images are uint8 for normalize=none datasets and jpeg/png, float32 when normalized (at write
-    time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata["label_map"].
-    `batch_size=None` yields single examples.
+    time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata.label_map.
+    `batch_size=None` yields single examples. With an `input_context` (from
+    `strategy.distribute_datasets_from_function`) each input pipeline reads its own shard files,
+    and `batch_size` is the per-replica batch.
     """
     metadata = read_metadata(output_dir)
+    files = shard_paths(output_dir, metadata, split)
+    if input_context is not None:
+        files = shard_for_input_pipeline(files, input_context.num_input_pipelines,
+                                         input_context.input_pipeline_id, split)
     return build_dataset(
-        shard_paths(output_dir, metadata, split), layout_from_metadata(metadata, with_metadata),
-        compression=metadata.get("compression", "none"), batch_size=batch_size, shuffle=shuffle,
+        files, layout_from_metadata(metadata, with_metadata),
+        compression=metadata.compression, batch_size=batch_size, shuffle=shuffle,
         seed=seed, shuffle_buffer=shuffle_buffer, normalize=normalize, mean=mean, std=std,
         with_metadata=with_metadata, num_parallel_reads=num_parallel_reads, drop_remainder=drop_remainder)
 

@@ -1,32 +1,63 @@
 """Entry point: `python -m pipeline.run --config=configs/local.yaml --input=... --output=...`.
 
-Exit code 0 means a finished dataset is in the output (written now, or kept because nothing
-changed); anything else is a failure, so schedulers can rely on it.
+`run(argv)` converts and publishes and returns Beam's result; `main()` turns the outcome into
+an exit code (see pipeline/errors.py) and prints the summary. Schedulers rely on the exit code.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import json
 import logging
+import os
 import sys
+import time
 import uuid
 from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import TestOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    StandardOptions,
+    TestOptions,
+)
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline.convert import ConvertToTFRecords
-from pipeline.metadata import METADATA_FILE
-from pipeline.options import (ImgrecOptions, beam_args_from_config, build_spec, parse_config_flag,
-                              read_config)
-from pipeline.publish import new_staging_dir, prepare_output, read_json
-from pipeline.summary import format_summary
+from pipeline.convert import (
+    UNCHANGED_MARKER,
+    VERDICT_FILE,
+    ConvertToTFRecords,
+    RunContext,
+)
+from pipeline.errors import ImgrecError, RunFailed, UsageError
+from pipeline.lock import OutputLock
+from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
+from pipeline.options import ImgrecOptions, parse_arguments
+from pipeline.prepare import (
+    check_output,
+    clear_dead_runs,
+    comparison,
+    inspect_output,
+    list_names,
+    reuse_source,
+)
+from pipeline.progress import ProgressReporter, default_interval
+from pipeline.summary import format_header, format_summary
+from transforms import files
+from transforms.concurrency import DRIVER_PID_ENV
+from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
+from transforms.files import local_path
+from transforms.parts import WriterSettings, record_digest
 from transforms.specs import ConversionSpec
 
 _LOG = logging.getLogger("imgrec")
+# Runners whose translation loses data imgrec relies on: refused up front.
+UNSUPPORTED_RUNNERS = {
+    "DaskRunner": "Beam's Dask translation merges tagged outputs (with_outputs) and drops side branches, so "
+                  "dead letters and counts would be lost; use the DirectRunner, Prism, Flink, Spark or Dataflow",
+}
 
 
 def expand_output_template(path: str, now: datetime.datetime) -> str:
@@ -36,59 +67,255 @@ def expand_output_template(path: str, now: datetime.datetime) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Conversion:
-    result: PipelineResult
+    result: Optional[PipelineResult]
     spec: ConversionSpec
     run_id: str
+    engine: str
+    elapsed: float = 0.0
+    metadata: Optional[DatasetMetadata] = None  # None: dry run, or unchanged
+    unchanged_from: Optional[str] = None  # the dataset the inputs and config matched
     dry_run: bool = False
 
 
+def runner_name(options: beam.options.pipeline_options.PipelineOptions) -> str:
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    return runner if isinstance(runner, str) else type(runner).__name__
+
+
+def runs_in_one_process(options) -> bool:
+    """True when the runner executes every step in the launching process (FnApiRunner in_memory,
+    Prism's loopback workers): then imgrec converts on a pool of processes of its own."""
+    name = runner_name(options)
+    if name in ("DirectRunner", "BundleBasedDirectRunner"):
+        return options.view_as(DirectOptions).direct_running_mode in (None, "in_memory")
+    if name == "PrismRunner":
+        from apache_beam.options.pipeline_options import PortableOptions
+
+        return options.view_as(PortableOptions).environment_type in (None, "LOOPBACK")
+    return False
+
+
+def convert_processes(options) -> int:
+    chosen = options.view_as(ImgrecOptions).convert_processes
+    if chosen:
+        return chosen
+    return (os.cpu_count() or 1) if runs_in_one_process(options) else 0
+
+
+def engine_of(runner: str, result: PipelineResult) -> str:
+    """Which engine ran the job: the DirectRunner runs on Prism when it can, else on the FnApiRunner."""
+    module = type(result).__module__
+    if runner == "DirectRunner":
+        return "DirectRunner (Prism)" if "portable_runner" in module or "prism" in module else "DirectRunner (FnApiRunner)"
+    return runner
+
+
+def check_input(spec: ConversionSpec) -> None:
+    """A missing input is a usage error, found before anything starts."""
+    kind, path = spec.input.resolved_kind(), spec.input.path
+    local = local_path(path)
+    if kind == "folders" and local is not None and not os.path.isdir(local):
+        raise UsageError(f"--input={path}: {'not a folder' if os.path.exists(local) else 'no such folder'}")
+    if kind in ("csv", "jsonl") and not FileSystems.exists(path):
+        raise UsageError(f"--input={path}: no such manifest")
+
+
+def _ensure_folder(path: str) -> bool:
+    """Creates the output folder if needed (True if it did); an unwritable place is a usage error."""
+    if FileSystems.exists(path):
+        return False
+    try:
+        FileSystems.mkdirs(path)
+    except Exception as exc:  # each filesystem raises its own error types
+        raise UsageError(f"cannot create the output folder {path}: {exc}") from None
+    return True
+
+
+def _excluded_folders(output: str) -> tuple[str, ...]:
+    local = local_path(output)
+    return (os.path.realpath(local),) if local is not None else ()
+
+
+def _dry_run(options) -> bool:
+    return bool(options.view_as(TestOptions).dry_run) and runner_name(options) == "DataflowRunner"
+
+
+def _cleanup(output: str, this_run: str, keep_run: bool, keep_parts: bool = True) -> None:
+    """Nothing of a run that did not publish stays in the output but finished parts (for a
+    restart) and, when the error message points at them, its dead letters."""
+    if not keep_run and FileSystems.exists(this_run):
+        FileSystems.delete([this_run])
+    parts = parts_dir(output)
+    if FileSystems.exists(parts) and not (keep_parts and list_names(parts)):
+        FileSystems.delete([parts])
+    if FileSystems.exists(staging_dir(output)) and not list_names(staging_dir(output)):
+        FileSystems.delete([staging_dir(output)])
+
+
 def convert(argv: Sequence[str]) -> Conversion:
-    """Builds the pipeline from config + flags, runs it to completion."""
-    config = read_config(parse_config_flag(argv))
-    options = ImgrecOptions(beam_args_from_config(config) + list(argv))
-    spec = build_spec(config, options.view_as(ImgrecOptions))
+    """Builds the pipeline from config + flags, runs it, and publishes what it staged."""
+    parsed = parse_arguments(argv)
+    options = parsed.options
+    runner = runner_name(options)
+    if runner in UNSUPPORTED_RUNNERS:
+        raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
     started = datetime.datetime.now(datetime.timezone.utc)
-    spec = dataclasses.replace(spec, output=dataclasses.replace(
-        spec.output, path=expand_output_template(spec.output.path, started)))
-    _LOG.info("effective config: %s", json.dumps(spec.to_dict(), sort_keys=True))
-    pipeline = beam.Pipeline(options=options)
-    # DataflowRunner --dry_run=True only builds the job: leave the output (maybe gs://) alone.
-    dry_run = bool(options.view_as(TestOptions).dry_run) and type(pipeline.runner).__name__ == "DataflowRunner"
-    previous_fingerprint = None if dry_run else prepare_output(
-        spec.output.path, spec.output.overwrite, spec.output.skip_unchanged)
-    run_info = {"run_id": uuid.uuid4().hex, "started": started.isoformat(timespec="seconds"),
-                "runner": options.get_all_options()["runner"] or "DirectRunner"}
-    _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(
-        spec, new_staging_dir(spec.output.path), run_info, previous_fingerprint)
-    result = pipeline.run()
-    result.wait_until_finish()
-    return Conversion(result, spec, run_info["run_id"], dry_run)
+    template = parsed.spec.output.path
+    spec = dataclasses.replace(parsed.spec, output=dataclasses.replace(
+        parsed.spec.output, path=expand_output_template(template, started)))
+    output = spec.output.path
+    run_id = uuid.uuid4().hex
+    library_versions = versions()
+    interval = options.view_as(ImgrecOptions).progress_interval
+    this_run = run_dir(output, run_id)
+    writer = WriterSettings(image=spec.image, keys=spec.features, output=spec.output,
+                            max_file_bytes=spec.input.max_file_bytes, run_dir=this_run,
+                            parts_dir=parts_dir(output),
+                            record_digest=record_digest(spec.image, spec.features, library_versions),
+                            local_processes=convert_processes(options))
+    run_info = {"run_id": run_id, "started": started.isoformat(timespec="seconds"), "runner": runner}
+    if _dry_run(options):  # DataflowRunner --dry_run=True only builds the job: leave the output alone
+        context = RunContext(run_info, output, this_run, writer, library_versions)
+        pipeline = beam.Pipeline(options=options)
+        _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
+        result = pipeline.run()
+        return Conversion(result, spec, run_id, runner, dry_run=True)
+
+    check_input(spec)
+    created = _ensure_folder(output)
+    try:
+        lock = OutputLock(output, run_id).acquire()
+    except PermissionError as exc:
+        raise UsageError(f"cannot write into the output folder {output}: {exc.strerror}") from None
+    try:
+        state = inspect_output(output)
+        check_output(output, spec.output, state)
+        clear_dead_runs(output)
+        compared = comparison(spec.output, template, state)
+        context = RunContext(
+            run_info, output, this_run, writer, library_versions,
+            previous_fingerprint=compared.fingerprint if compared else None,
+            reuse=reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions)),
+            excluded=_excluded_folders(output), previous_run_id=state.previous_run_id, previous_files=state.owned)
+        for folder in (this_run, parts_dir(output)):
+            if not FileSystems.exists(folder):
+                FileSystems.mkdirs(folder)
+        (_LOG.info if not sys.stderr.isatty() else _LOG.debug)(
+            "effective config: %s", json.dumps(spec.to_dict(), sort_keys=True))
+        _say(format_header(spec, runner, parsed.config_file))
+        pipeline = beam.Pipeline(options=options)
+        _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
+        os.environ[DRIVER_PID_ENV] = str(os.getpid())
+        clock = time.monotonic()
+        if interval is None:
+            interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
+        with ProgressReporter(this_run, interval).running():
+            result = _run_to_completion(pipeline, this_run)
+        elapsed = time.monotonic() - clock
+        engine = engine_of(runner, result)
+        if FileSystems.exists(join(this_run, UNCHANGED_MARKER)):
+            _cleanup(output, this_run, keep_run=False, keep_parts=False)
+            return Conversion(result, spec, run_id, engine, elapsed, unchanged_from=compared.dataset)
+        metadata = read_published(output, run_id)
+        return Conversion(result, spec, run_id, engine, elapsed, metadata)
+    except RunFailed as exc:
+        keep_run = isinstance(exc, TooManyErrors) or "Dead letters" in str(exc)
+        _cleanup(output, this_run, keep_run)
+        raise
+    except BaseException:
+        _cleanup(output, this_run, keep_run=False)
+        raise
+    finally:
+        lock.release()
+        if created and FileSystems.exists(output) and not list_names(output):
+            FileSystems.delete([output])
+
+
+def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult:
+    """Runs the pipeline; a refusal by its last step becomes a RunFailed with the step's reason."""
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+    except Exception:
+        verdict = join(this_run, VERDICT_FILE)
+        if FileSystems.exists(verdict):
+            reason = files.read_bytes(verdict).decode("utf-8")
+            raise (TooManyErrors if "max_error_fraction" in reason else RunFailed)(reason) from None
+        raise
+    if result.state != PipelineState.DONE:
+        raise RunFailed(f"the pipeline ended in state {result.state}; nothing was published")
+    return result
+
+
+def read_published(output: str, run_id: str) -> DatasetMetadata:
+    """The metadata.json this run published (another run's would be a bug in the lock)."""
+    metadata = DatasetMetadata.loads(files.read_bytes(join(output, METADATA_FILE)).decode("utf-8"))
+    if metadata.run.get("run_id") != run_id:
+        raise RunFailed(f"{output} holds run {metadata.run.get('run_id')}'s dataset, not this run's")
+    return metadata
+
+
+def _say(text: str) -> None:
+    """Progress and notes go to stderr, with the logs: a scheduler reading stdout to the end
+    (Airflow does) must never find stderr full. Best effort: the reader may be gone."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
-    """Runs the conversion to completion and returns Beam's result."""
+    """Runs the conversion to completion (published) and returns Beam's result."""
     return convert(list(sys.argv[1:] if argv is None else argv)).result
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def print_help() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.run", description="Convert image files + labels into sharded TFRecords.",
+        epilog="Every other flag is a Beam pipeline option and passes straight to Beam, e.g. --runner, "
+               "--direct_running_mode, --direct_num_workers, --job_endpoint, --project, --temp_location. "
+               "A config's beam: section holds the same options. Exit codes: 0 dataset published or kept, "
+               "1 run failed, 2 usage error, 3 output locked by another run.")
+    ImgrecOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    parser.print_help()
+
+
+def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    # Keep the job-submission lines schedulers parse (Airflow reads "Created job with id: [...]").
+    logging.getLogger("apache_beam.runners.dataflow").setLevel(logging.INFO)
     # Worker start-up chatter relayed by the DirectRunner's in-process job service.
     logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
-    conversion = convert(list(sys.argv[1:] if argv is None else argv))
-    if conversion.result.state != PipelineState.DONE:
-        _LOG.error("pipeline ended in state %s", conversion.result.state)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in argv or "-h" in argv:
+        print_help()
+        return 0
+    configure_logging()
+    try:
+        conversion = convert(argv)
+    except ImgrecError as exc:
+        print(f"imgrec: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("imgrec: error: interrupted; nothing was published", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a failed pipeline: Beam's own error, with its traceback in the log
+        _LOG.exception("the run failed")
+        last = (str(exc).strip().splitlines() or [""])[-1]
+        print(f"imgrec: error: the run failed: {type(exc).__name__}: {last}", file=sys.stderr)
         return 1
     output = conversion.spec.output.path
     if conversion.dry_run:
         print(f"dry run: built the Dataflow job for {output}; nothing was staged, submitted or written")
-        return 0
-    metadata = read_json(FileSystems.join(output, METADATA_FILE))
-    if metadata["run"]["run_id"] != conversion.run_id:
-        print(f"unchanged: inputs and config match the dataset in {output} "
-              f"(written by run {metadata['run']['run_id']} at {metadata['run']['started']}); kept it")
-        return 0
-    print(format_summary(metadata, output))
+    elif conversion.unchanged_from:
+        print(f"unchanged: inputs and config match the dataset in {conversion.unchanged_from}; "
+              "nothing was converted or written")
+    else:
+        print(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine))
     return 0
 
 

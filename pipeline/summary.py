@@ -1,17 +1,22 @@
-"""The table printed after a run: per split examples, classes, shards, bytes; rejections."""
+"""What the terminal shows: a short header before a run, the summary table after it."""
 from __future__ import annotations
 
+from typing import Optional
 
-def _size(num_bytes: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if num_bytes < 1024 or unit == "GiB":
-            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
-        num_bytes /= 1024
-    raise AssertionError("unreachable")
-
+from pipeline.tables import format_bytes, format_table
+from transforms.dataset_format import DatasetMetadata
+from transforms.specs import ConversionSpec
 
 # Beyond this many classes (ImageNet has 1,000) the table shows the spread, not a column each.
 MAX_CLASS_COLUMNS = 8
+
+
+def format_header(spec: ConversionSpec, runner: str, config: Optional[str]) -> str:
+    image = spec.image
+    pixels = "uint8" if image.normalize == "none" else f"float32 ({image.normalize})"
+    return (f"imgrec: {spec.input.path} -> {spec.output.path}\n"
+            f"  {image.height}x{image.width} {image.resize_mode} ({image.interpolation}), "
+            f"{image.encoding} {pixels}, runner {runner}" + (f", config {config}" if config else ""))
 
 
 def _class_cells(label_counts: dict, classes: list[str]) -> list[str]:
@@ -21,29 +26,30 @@ def _class_cells(label_counts: dict, classes: list[str]) -> list[str]:
     return [str(sum(1 for n in counts if n)), str(min(counts)), str(max(counts))]
 
 
-def format_summary(metadata: dict, output: str) -> str:
-    splits = metadata["splits"]
-    classes = list(metadata["label_map"])
+def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[float] = None,
+                   engine: Optional[str] = None) -> str:
+    classes = metadata.class_names()
     class_header = classes if len(classes) <= MAX_CLASS_COLUMNS else ["classes", "min/class", "max/class"]
     header = ["split", "examples", *class_header, "shards", "bytes", "rejected"]
-    rows = [[name, str(s["num_examples"]), *_class_cells(s["label_counts"], classes),
-             str(s["num_shards"]), _size(s["num_bytes"]), str(s["rejected"])]
-            for name, s in splits.items()]
-    inputs = metadata["inputs"]
-    rows.append(["total", str(inputs["written"]), *("" for _ in class_header), "", "", str(inputs["rejected"])])
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append("")
-    lines.append(f"inputs: {inputs['total']} = {inputs['written']} written + {inputs['rejected']} rejected")
-    for error, n in inputs["rejected_by_error"].items():
+    rows = [[name, s.num_examples, *_class_cells(dict(s.label_counts), classes), s.num_shards,
+             format_bytes(s.num_bytes), s.rejected] for name, s in metadata.splits.items()]
+    inputs = metadata.inputs
+    rows.append(["total", inputs.written, *("" for _ in class_header), "", "", inputs.rejected])
+    lines = [format_table(header, rows), ""]
+    lines.append(f"inputs: {inputs.total} = {inputs.written} written + {inputs.rejected} rejected")
+    for error, n in sorted(inputs.rejected_by_error.items()):
         lines.append(f"  rejected {error}: {n}")
-    duplicates = metadata["duplicates"]
-    if duplicates["groups"]:
-        action = "dropped" if duplicates["dropped"] else "kept"
-        lines.append(f"duplicates: {duplicates['groups']} groups, {duplicates['extra_copies']} extra copies ({action})")
-    if inputs["rejected"]:
-        lines.append(f"dead letters: {', '.join(metadata['error_files'])}")
-    lines.append(f"output: {output} (metadata.json, {sum(s['num_shards'] for s in splits.values())} shards)")
+    duplicates = metadata.duplicates
+    if duplicates.groups:
+        action = "dropped" if duplicates.dropped else "kept"
+        lines.append(f"duplicates: {duplicates.groups} groups, {duplicates.extra_copies} extra copies ({action})")
+    if metadata.reuse:
+        lines.append(f"reused: {metadata.reuse.reused} images from {metadata.reuse.source}, "
+                     f"converted {metadata.reuse.converted}")
+    if inputs.rejected:
+        lines.append(f"dead letters: {', '.join(metadata.error_files)}")
+    if elapsed is not None:
+        rate = f", {inputs.total / elapsed:,.0f} images/s" if elapsed > 0 else ""
+        lines.append(f"time: {elapsed:.1f} s{rate}" + (f" on {engine}" if engine else ""))
+    lines.append(f"output: {output} (metadata.json, {len(metadata.shard_files)} shards)")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import apache_beam as beam
 
 from transforms.discover import REJECTED
 from transforms.labels import build_label_map
-from transforms.read import SourceImage
+from transforms.refs import PlannedImage, SourceImage
 from transforms.rejections import DuplicateImage, Rejection, UnknownLabel
 from transforms.specs import SplitSpec
 from transforms.split import assign_split, stratified_splits
@@ -24,15 +24,6 @@ DUPLICATES = "duplicates"
 class LabeledImage:
     source: SourceImage
     label_id: int
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedImage:
-    """An image with everything decided except its pixels: label id and split."""
-
-    source: SourceImage
-    label_id: int
-    split: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,19 +43,17 @@ class DuplicateGroup:
 
 
 class ComputeLabelMap(beam.PTransform):
-    """Candidates → a single {label text: id} dict, to be used as a side input."""
+    """Label names → a single {label text: id} dict, to be used as a side input."""
 
-    def __init__(self, class_names: Optional[Sequence[str]]):
+    def __init__(self, class_names: Optional[Sequence[str]], integer_ids: bool):
         super().__init__()
-        self._class_names = class_names
+        self._class_names, self._integer_ids = class_names, integer_ids
 
-    def expand(self, candidates: beam.PCollection) -> beam.PCollection:
-        class_names = self._class_names
-        return (candidates
-                | "LabelText" >> beam.Map(lambda c: c.label)
+    def expand(self, labels: beam.PCollection) -> beam.PCollection:
+        return (labels
                 | "DistinctLabels" >> beam.Distinct()
                 | "AllLabels" >> beam.combiners.ToList()
-                | "BuildLabelMap" >> beam.Map(build_label_map, class_names))
+                | "BuildLabelMap" >> beam.Map(build_label_map, self._class_names, self._integer_ids))
 
 
 def attach_label_id(image: SourceImage, label_map: Mapping[str, int]) -> Iterator[Union[LabeledImage, beam.pvalue.TaggedOutput]]:

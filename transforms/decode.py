@@ -10,9 +10,29 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from transforms.image_header import ImageHeader, exif_orientation, jpeg_has_eoi, read_header
+from transforms.image_header import (
+    ImageHeader,
+    exif_orientation,
+    jpeg_has_eoi,
+    read_header,
+)
 from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall
 from transforms.specs import ImageSpec
+
+# Bytes per pixel that decoding needs beyond the decoded array: the 8-bit RGB copy and the
+# upright copy; compositing alpha works on three uint16 planes and an alpha plane.
+_RGB_AND_UPRIGHT_BYTES = 3 + 3
+_COMPOSITE_BYTES = 2 * 3 * 2 + 2
+
+
+def decode_working_bytes(header: ImageHeader, spec: ImageSpec) -> int:
+    """Peak memory one decode takes: the decoded array, its 8-bit copy, RGB, compositing."""
+    per_pixel = header.channels * header.bytes_per_sample + _RGB_AND_UPRIGHT_BYTES
+    if header.bytes_per_sample > 1:
+        per_pixel += header.channels
+    if header.channels == 4 and spec.alpha == "composite":
+        per_pixel += _COMPOSITE_BYTES
+    return header.width * header.height * per_pixel
 
 
 def check_header(data: bytes, spec: ImageSpec) -> ImageHeader:
@@ -20,33 +40,48 @@ def check_header(data: bytes, spec: ImageSpec) -> ImageHeader:
     decompression bomb costs a few header bytes instead of gigabytes of pixels."""
     header = read_header(data)
     pixels = header.width * header.height
+    size = f"{header.width}x{header.height}"
     if pixels > spec.max_pixels:
-        raise ImageTooLarge(f"declared size {header.width}x{header.height} = {pixels:.1e} pixels "
-                            f"exceeds max_pixels={spec.max_pixels}")
+        raise ImageTooLarge(f"declared size {size} = {pixels:.1e} pixels exceeds max_pixels={spec.max_pixels}")
+    working = decode_working_bytes(header, spec)
+    if working > spec.max_decoded_bytes:
+        raise ImageTooLarge(
+            f"declared size {size} with {header.channels} channels of {8 * header.bytes_per_sample} bits "
+            f"decodes to {header.decoded_bytes} bytes and needs about {working} bytes to convert, more than "
+            f"max_decoded_bytes={spec.max_decoded_bytes}")
     if min(header.width, header.height) < spec.min_side:
-        raise ImageTooSmall(f"declared size {header.width}x{header.height} has a side shorter "
-                            f"than min_side={spec.min_side}")
+        raise ImageTooSmall(f"declared size {size} has a side shorter than min_side={spec.min_side}")
     return header
 
 
 def to_uint8(img: np.ndarray) -> np.ndarray:
-    """Map any bit depth onto 0-255. 16-bit uses (x + 128) // 257, which is exactly round(x / 257)
-    (257 is odd, so there are no ties) and maps 0 -> 0, 65535 -> 255 and 257*k -> k; floats are
-    taken as 0-1 intensities, clipped and rounded."""
+    """Map any bit depth onto 0-255.
+
+    16-bit is round(x / 257): 0 -> 0, 65535 -> 255 and 257*k -> k, with no ties because 257 is
+    odd (convertScaleAbs rounds x * (1/257) to nearest and is exact on all 65,536 values).
+    Floats are 0-1 intensities, clipped and rounded.
+    """
     if img.dtype == np.uint8:
         return img
     if img.dtype == np.uint16:
-        return ((img.astype(np.uint32) + 128) // 257).astype(np.uint8)
+        return cv2.convertScaleAbs(img, alpha=1 / 257)
     if img.dtype.kind == "f":
         return np.rint(np.clip(np.nan_to_num(img), 0.0, 1.0) * 255.0).astype(np.uint8)
     raise CorruptImage(f"unsupported pixel type {img.dtype}")
 
 
 def composite(rgb: np.ndarray, alpha: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
-    """Blend uint8 RGB over a solid background: round((c * a + bg * (255 - a)) / 255)."""
-    a = alpha[..., None].astype(np.uint32)
-    bg = np.asarray(background, np.uint32)
-    return ((rgb * a + bg * (255 - a) + 127) // 255).astype(np.uint8)
+    """Blend uint8 RGB over a solid background: round((c * a + bg * (255 - a)) / 255).
+
+    In uint16, which the largest sum (255 * 255 + 127) fits, so the working copies stay small.
+    """
+    a = alpha.astype(np.uint16)[..., None]
+    out = rgb.astype(np.uint16)
+    out *= a
+    out += np.asarray(background, np.uint16) * (255 - a)
+    out += 127
+    out //= 255
+    return out.astype(np.uint8)
 
 
 def to_rgb(img: np.ndarray, spec: ImageSpec) -> np.ndarray:
@@ -88,6 +123,17 @@ def _orientation(types: Sequence[int], metadata: Sequence[np.ndarray]) -> int:
     return 1
 
 
+def decode_like_imread(data: bytes, header: ImageHeader) -> np.ndarray:
+    """`cv2.imread(path)`'s pixels (imread is imdecode of the file's bytes), in RGB order."""
+    try:
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as exc:
+        raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
+    if img is None or img.size == 0:
+        raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated)")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
 def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
     """Decode to HxWx3 uint8 RGB, upright; GIFs give their first frame.
 
@@ -99,6 +145,8 @@ def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
     header = check_header(data, spec)
     if header.format == "jpeg" and not jpeg_has_eoi(data):
         raise CorruptImage("jpeg is truncated: no end-of-image marker after the scan data")
+    if spec.decoder == "imread":
+        return decode_like_imread(data, header)
     try:
         img, types, metadata = cv2.imdecodeWithMetadata(np.frombuffer(data, np.uint8),
                                                         cv2.IMREAD_UNCHANGED)
@@ -107,4 +155,5 @@ def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
     if img is None or img.size == 0:
         raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated)")
     rgb = to_rgb(to_uint8(img), spec)
+    del img
     return apply_orientation(rgb, _orientation(types, metadata))

@@ -1,119 +1,426 @@
 """Discover (path, label) pairs inside the pipeline: class folders, globs, CSV/JSONL manifests.
 
-Paths are matched and manifests read by Beam sources, so a million inputs never pass through
-the driver, and any filesystem Beam knows (local, gs://, s3://) works.
+Every path under the input is accounted for: it becomes a candidate, or a rejection that says
+why it is not one (a skipped README, a hidden or macOS `._` file, a file outside any class
+folder, a broken symlink, a FIFO). Nothing is dropped silently.
+
+Class folders follow Keras's `image_dataset_from_directory`: every subfolder of the root is a
+class (empty ones too, so label ids match Keras's `class_names`), ids follow the sorted folder
+names, and files in nested subfolders belong to their top-level class folder. Symlinked folders
+are followed (loops are reported, not walked forever).
+
+Paths are listed and manifests read by DoFns on the workers, so a million inputs never pass
+through the driver, and any filesystem Beam knows (local, gs://, s3://) works.
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
 import json
+import os
 import posixpath
+import stat
+from typing import Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.rejections import BadManifestLine, Rejection, SkippedFile
+from transforms.files import local_path
+from transforms.refs import Candidate
+from transforms.rejections import (
+    BadManifestLine,
+    ConflictingLabels,
+    DuplicateListing,
+    InputRejected,
+    Rejection,
+    SkippedFile,
+    UnreadableFile,
+)
 from transforms.specs import InputSpec
 
 REJECTED = "rejected"
+LABELS = "labels"
+
+# Manifest header names, lower case; the first of each kind found in the header is used.
+PATH_COLUMNS = ("path", "filepath", "file_path", "filename", "file_name", "file", "image", "image_path")
+LABEL_COLUMNS = ("label", "class", "category", "class_name", "label_name")
 
 
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """An input file and its label text, before anything is read."""
+class ManifestError(ValueError):
+    """The manifest's header cannot be understood: a usage error, found before anything runs."""
 
-    path: str
-    label: str
+
+Found = Union[Candidate, beam.pvalue.TaggedOutput]
+
+
+def reject(path: str, reason: InputRejected) -> beam.pvalue.TaggedOutput:
+    return beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(path, reason))
+
+
+def skip_reason(name: str, extensions: tuple[str, ...]) -> Optional[str]:
+    """Why a file called `name` is not an input, or None if it is one."""
+    if name.startswith("._"):
+        return "macOS AppleDouble metadata file, not an image"
+    if name.startswith("."):
+        return "hidden file"
+    if not name.lower().endswith(extensions):
+        return f"extension not in {', '.join(extensions)}"
+    return None
 
 
 def label_from_parent(path: str) -> str:
-    """Class-folder convention: `root/<label>/<file>`."""
+    """Glob convention: the label is the name of the folder holding the file."""
     return posixpath.basename(posixpath.dirname(path.replace("\\", "/")))
+
+
+def is_excluded(path: str, excluded: tuple[str, ...]) -> bool:
+    """True for a path inside one of the `excluded` folders (imgrec's own output)."""
+    return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in excluded)
+
+
+# --------------------------------------------------------------------------------------------
+# Class folders on a local filesystem
+
+
+def _walk_local(folder: str, label: str, extensions: tuple[str, ...], excluded: tuple[str, ...],
+                ancestors: frozenset) -> Iterator[Found]:
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        yield reject(folder, UnreadableFile(f"cannot list folder {folder}: {exc.strerror or exc}"))
+        return
+    for entry in entries:
+        try:
+            info = os.stat(entry.path)  # follows symlinks
+        except OSError:
+            target = os.readlink(entry.path) if entry.is_symlink() else "?"
+            yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink (to {target})"))
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            if os.path.realpath(entry.path) in excluded:
+                continue
+            if entry.name.startswith("."):
+                yield reject(entry.path, SkippedFile("hidden folder, not walked"))
+            elif (info.st_dev, info.st_ino) in ancestors:
+                yield reject(entry.path, SkippedFile("symlink loop: the folder contains itself"))
+            else:
+                yield from _walk_local(entry.path, label, extensions, excluded,
+                                       ancestors | {(info.st_dev, info.st_ino)})
+            continue
+        reason = skip_reason(entry.name, extensions)
+        if reason:
+            yield reject(entry.path, SkippedFile(reason))
+        else:
+            yield Candidate(entry.path, label)  # FIFOs and devices are refused when read
+
+
+def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
+                      excluded: tuple[str, ...] = ()) -> Iterator[Found]:
+    """Every file under a local class folder, recursively, as a candidate or a rejection."""
+    info = os.stat(folder)
+    yield from _walk_local(folder, label, extensions, excluded, frozenset({(info.st_dev, info.st_ino)}))
+
+
+def list_local_root(root: str, excluded: tuple[str, ...] = ()) -> Iterator[Union[tuple[str, str], beam.pvalue.TaggedOutput]]:
+    """(class name, folder) for each class folder of a local root; other entries as rejections."""
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as exc:
+        raise UnreadableFile(f"cannot list the input folder {root}: {exc.strerror or exc}") from None
+    for entry in entries:
+        is_dir = entry.is_dir(follow_symlinks=True)
+        if is_dir and os.path.realpath(entry.path) in excluded:
+            continue
+        if is_dir and not entry.name.startswith("."):
+            yield entry.name, entry.path
+        elif is_dir:
+            yield reject(entry.path, SkippedFile("hidden folder, not a class"))
+        elif entry.is_symlink() and not os.path.exists(entry.path):
+            yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink"))
+        else:
+            yield reject(entry.path, SkippedFile("not inside a class folder"))
+
+
+# --------------------------------------------------------------------------------------------
+# Class folders on object stores (gs://, s3://, ...): no folders, only object names
+
+
+def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Optional[Found]:
+    """An object under `root` as a candidate (label: first path segment) or a rejection."""
+    relative = path[len(root.rstrip("/")) + 1:]
+    if not relative or relative.endswith("/"):
+        return None  # a folder placeholder object, not a file
+    segments = relative.split("/")
+    if len(segments) == 1:
+        return reject(path, SkippedFile("not inside a class folder"))
+    hidden = next((s for s in segments[:-1] if s.startswith(".")), None)
+    if hidden:
+        return reject(path, SkippedFile(f"inside hidden folder {hidden}"))
+    reason = skip_reason(segments[-1], extensions)
+    return reject(path, SkippedFile(reason)) if reason else Candidate(path, segments[0])
+
+
+class _ListFolders(beam.DoFn):
+    """Input root → class names (LABELS), (class, folder) pairs to walk, or, on object stores,
+    the candidates themselves."""
+
+    def __init__(self, spec: InputSpec, excluded: tuple[str, ...]):
+        self._spec, self._excluded = spec, excluded
+
+    def process(self, root: str):
+        local = local_path(root)
+        if local is not None:
+            for found in list_local_root(local, self._excluded):
+                if isinstance(found, beam.pvalue.TaggedOutput):
+                    yield found
+                else:
+                    yield beam.pvalue.TaggedOutput(LABELS, found[0])
+                    yield found
+            return
+        extensions = tuple(e.lower() for e in self._spec.extensions)
+        matched = FileSystems.match([FileSystems.join(root.rstrip("/"), "**")])[0].metadata_list
+        classes = set()
+        for metadata in matched:
+            found = classify_remote(root, metadata.path, extensions)
+            if isinstance(found, Candidate):
+                classes.add(found.label)
+                yield beam.pvalue.TaggedOutput("remote", found)
+            elif found is not None:
+                yield found
+        for name in sorted(classes):
+            yield beam.pvalue.TaggedOutput(LABELS, name)
+
+
+class _WalkFolder(beam.DoFn):
+    def __init__(self, spec: InputSpec, excluded: tuple[str, ...]):
+        self._extensions = tuple(e.lower() for e in spec.extensions)
+        self._excluded = excluded
+
+    def process(self, class_folder: tuple[str, str]):
+        label, folder = class_folder
+        yield from walk_class_folder(folder, label, self._extensions, self._excluded)
+
+
+# --------------------------------------------------------------------------------------------
+# Manifests
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestLayout:
+    """Where path and label are in each line: CSV column indices or JSONL keys."""
+
+    kind: str  # csv | jsonl
+    path: Union[int, str]
+    label: Union[int, str]
+    header: bool = False  # the first non-blank CSV line names the columns
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in next(csv.reader([line]), [])]
+
+
+def _looks_like_data(cells: list[str], extensions: tuple[str, ...]) -> bool:
+    return len(cells) == 2 and cells[0].lower().endswith(extensions)
+
+
+def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
+               extensions: tuple[str, ...]) -> ManifestLayout:
+    """The CSV layout from its first non-blank line: a recognised header, or none (path,label)."""
+    cells = [c.lower() for c in _cells(first_line.lstrip("\ufeff"))] if first_line else []
+    if columns:
+        wanted = [c.lower() for c in columns]
+        missing = [c for c in wanted if c not in cells]
+        if missing:
+            raise ManifestError(f"manifest header {first_line!r} has no column {', '.join(missing)} "
+                                f"(from --manifest_columns={','.join(columns)})")
+        return ManifestLayout("csv", cells.index(wanted[0]), cells.index(wanted[1]), header=True)
+    path = next((i for i, c in enumerate(cells) if c in PATH_COLUMNS), None)
+    label = next((i for i, c in enumerate(cells) if c in LABEL_COLUMNS), None)
+    if path is not None and label is not None:
+        return ManifestLayout("csv", path, label, header=True)
+    if not cells or _looks_like_data(cells, extensions):
+        return ManifestLayout("csv", 0, 1)
+    raise ManifestError(
+        f"manifest header {first_line.strip()!r} is not recognised: name the path column one of "
+        f"{', '.join(PATH_COLUMNS)} and the label column one of {', '.join(LABEL_COLUMNS)}, "
+        "or pass --manifest_columns=PATH_COLUMN,LABEL_COLUMN")
+
+
+def jsonl_layout(columns: Optional[tuple[str, str]]) -> ManifestLayout:
+    return ManifestLayout("jsonl", columns[0], columns[1]) if columns else ManifestLayout("jsonl", "", "")
+
+
+def first_line(path: str) -> Optional[str]:
+    """The manifest's first non-blank line, or None (empty file). Undecodable bytes are replaced:
+    the header check only needs the names."""
+    with FileSystems.open(path, compression_type="uncompressed") as handle:
+        for raw in handle:
+            line = raw.decode("utf-8", "replace").strip()
+            if line:
+                return line
+    return None
+
+
+def manifest_layout(spec: InputSpec, kind: str) -> ManifestLayout:
+    """Read before the pipeline runs, so a bad header is a usage error, not a failed job."""
+    if kind == "jsonl":
+        return jsonl_layout(spec.manifest_columns)
+    try:
+        line = first_line(spec.path)
+    except Exception as exc:  # each filesystem raises its own error types
+        raise ManifestError(f"cannot read the manifest {spec.path}: {exc}") from None
+    return csv_layout(line, spec.manifest_columns, tuple(e.lower() for e in spec.extensions))
 
 
 def resolve_path(path: str, manifest: str) -> str:
     """Manifest paths may be absolute, URLs, or relative to the manifest's folder."""
     if "://" in path or path.startswith("/"):
         return path
-    return FileSystems.join(posixpath.dirname(manifest), path)
+    folder = posixpath.dirname(manifest)
+    return posixpath.normpath(posixpath.join(folder, path)) if local_path(manifest) is not None \
+        else FileSystems.join(folder, path)
 
 
-def is_csv_header(line: str) -> bool:
-    return [cell.strip().lower() for cell in line.split(",")] == ["path", "label"]
+def _pick(row: dict, key: str, names: tuple[str, ...]) -> object:
+    if key:
+        return row.get(key)
+    lowered = {str(k).lower(): v for k, v in row.items()}
+    return next((lowered[n] for n in names if n in lowered), None)
 
 
-def parse_csv_line(line: str, manifest: str) -> Candidate:
-    try:
-        row = next(csv.reader([line]))
-    except csv.Error as exc:
-        raise BadManifestLine(f"unparseable CSV line {line!r}: {exc}") from exc
-    if len(row) != 2 or not row[0].strip() or not row[1].strip():
-        raise BadManifestLine(f"expected 'path,label', got {line!r}")
-    return Candidate(resolve_path(row[0].strip(), manifest), row[1].strip())
-
-
-def parse_jsonl_line(line: str, manifest: str) -> Candidate:
+def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Candidate:
+    if layout.kind == "csv":
+        try:
+            row = next(csv.reader([line]))
+        except csv.Error as exc:
+            raise BadManifestLine(f"unparseable CSV line {line!r}: {exc}") from exc
+        wanted = max(layout.path, layout.label) + 1
+        path = row[layout.path].strip() if len(row) >= wanted else ""
+        label = row[layout.label].strip() if len(row) >= wanted else ""
+        if not path or not label or (not layout.header and len(row) != 2):
+            raise BadManifestLine(f"expected a path and a label, got {line!r}")
+        return Candidate(resolve_path(path, manifest), label)
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         raise BadManifestLine(f"invalid JSON {line!r}: {exc}") from exc
-    if not isinstance(row, dict) or not row.get("path") or row.get("label") in (None, ""):
+    if not isinstance(row, dict):
+        raise BadManifestLine(f"expected a JSON object, got {line!r}")
+    path, label = _pick(row, layout.path, PATH_COLUMNS), _pick(row, layout.label, LABEL_COLUMNS)
+    if not path or label in (None, ""):
         raise BadManifestLine(f"expected {{\"path\": ..., \"label\": ...}}, got {line!r}")
-    return Candidate(resolve_path(str(row["path"]), manifest), str(row["label"]))
+    return Candidate(resolve_path(str(path), manifest), str(label))
 
 
-class ParseManifestLine(beam.DoFn):
-    def __init__(self, manifest: str, kind: str):
-        self._manifest = manifest
-        self._parse = parse_csv_line if kind == "csv" else parse_jsonl_line
-
-    def process(self, line: str):
-        line = line.lstrip("\ufeff")  # editors and pandas may save manifests with a UTF-8 BOM
-        if not line.strip() or self._parse is parse_csv_line and is_csv_header(line):
-            return
+def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout, manifest: str) -> Iterator[Union[tuple[str, tuple[str, int]], beam.pvalue.TaggedOutput]]:
+    """(path, (label, line number)) per data line; undecodable or malformed lines as rejections."""
+    header_pending = layout.header
+    for number, raw in enumerate(lines, 1):
         try:
-            yield self._parse(line, self._manifest)
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield reject(manifest, BadManifestLine(f"line {number} is not UTF-8 ({exc.reason} at byte "
+                                                   f"{exc.start}): {raw[:200]!r}"))
+            continue
+        line = line.lstrip("\ufeff").strip()  # editors and pandas may save manifests with a UTF-8 BOM
+        if not line:
+            continue
+        if header_pending:
+            header_pending = False
+            continue
+        try:
+            candidate = parse_manifest_line(line, layout, manifest)
         except BadManifestLine as exc:
-            yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(self._manifest, exc))
+            yield reject(manifest, BadManifestLine(f"line {number}: {exc}"))
+            continue
+        yield candidate.path, (candidate.label, number)
 
 
-class _KeepImageFiles(beam.DoFn):
-    """Matched files become candidates; files without an image extension are reported, not read."""
+def resolve_listings(path: str, listings: Iterable[tuple[str, int]]) -> Iterator[Found]:
+    """One path's manifest lines → one candidate, or a ConflictingLabels rejection per line when
+    they disagree on the label; repeats with the same label are reported, not written twice."""
+    listings = sorted(listings, key=lambda listing: listing[1])
+    labels = sorted({label for label, _ in listings})
+    if len(labels) > 1:
+        where = ", ".join(f"line {n}: {label!r}" for label, n in listings)
+        for _ in listings:
+            yield reject(path, ConflictingLabels(f"listed with different labels ({where})"))
+        return
+    (label, first), *repeats = listings
+    yield Candidate(path, label)
+    for _, number in repeats:
+        yield reject(path, DuplicateListing(f"listed again on line {number} (first on line {first})"))
 
-    def __init__(self, spec: InputSpec):
-        self._extensions = tuple(ext.lower() for ext in spec.extensions)
 
-    def process(self, metadata: FileMetadata):
-        path = metadata.path
-        if path.lower().endswith(self._extensions):
-            yield Candidate(path, label_from_parent(path))
-        else:
-            reason = SkippedFile(f"extension not in {', '.join(self._extensions)}")
-            yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(path, reason))
+class _ReadManifest(beam.DoFn):
+    def __init__(self, layout: ManifestLayout):
+        self._layout = layout
+
+    def process(self, manifest: str):
+        with FileSystems.open(manifest, compression_type="uncompressed") as handle:
+            yield from manifest_rows(handle, self._layout, manifest)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _drop_excluded(candidate: Candidate, excluded: tuple[str, ...]) -> bool:
+    local = local_path(candidate.path)
+    return not is_excluded(os.path.realpath(local) if local is not None else candidate.path, excluded)
+
+
+def _glob_file(metadata, extensions: tuple[str, ...]) -> Found:
+    path = metadata.path
+    reason = skip_reason(posixpath.basename(path), extensions)
+    return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_from_parent(path))
 
 
 class DiscoverImages(beam.PTransform):
-    """PBegin → {"candidates": Candidate, "rejected": Rejection}."""
+    """PBegin → {"candidates": Candidate, "rejected": Rejection, "labels": label name}.
 
-    def __init__(self, spec: InputSpec):
+    `labels` holds the names the label map is built from: every class folder (even an empty
+    one) for folders, the candidates' labels otherwise. `excluded` folders (imgrec's own output
+    when it lies inside the input) are not discovered.
+    """
+
+    def __init__(self, spec: InputSpec, excluded: tuple[str, ...] = ()):
         super().__init__()
-        self._spec = spec
+        self._spec, self._excluded = spec, tuple(excluded)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
-        kind = self._spec.resolved_kind()
-        if kind in ("csv", "jsonl"):
-            lines = pbegin | "ReadManifest" >> beam.io.ReadFromText(self._spec.path)
-            parsed = lines | "ParseManifest" >> beam.ParDo(
-                ParseManifestLine(self._spec.path, kind)).with_outputs(REJECTED, main="candidates")
+        spec, kind = self._spec, self._spec.resolved_kind()
+        extensions = tuple(e.lower() for e in spec.extensions)
+        if kind == "folders":
+            listed = (pbegin
+                      | "InputRoot" >> beam.Create([spec.path])
+                      | "ListClassFolders" >> beam.ParDo(_ListFolders(spec, self._excluded)).with_outputs(
+                          REJECTED, LABELS, "remote", main="folders"))
+            walked = (listed.folders
+                      | "SpreadFolders" >> beam.Reshuffle()
+                      | "WalkClassFolders" >> beam.ParDo(_WalkFolder(spec, self._excluded)).with_outputs(
+                          REJECTED, main="candidates"))
+            candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
+            rejected = (listed[REJECTED], walked[REJECTED]) | "FolderRejections" >> beam.Flatten()
+            labels = listed[LABELS]
+        elif kind == "glob":
+            parsed = (pbegin
+                      | "MatchFiles" >> fileio.MatchFiles(spec.path, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+                      | "KeepImageFiles" >> beam.Map(_glob_file, extensions).with_outputs(REJECTED, main="candidates"))
+            candidates, rejected = parsed.candidates, parsed[REJECTED]
         else:
-            pattern = self._spec.path
-            if kind == "folders":
-                pattern = FileSystems.join(self._spec.path.rstrip("/"), "*", "*")
-            files = pbegin | "MatchFiles" >> fileio.MatchFiles(
-                pattern, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW)
-            parsed = files | "KeepImageFiles" >> beam.ParDo(
-                _KeepImageFiles(self._spec)).with_outputs(REJECTED, main="candidates")
-        return {"candidates": parsed.candidates, REJECTED: parsed[REJECTED]}
+            layout = manifest_layout(spec, kind)
+            rows = (pbegin
+                    | "Manifest" >> beam.Create([spec.path])
+                    | "ReadManifest" >> beam.ParDo(_ReadManifest(layout)).with_outputs(REJECTED, main="rows"))
+            resolved = (rows.rows
+                        | "GroupListings" >> beam.GroupByKey()
+                        | "ResolveListings" >> beam.FlatMapTuple(resolve_listings).with_outputs(
+                            REJECTED, main="candidates"))
+            candidates = resolved.candidates
+            rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
+        if kind != "folders":
+            if self._excluded:
+                candidates = candidates | "ExcludeOutput" >> beam.Filter(_drop_excluded, self._excluded)
+            labels = candidates | "CandidateLabels" >> beam.Map(lambda c: c.label)
+        return {"candidates": candidates, REJECTED: rejected, LABELS: labels}

@@ -77,12 +77,15 @@ def _chunks_length(chunks: list) -> int:
 
 
 def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
-    """Serializes `{key: value}` as a `tf.train.Example`, deterministically (keys sorted).
+    """Serializes `{key: value}` as a `tf.train.Example`, deterministically (keys sorted)."""
+    return b"".join(_example_chunks(features)[0])
 
-    The nested messages are laid out as a flat list of tags and payload chunks (lengths are
-    known up front) and joined once.
-    """
+
+def _example_chunks(features: Mapping[str, FeatureValue], locate: str = "") -> tuple[list, int]:
+    """The record as a flat list of tags and payload chunks (lengths are known up front, so it is
+    joined once), and the offset of `locate`'s bytes value in it (-1 if absent)."""
     chunks: list = []
+    located = -1
     for key, value in sorted(features.items()):
         feature = _feature(value)
         feature_length = _chunks_length(feature)
@@ -91,8 +94,11 @@ def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
         chunks.append(_tag(_FEATURES_MAP, len(key_field) + len(value_tag) + feature_length))
         chunks.append(key_field)
         chunks.append(value_tag)
+        if key == locate:
+            located = _chunks_length(chunks) + feature_length - memoryview(value).nbytes
         chunks.extend(feature)
-    return b"".join([_tag(_EXAMPLE_FEATURES, _chunks_length(chunks)), *chunks])
+    head = _tag(_EXAMPLE_FEATURES, _chunks_length(chunks))
+    return [head, *chunks], located + len(head) if located >= 0 else -1
 
 
 def encode_pixels(image: np.ndarray, spec: ImageSpec) -> bytes:
@@ -119,7 +125,16 @@ class RecordFields:
     content_hash: str
 
 
-def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys) -> bytes:
+@dataclasses.dataclass(frozen=True)
+class EncodedRecord:
+    """A serialized Example and where its image bytes sit inside it (for the record index)."""
+
+    data: bytes
+    image_offset: int
+    image_length: int
+
+
+def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys) -> EncodedRecord:
     """The serialized record for one image; features whose key is empty are left out."""
     height, width, channels = spec.shape
     values: dict[str, FeatureValue] = {
@@ -132,7 +147,8 @@ def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: Fe
         keys.source_path: fields.source_path.encode("utf-8"),
         keys.content_hash: fields.content_hash.encode("ascii"),
     }
-    return serialize_example({key: value for key, value in values.items() if key})
+    chunks, image_offset = _example_chunks({key: value for key, value in values.items() if key}, keys.image)
+    return EncodedRecord(b"".join(chunks), image_offset, memoryview(pixels).nbytes)
 
 
 def feature_spec(spec: ImageSpec, keys: FeatureKeys) -> dict[str, dict]:

@@ -13,6 +13,9 @@ import apache_beam as beam
 from transforms.specs import ConversionSpec
 
 _MODULUS = 2**256
+# Output settings that say where to write and what to do with an existing dataset, not what
+# the records hold.
+POLICY_FIELDS = ("path", "overwrite", "skip_unchanged", "allow_empty", "compare_to", "reuse_from")
 
 
 def row_hash(row: str) -> int:
@@ -22,7 +25,7 @@ def row_hash(row: str) -> int:
 def config_fingerprint(spec: ConversionSpec) -> str:
     """Everything that shapes the records; where they are written and how is left out."""
     config = spec.to_dict()
-    for field in ("path", "overwrite", "skip_unchanged"):
+    for field in POLICY_FIELDS:
         config["output"].pop(field)
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()
 
@@ -45,3 +48,26 @@ class FingerprintFn(beam.CombineFn):
 
     def extract_output(self, accumulator: int) -> str:
         return hashlib.sha256(f"{self._config}:{accumulator:064x}".encode("ascii")).hexdigest()
+
+
+def image_row(path: str, content_hash: str, label: str) -> str:
+    return f"image\t{path}\t{content_hash}\t{label}"
+
+
+def rejection_row(path: str, error: str, message: str) -> str:
+    return f"rejected\t{path}\t{error}\t{message}"
+
+
+class InputFingerprint(beam.PTransform):
+    """(SourceImage PCollection, early Rejection PCollection) → one hex fingerprint."""
+
+    def __init__(self, spec: ConversionSpec):
+        super().__init__()
+        self._config = config_fingerprint(spec)
+
+    def expand(self, inputs: tuple) -> beam.PCollection:
+        images, rejections = inputs
+        return ((images | "ImageRows" >> beam.Map(lambda i: image_row(i.path, i.content_hash, i.label)),
+                 rejections | "RejectionRows" >> beam.Map(lambda r: rejection_row(r.path, r.error, r.message)))
+                | "InputRows" >> beam.Flatten()
+                | "Combine" >> beam.CombineGlobally(FingerprintFn(self._config)))

@@ -15,16 +15,27 @@ from transforms.rejections import CorruptImage, EmptyFile, NotAnImage
 
 @dataclasses.dataclass(frozen=True)
 class ImageHeader:
-    """What the file says about itself: format (jpeg, png, gif, bmp, webp, tiff) and size."""
+    """What the file says about itself: format (jpeg, png, gif, bmp, webp, tiff), size, and the
+    channels and bytes per sample the decoder will produce (an upper bound where the header
+    cannot tell, e.g. palettes that may gain alpha)."""
 
     format: str
     width: int
     height: int
+    channels: int = 3
+    bytes_per_sample: int = 1
+
+    @property
+    def decoded_bytes(self) -> int:
+        return self.width * self.height * self.channels * self.bytes_per_sample
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _EXIF_PREFIX = b"Exif\x00\x00"
 _TIFF_WIDTH, _TIFF_HEIGHT, _EXIF_ORIENTATION = 256, 257, 0x0112
+_TIFF_BITS_PER_SAMPLE, _TIFF_SAMPLES_PER_PIXEL = 258, 277
+# PNG colour type → channels as OpenCV decodes them (palettes may gain alpha from tRNS; grey+alpha is BGRA).
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 4, 6: 4}
 _TIFF_SHORT, _TIFF_LONG = 3, 4
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7,
                        0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
@@ -61,11 +72,18 @@ def _jpeg_markers(data: bytes) -> Iterator[tuple[int, int]]:
         pos += length
 
 
-def _jpeg(data: bytes) -> tuple[int, int]:
+_Size = tuple[int, int, int, int]  # width, height, channels, bytes per sample
+
+
+def _bytes_per_sample(bits: int) -> int:
+    return max(1, -(-bits // 8))
+
+
+def _jpeg(data: bytes) -> _Size:
     for marker, payload in _jpeg_markers(data):
         if marker in _JPEG_SOF:
-            height, width = struct.unpack_from(">HH", data, payload + 1)  # after the precision byte
-            return width, height
+            precision, height, width, components = struct.unpack_from(">BHHB", data, payload)
+            return width, height, max(3, components), _bytes_per_sample(precision)
     raise CorruptImage("jpeg has a start-of-scan marker but no start-of-frame (SOFn) before it")
 
 
@@ -81,55 +99,55 @@ def jpeg_has_eoi(data: bytes) -> bool:
     return data.rfind(b"\xff\xd9", scan_start) >= 0
 
 
-def _png(data: bytes) -> tuple[int, int]:
-    length, chunk_type, width, height = struct.unpack_from(">I4sII", data, 8)
+def _png(data: bytes) -> _Size:
+    length, chunk_type, width, height, depth, color_type = struct.unpack_from(">I4sIIBB", data, 8)
     if length != 13 or chunk_type != b"IHDR":
         raise CorruptImage(f"png first chunk is {chunk_type!r} of length {length}, not a 13-byte IHDR")
     (crc,) = struct.unpack_from(">I", data, 29)
     if zlib.crc32(data[12:29]) != crc:
         raise CorruptImage("png IHDR chunk fails its CRC check")
-    return width, height
+    return width, height, _PNG_CHANNELS.get(color_type, 4), _bytes_per_sample(depth)
 
 
-def _gif(data: bytes) -> tuple[int, int]:
+def _gif(data: bytes) -> _Size:
     width, height = struct.unpack_from("<HH", data, 6)  # logical screen descriptor
-    return width, height
+    return width, height, 4, 1
 
 
-def _bmp(data: bytes) -> tuple[int, int]:
+def _bmp(data: bytes) -> _Size:
     (dib_size,) = struct.unpack_from("<I", data, 14)
     if dib_size == 12:  # BITMAPCOREHEADER: unsigned 16-bit sizes
-        width, height = struct.unpack_from("<HH", data, 18)
-        return width, height
+        width, height, _, bits = struct.unpack_from("<HHHH", data, 18)
+        return width, height, 3, 1
     if dib_size < 40:
         raise CorruptImage(f"bmp info header size {dib_size} is neither 12 (core) nor >= 40 (info)")
-    width, height = struct.unpack_from("<ii", data, 18)
+    width, height, _, bits = struct.unpack_from("<iiHH", data, 18)
     if width < 0:
         raise CorruptImage(f"bmp declares negative width {width}")
-    return width, abs(height)  # negative height marks a top-down bitmap
+    return width, abs(height), 4 if bits == 32 else 3, 1  # negative height marks a top-down bitmap
 
 
-def _webp(data: bytes) -> tuple[int, int]:
+def _webp(data: bytes) -> _Size:
     chunk = data[12:16]
     if chunk == b"VP8 ":  # lossy: 3-byte frame tag, start code, 14-bit sizes
         width, height = struct.unpack_from("<HH", data, 26)
         if data[23:26] != b"\x9d\x01\x2a":
             raise CorruptImage("webp VP8 chunk lacks the key-frame start code")
-        return width & 0x3FFF, height & 0x3FFF
+        return width & 0x3FFF, height & 0x3FFF, 3, 1
     if chunk == b"VP8L":  # lossless: signature byte, then 14-bit (size - 1) fields
         (bits,) = struct.unpack_from("<I", data, 21)
         if data[20] != 0x2F:
             raise CorruptImage("webp VP8L chunk lacks its 0x2F signature")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1, 4, 1
     if chunk == b"VP8X":  # extended: 24-bit (canvas size - 1) fields after flags
         w0, w1, w2, h0, h1, h2 = struct.unpack_from("<6B", data, 24)
-        return (w0 | w1 << 8 | w2 << 16) + 1, (h0 | h1 << 8 | h2 << 16) + 1
+        return (w0 | w1 << 8 | w2 << 16) + 1, (h0 | h1 << 8 | h2 << 16) + 1, 4, 1
     raise CorruptImage(f"webp first chunk is {chunk!r}, not VP8, VP8L or VP8X")
 
 
 def _ifd0(tiff: bytes) -> dict[int, int]:
-    """Single-valued SHORT and LONG tags of IFD0 in a TIFF-structured blob (TIFF files and EXIF
-    share this layout). Such values sit inline in the entry, so no offsets are followed."""
+    """The first value of each SHORT and LONG tag of IFD0 in a TIFF-structured blob (TIFF files
+    and EXIF share this layout). Values that do not fit the entry are read at their offset."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None or struct.unpack_from(order + "H", tiff, 2)[0] != 42:
         raise CorruptImage(f"tiff structure has no II*/MM* byte-order mark: {tiff[:4].hex(' ')}")
@@ -138,23 +156,23 @@ def _ifd0(tiff: bytes) -> dict[int, int]:
     values = {}
     for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
         tag, kind, n = struct.unpack_from(order + "HHI", tiff, entry)
-        if n != 1:
+        if n < 1 or kind not in (_TIFF_SHORT, _TIFF_LONG):
             continue
-        if kind == _TIFF_SHORT:
-            values[tag] = struct.unpack_from(order + "H", tiff, entry + 8)[0]
-        elif kind == _TIFF_LONG:
-            values[tag] = struct.unpack_from(order + "I", tiff, entry + 8)[0]
+        size = 2 if kind == _TIFF_SHORT else 4
+        where = entry + 8 if n * size <= 4 else struct.unpack_from(order + "I", tiff, entry + 8)[0]
+        values[tag] = struct.unpack_from(order + ("H" if kind == _TIFF_SHORT else "I"), tiff, where)[0]
     return values
 
 
-def _tiff(data: bytes) -> tuple[int, int]:
+def _tiff(data: bytes) -> _Size:
     tags = _ifd0(data)
     if _TIFF_WIDTH not in tags or _TIFF_HEIGHT not in tags:
         raise CorruptImage("tiff IFD0 lacks ImageWidth (256) or ImageLength (257)")
-    return tags[_TIFF_WIDTH], tags[_TIFF_HEIGHT]
+    channels = max(3, tags.get(_TIFF_SAMPLES_PER_PIXEL, 1))
+    return tags[_TIFF_WIDTH], tags[_TIFF_HEIGHT], channels, _bytes_per_sample(tags.get(_TIFF_BITS_PER_SAMPLE, 8))
 
 
-_Reader = Callable[[bytes], tuple[int, int]]
+_Reader = Callable[[bytes], _Size]
 _READERS: tuple[tuple[tuple[bytes, ...], str, _Reader], ...] = (
     ((b"\xff\xd8\xff",), "jpeg", _jpeg),
     ((_PNG_SIGNATURE,), "png", _png),
@@ -180,12 +198,12 @@ def read_header(data: bytes) -> ImageHeader:
         raise EmptyFile("file has zero bytes")
     fmt, reader = _sniff(data)
     try:
-        width, height = reader(data)
+        width, height, channels, bytes_per_sample = reader(data)
     except struct.error:
         raise CorruptImage(f"{fmt} header truncated: file has only {len(data)} bytes") from None
     if width <= 0 or height <= 0:
         raise CorruptImage(f"{fmt} header declares an empty size {width}x{height}")
-    return ImageHeader(fmt, width, height)
+    return ImageHeader(fmt, width, height, channels, bytes_per_sample)
 
 
 def exif_orientation(exif: bytes) -> int:

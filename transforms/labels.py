@@ -4,17 +4,19 @@ from __future__ import annotations
 from typing import Iterable, Optional, Sequence
 
 
-def build_label_map(labels: Iterable[str], class_names: Optional[Sequence[str]] = None) -> dict[str, int]:
+def build_label_map(labels: Iterable[str], class_names: Optional[Sequence[str]] = None,
+                    integer_ids: bool = False) -> dict[str, int]:
     """Label text → id.
 
-    A fixed `class_names` list wins (ids by position). Otherwise, when every label is an integer
-    (a manifest of ids), the integers are the ids; else ids follow the sorted class names, which
-    is the order Keras `image_dataset_from_directory` uses.
+    A fixed `class_names` list wins (ids by position). Otherwise, with `integer_ids` (manifests)
+    and every label an integer, the integers are the ids; else ids follow the names sorted as
+    strings, the order of Keras `image_dataset_from_directory`'s class_names (so class folders
+    `0, 1, 10, 2` get ids 0, 1, 2, 3, as in Keras).
     """
     if class_names:
         return {name: i for i, name in enumerate(class_names)}
     distinct = set(labels)
-    if distinct and all(_is_int(label) for label in distinct):
+    if integer_ids and distinct and all(_is_int(label) for label in distinct):
         return {label: int(label) for label in sorted(distinct, key=int)}
     return {name: i for i, name in enumerate(sorted(distinct))}
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from transforms.decode import decode_image
-from transforms.example import RecordFields, build_example, encode_pixels
+from transforms.example import EncodedRecord, RecordFields, build_example, encode_pixels
 from transforms.normalize import normalize_image
 from transforms.resize import resize_image
 from transforms.specs import FeatureKeys, ImageSpec
 
 
-def image_to_record(data: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys) -> bytes:
+def image_to_record(data: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys) -> EncodedRecord:
     pixels = normalize_image(resize_image(decode_image(data, spec), spec), spec)
     return build_example(encode_pixels(pixels, spec), fields, spec, keys)

@@ -5,45 +5,18 @@ the header check rejects non-images and decompression bombs without decoding a p
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from transforms.concurrency import InflightDoFn
 from transforms.decode import check_header
-from transforms.discover import REJECTED, Candidate
-from transforms.rejections import EmptyFile, InputRejected, Rejection, UnreadableFile
+from transforms.discover import REJECTED
+from transforms.files import content_hash, read_input
+from transforms.refs import Candidate, SourceImage
+from transforms.rejections import InputRejected, Rejection
 from transforms.specs import ImageSpec
 
-
-@dataclasses.dataclass(frozen=True)
-class SourceImage:
-    """A readable image file: where it is, its label text, what it holds."""
-
-    path: str
-    label: str
-    content_hash: str
-    format: str
-    width: int
-    height: int
-
-
-def read_file(path: str) -> bytes:
-    """All bytes of `path` through Beam's FileSystems (local, gs://, s3://, ...)."""
-    try:
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
-            data = handle.read()
-    except Exception as exc:  # each filesystem raises its own error types
-        raise UnreadableFile(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
-    if not data:
-        raise EmptyFile(f"{path} is empty (0 bytes)")
-    return data
-
-
-def content_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+READ_THREADS = 4  # reading and hashing release the GIL
 
 
 def describe_source(candidate: Candidate, data: bytes, spec: ImageSpec) -> SourceImage:
@@ -52,17 +25,28 @@ def describe_source(candidate: Candidate, data: bytes, spec: ImageSpec) -> Sourc
                        header.width, header.height)
 
 
-class ReadAndCheck(beam.DoFn):
-    """Candidate → SourceImage, or a Rejection naming the file and the reason."""
+def read_and_check(candidate: Candidate, spec: ImageSpec, max_file_bytes: int) -> SourceImage:
+    return describe_source(candidate, read_input(candidate.path, max_file_bytes), spec)
 
-    def __init__(self, spec: ImageSpec):
-        self._spec = spec
-        self._bytes_read = Metrics.counter("imgrec", "bytes_read")
 
-    def process(self, candidate: Candidate):
-        try:
-            data = read_file(candidate.path)
-            self._bytes_read.inc(len(data))
-            yield describe_source(candidate, data, self._spec)
-        except InputRejected as exc:
-            yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(candidate.path, exc))
+class ReadAndCheck(InflightDoFn):
+    """Candidate → SourceImage, or a Rejection naming the file and the reason.
+
+    Files are read and hashed on a few threads (both release the GIL), so this first pass keeps
+    the cores busy even on a runner that executes every step in one process.
+    """
+
+    def __init__(self, spec: ImageSpec, max_file_bytes: int):
+        super().__init__(READ_THREADS)
+        self._spec, self._max_file_bytes = spec, max_file_bytes
+        self._read = Metrics.counter("imgrec", "files_read")
+
+    def work(self, candidate: Candidate) -> SourceImage:
+        return read_and_check(candidate, self._spec, self._max_file_bytes)
+
+    def emit(self, candidate: Candidate, result: SourceImage):
+        self._read.inc()
+        yield result
+
+    def reject(self, candidate: Candidate, exc: InputRejected):
+        yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(candidate.path, exc))

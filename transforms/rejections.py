@@ -25,6 +25,12 @@ class EmptyFile(InputRejected):
     stage = "read"
 
 
+class FileTooLarge(InputRejected):
+    """Larger than max_file_bytes: refused from its size, before its bytes are read."""
+
+    stage = "read"
+
+
 class NotAnImage(InputRejected):
     stage = "header"
 
@@ -46,7 +52,20 @@ class BadManifestLine(InputRejected):
 
 
 class SkippedFile(InputRejected):
-    """A matched file without an image extension (e.g. a README beside the images)."""
+    """Not an input by design: no image extension (a README), hidden or macOS `._` files, files
+    outside any class folder."""
+
+    stage = "discover"
+
+
+class ConflictingLabels(InputRejected):
+    """A manifest lists the same path with different labels: which one is right is unknowable."""
+
+    stage = "discover"
+
+
+class DuplicateListing(InputRejected):
+    """A manifest lists the same path with the same label again; the image is written once."""
 
     stage = "discover"
 
@@ -92,4 +111,4 @@ class Rejection:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
-_NOT_ERRORS = frozenset({SkippedFile.__name__, DuplicateImage.__name__})
+_NOT_ERRORS = frozenset({SkippedFile.__name__, DuplicateImage.__name__, DuplicateListing.__name__})

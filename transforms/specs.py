@@ -8,14 +8,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from transforms import dataset_format
+
 RESIZE_MODES = ("stretch", "center_crop", "pad")
 INTERPOLATIONS = ("nearest", "linear", "area", "cubic", "lanczos")
 NORMALIZATIONS = ("none", "unit", "mean_std")
 ENCODINGS = ("raw", "jpeg", "png")
 ALPHA_MODES = ("composite", "drop")
+DECODERS = ("imgrec", "imread")
+REDUCED_DECODE = ("auto", "off")
 SPLIT_METHODS = ("hash", "stratified")
 SPLIT_KEYS = ("content", "path")
-COMPRESSIONS = ("none", "gzip")
+INPUT_KINDS = ("folders", "glob", "csv", "jsonl")
+COMPRESSIONS = tuple(dataset_format.COMPRESSIONS)
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -41,6 +46,17 @@ class ImageSpec:
     pad_value: int = 0
     min_side: int = 1
     max_pixels: int = 178_956_970  # Pillow's decompression-bomb limit, a widely used default.
+    # Memory one decode may take: the decoded array (width x height x channels x bytes per
+    # sample) plus the working copies decode makes; checked from the header before decoding.
+    max_decoded_bytes: int = 2**30
+    # "imgrec": alpha composited or dropped as `alpha` says, 16 bits rounded exactly (x / 257),
+    # EXIF orientation applied. "imread": exactly what `cv2.imread(path)` gives (BGR → RGB), to
+    # reproduce scripts built on it bit for bit (it drops alpha, takes the high byte of 16-bit
+    # PNGs, premultiplies some TIFF alpha).
+    decoder: str = "imgrec"
+    # JPEGs decoded at 1/2, 1/4 or 1/8 size by the decoder itself (DCT scaling) when the image is
+    # large enough that this is invisible after the resize; see transforms/decode.py.
+    reduced_decode: str = "auto"
 
     def __post_init__(self) -> None:
         _check_choice("resize_mode", self.resize_mode, RESIZE_MODES)
@@ -48,6 +64,10 @@ class ImageSpec:
         _check_choice("normalize", self.normalize, NORMALIZATIONS)
         _check_choice("encoding", self.encoding, ENCODINGS)
         _check_choice("alpha", self.alpha, ALPHA_MODES)
+        _check_choice("decoder", self.decoder, DECODERS)
+        _check_choice("reduced_decode", self.reduced_decode, REDUCED_DECODE)
+        if self.max_decoded_bytes <= 0 or self.max_pixels <= 0 or self.min_side < 1:
+            raise ValueError("max_decoded_bytes and max_pixels must be positive and min_side at least 1")
         if self.height <= 0 or self.width <= 0:
             raise ValueError(f"height and width must be positive; got {self.height}x{self.width}")
         if self.encoding != "raw" and self.normalize != "none":
@@ -66,6 +86,14 @@ class ImageSpec:
     @property
     def shape(self) -> tuple[int, int, int]:
         return (self.height, self.width, 3)
+
+    def pixel_settings(self) -> dict:
+        """The fields that decide an accepted image's stored bytes (limits only decide which
+        images are accepted): what an incremental run must match to reuse a record's image."""
+        settings = dataclasses.asdict(self)
+        for limit in ("min_side", "max_pixels", "max_decoded_bytes"):
+            settings.pop(limit)
+        return settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +151,9 @@ class OutputSpec:
     skip_unchanged: bool = False
     max_error_fraction: float = 0.01
     drop_duplicates: bool = False
+    allow_empty: bool = False  # publish a dataset with no examples instead of failing
+    compare_to: Optional[str] = None  # skip_unchanged: compare with this dataset ("latest": newest sibling)
+    reuse_from: Optional[str] = None  # take unchanged images' bytes from this dataset ("latest": newest sibling)
 
     def __post_init__(self) -> None:
         _check_choice("compression", self.compression, COMPRESSIONS)
@@ -131,9 +162,6 @@ class OutputSpec:
         if not 0 <= self.max_error_fraction <= 1:
             raise ValueError(f"max_error_fraction must be in [0, 1]; got {self.max_error_fraction}")
 
-    @property
-    def suffix(self) -> str:
-        return ".tfrecord.gz" if self.compression == "gzip" else ".tfrecord"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,11 +172,21 @@ class InputSpec:
     kind: str = "auto"  # auto | folders | glob | csv | jsonl
     extensions: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif")
     class_names: Optional[tuple[str, ...]] = None  # fixed label map; other labels are rejected
+    max_file_bytes: int = 256 * 2**20  # larger files are rejected without being read
+    # Manifest column (CSV) or key (JSONL) names of the path and the label; None: recognise them.
+    manifest_columns: Optional[tuple[str, str]] = None
+
+    def __post_init__(self) -> None:
+        if self.kind != "auto":
+            _check_choice("input kind", self.kind, INPUT_KINDS)
+        if self.max_file_bytes <= 0:
+            raise ValueError(f"max_file_bytes must be positive; got {self.max_file_bytes}")
+        if self.manifest_columns is not None and (len(self.manifest_columns) != 2 or not all(self.manifest_columns)):
+            raise ValueError(f"manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; got {self.manifest_columns}")
 
     def resolved_kind(self) -> str:
         """`auto` picks by the path: manifests by extension, globs by wildcard, else folders."""
         if self.kind != "auto":
-            _check_choice("input kind", self.kind, ("folders", "glob", "csv", "jsonl"))
             return self.kind
         lower = self.path.lower()
         if lower.endswith(".csv"):

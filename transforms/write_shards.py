@@ -1,74 +1,54 @@
-"""Group planned images into shards and write each shard's TFRecord file in one pass.
+"""Write every split's shards: plan parts per shard, convert parts in parallel, concatenate.
 
-Shards are formed by grouping the small `PlannedImage` references, and each shard's images are
-read, converted and written by the same DoFn call. Pixels therefore never cross a shuffle: a
-`GroupByKey` over encoded images (what `WriteToTFRecord(num_shards=N)` does) makes the
-DirectRunner hold the whole dataset in memory, and sharding by bundle (`num_shards=0`) gives
-neither a chosen shard count nor a reproducible order. Files are named as `WriteToTFRecord`
-names them, framed as TFRecords with Beam's masked CRC32C.
+    PlannedImage ─► PlanShards ─► ConvertParts ─► ConcatShards ─► ShardResult
+                   (group refs     (decode → ... →    (part files in
+                    by shard,       Example, one       order → the shard
+                    cut into        part file per      file + its record
+                    parts)          part)              index)
+
+Only small image references cross a shuffle; pixels are read, converted and written by the
+part's DoFn call, so memory stays bounded by the parts in flight, even on the DirectRunner.
+A part is a fixed number of consecutive records of one shard, so a shard's images are converted
+by as many workers as it has parts (a cluster is not capped at one busy worker per shard), and
+TFRecord framing is per record, so concatenating the parts in order gives the same bytes as
+writing the shard in one pass. Shards are therefore byte-identical on every runner.
+
+Parts are named by a digest of the settings and images they hold and kept in the staging area
+until the dataset is published: a run that was killed and started again finds the parts it
+already finished and converts only the rest (resumable runs).
+
+Beam's `WriteToTFRecord(num_shards=N)` would group the encoded images themselves (which the
+DirectRunner holds in memory) and, with `num_shards=0`, leave the shard count and the record
+order to the runner. The cost of this design on a cluster: every record is written twice (the
+part, then the shard) and the concatenation of one shard runs on one worker.
 """
 from __future__ import annotations
 
-import collections
-import concurrent.futures
-import dataclasses
-import os
-import struct
-import uuid
-from typing import Callable, Iterable, Iterator, Optional, TypeVar, Union
+from typing import Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
-import cv2
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
-from transforms.assign import PlannedImage
+from transforms.concurrency import InflightDoFn
 from transforms.discover import REJECTED
-from transforms.example import RecordFields
-from transforms.process import image_to_record
-from transforms.read import content_hash, read_file
-from transforms.rejections import FileChanged, InputRejected, Rejection
-from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
-from transforms.split import num_shards_for, order_in_shard, shard_for
-
-ShardKey = tuple[str, int, int]  # (split, shard index, shard count)
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardResult:
-    """What one written shard holds, for metadata.json."""
-
-    split: str
-    index: int
-    num_shards: int
-    path: str
-    num_examples: int
-    num_bytes: int
-    label_counts: tuple[tuple[str, int], ...]
-
-
-def shard_file_name(split: str, index: int, num_shards: int, suffix: str) -> str:
-    """`train-00000-of-00004.tfrecord`, the names `WriteToTFRecord` gives."""
-    return f"{split}-{index:05d}-of-{num_shards:05d}{suffix}"
-
-
-def create_tfrecord_file(path: str, compression: str):
-    compression_type = CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED
-    return FileSystems.create(path, mime_type="application/octet-stream", compression_type=compression_type)
-
-
-def write_tfrecord(handle, record: bytes) -> None:
-    """Frames one record (length, masked CRC32C of length, data, masked CRC32C of data).
-
-    The same bytes as `_TFRecordUtil.write_record`, whose checksums it uses, but written as three
-    pieces instead of joined first: that join copied every (600 KB raw) record once more.
-    """
-    length = struct.pack("<Q", len(record))
-    handle.write(length + struct.pack("<I", _TFRecordUtil._masked_crc32c(length)))
-    handle.write(record)
-    handle.write(struct.pack("<I", _TFRecordUtil._masked_crc32c(record)))
+from transforms.parts import (
+    PartOutcome,
+    PartResult,
+    PartTask,
+    ShardKey,
+    ShardPlan,
+    ShardResult,
+    WriterSettings,
+    concat_shard,
+    convert_part,
+    cut_into_parts,
+    shard_keys,
+    shard_order,
+    single_threaded_opencv,
+)
+from transforms.refs import PlannedImage
+from transforms.rejections import InputRejected
+from transforms.split import num_shards_for, shard_for
 
 
 def key_by_shard(image: PlannedImage, shard_counts: dict[str, int], seed: int) -> tuple[ShardKey, PlannedImage]:
@@ -76,114 +56,89 @@ def key_by_shard(image: PlannedImage, shard_counts: dict[str, int], seed: int) -
     return (image.split, shard_for(image.source.path, seed, num_shards), num_shards), image
 
 
-def convert_planned_image(image: PlannedImage, label_text: str, spec: ImageSpec, keys: FeatureKeys) -> bytes:
-    """Reads the file again and converts it; the hash check catches files rewritten meanwhile."""
-    data = read_file(image.source.path)
-    if content_hash(data) != image.source.content_hash:
-        raise FileChanged(f"{image.source.path} changed while the pipeline ran (sha256 differs)")
-    fields = RecordFields(image.label_id, label_text, image.source.path, image.source.content_hash)
-    return image_to_record(data, fields, spec, keys)
+def plan_shard(element: tuple[ShardKey, Iterable[Optional[PlannedImage]]],
+               settings: WriterSettings) -> Iterator[Union[ShardPlan, PartTask]]:
+    shard, images = element
+    ordered = shard_order((im for im in images if im is not None), settings.output.shuffle_seed)
+    parts = cut_into_parts(shard, ordered, settings)
+    yield ShardPlan(shard, len(parts))
+    yield from parts
 
 
-# Threads converting one shard's images. Decoding, resizing, hashing, float conversion and file
-# I/O release the GIL (~90% of the per-image time), so a shard keeps every core busy even when it
-# is the only work left: with few shards per split (the seed config has one) the runner gives one
-# worker most of the images, and every stage ends waiting for its slowest worker.
-CONVERT_THREADS = max(1, min(4, os.cpu_count() or 1))
+class _ConvertParts(InflightDoFn):
+    """PartTask → PartResult, plus a rejection per image that could not be converted."""
 
-T = TypeVar("T")
-R = TypeVar("R")
+    def __init__(self, settings: WriterSettings):
+        super().__init__(settings.local_processes, processes=True)
+        self._settings = settings
+        self._converted = Metrics.counter("imgrec", "images_converted")
+        self._reused = Metrics.counter("imgrec", "images_reused")
+        self._parts = Metrics.counter("imgrec", "parts_done")
 
+    def task(self, part: PartTask):
+        return convert_part, (part, self._settings)
 
-def converted_in_order(pool: concurrent.futures.Executor, convert: Callable[[T], R], items: Iterable[T],
-                       window: int) -> Iterator[tuple[T, R]]:
-    """(item, convert(item)) in the order of `items`, computed on `pool` with at most `window`
-    items in flight, so memory stays bounded by a few records whatever the shard size."""
-    pending: collections.deque = collections.deque()
-    for item in items:
-        pending.append((item, pool.submit(convert, item)))
-        if len(pending) >= window:
-            done, future = pending.popleft()
-            yield done, future.result()
-    while pending:
-        done, future = pending.popleft()
-        yield done, future.result()
-
-
-class _WriteShardFn(beam.DoFn):
-    def __init__(self, image: ImageSpec, keys: FeatureKeys, output: OutputSpec, staging_dir: str):
-        self._image, self._keys, self._output, self._staging_dir = image, keys, output, staging_dir
-        self._written = Metrics.counter("imgrec", "records_written")
-        self._bytes = Metrics.counter("imgrec", "record_bytes_written")
+    def pool_initializer(self):
+        return single_threaded_opencv
 
     def setup(self) -> None:
-        # Images are converted on this DoFn's own threads (see `converted_in_order`), so
-        # OpenCV's thread pool (resize, colour conversion) would only oversubscribe the cores:
-        # it costs ~10% more CPU per image. One OpenCV thread gives the same pixels.
-        cv2.setNumThreads(1)
-        self._pool = concurrent.futures.ThreadPoolExecutor(CONVERT_THREADS, thread_name_prefix="imgrec-convert")
+        super().setup()
+        single_threaded_opencv()
 
-    def teardown(self) -> None:
-        pool, self._pool = getattr(self, "_pool", None), None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+    def emit(self, part: PartTask, outcome: PartOutcome):
+        self._converted.inc(outcome.records - outcome.reused)
+        self._reused.inc(outcome.reused)
+        self._parts.inc()
+        for rejection in outcome.rejections:
+            yield beam.pvalue.TaggedOutput(REJECTED, rejection)
+        yield PartResult(part.shard, part.index, part.digest, len(part.images), outcome.records, outcome.num_bytes,
+                         outcome.label_counts, outcome.reused)
 
-    def _convert(self, image: PlannedImage) -> tuple[Optional[bytes], Optional[Exception]]:
-        try:
-            return convert_planned_image(image, image.source.label, self._image, self._keys), None
-        except Exception as exc:  # reported in order by process()
-            return None, exc
+    def reject(self, part: PartTask, exc: InputRejected):
+        raise AssertionError("convert_part reports rejections in its outcome") from exc
 
-    def process(self, element: tuple[ShardKey, Iterable[PlannedImage]]) -> Iterator[Union[ShardResult, beam.pvalue.TaggedOutput]]:
-        (split, index, num_shards), images = element
-        seed = self._output.shuffle_seed
-        ordered = sorted(images, key=lambda im: (order_in_shard(im.source.path, seed), im.source.path))
-        name = shard_file_name(split, index, num_shards, self._output.suffix)
-        final_path = FileSystems.join(self._staging_dir, name)
-        # A retried or speculative attempt writes its own file; the last rename wins, and all
-        # attempts write identical bytes.
-        attempt_path = f"{final_path}.attempt-{uuid.uuid4().hex}"
-        label_counts: collections.Counter[str] = collections.Counter()
-        num_bytes = 0
-        handle = create_tfrecord_file(attempt_path, self._output.compression)
-        try:
-            for image, (record, exc) in converted_in_order(self._pool, self._convert, ordered, 2 * CONVERT_THREADS):
-                if exc is not None:  # any per-image failure becomes a dead letter, not a lost job
-                    if not isinstance(exc, InputRejected):
-                        exc = InputRejected(f"{type(exc).__name__}: {exc}")
-                    yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(image.source.path, exc, split))
-                    continue
-                write_tfrecord(handle, record)
-                label_counts[image.source.label] += 1
-                num_bytes += len(record)
-        finally:
-            handle.close()
-        FileSystems.rename([attempt_path], [final_path])
-        self._written.inc(sum(label_counts.values()))
-        self._bytes.inc(num_bytes)
-        yield ShardResult(split, index, num_shards, final_path, sum(label_counts.values()), num_bytes,
-                          tuple(sorted(label_counts.items())))
+
+def _concat(element: tuple[ShardKey, Iterable[Union[ShardPlan, PartResult]]], settings: WriterSettings) -> ShardResult:
+    _, values = element
+    values = list(values)
+    (plan,) = [v for v in values if isinstance(v, ShardPlan)]
+    return concat_shard(plan, [v for v in values if isinstance(v, PartResult)], settings)
 
 
 class WriteShards(beam.PTransform):
-    """PlannedImage → {"shards": ShardResult, "rejected": Rejection, "planned_counts": {split: n}}."""
+    """PlannedImage → {"shards": ShardResult, "rejected": Rejection, "planned_counts": {split: n},
+    "parts": PartResult (for progress)}."""
 
-    def __init__(self, image: ImageSpec, keys: FeatureKeys, output: OutputSpec, staging_dir: str):
+    def __init__(self, settings: WriterSettings):
         super().__init__()
-        self._image, self._keys, self._output, self._staging_dir = image, keys, output, staging_dir
+        self._settings = settings
 
     def expand(self, planned: beam.PCollection) -> dict[str, beam.PCollection]:
-        image, output = self._image, self._output
+        settings = self._settings
+        image, output = settings.image, settings.output
         planned_counts = (planned
                           | "SplitOf" >> beam.Map(lambda im: im.split)
                           | "CountPerSplit" >> beam.combiners.Count.PerElement()
                           | "PlannedCounts" >> beam.combiners.ToDict())
         shard_counts = planned_counts | "ShardCounts" >> beam.Map(
             lambda counts: {split: num_shards_for(n, image, output) for split, n in counts.items()})
-        written = (planned
-                   | "KeyByShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(shard_counts),
-                                              output.shuffle_seed)
-                   | "GroupShards" >> beam.GroupByKey()
-                   | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
-                       image, self._keys, output, self._staging_dir)).with_outputs(REJECTED, main="shards"))
-        return {"shards": written.shards, REJECTED: written[REJECTED], "planned_counts": planned_counts}
+        every_shard = planned_counts | "EveryShard" >> beam.FlatMap(
+            lambda counts: [(key, None) for key in shard_keys(counts, image, output)])
+        keyed = planned | "KeyByShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(shard_counts),
+                                                   output.shuffle_seed)
+        work = ((keyed, every_shard)
+                | "ImagesAndShards" >> beam.Flatten()
+                | "GroupShards" >> beam.GroupByKey()
+                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings))
+        tasks = work | "PartTasks" >> beam.Filter(lambda v: isinstance(v, PartTask))
+        shard_plans = work | "ShardPlans" >> beam.Filter(lambda v: isinstance(v, ShardPlan))
+        converted = (tasks
+                     | "SpreadParts" >> beam.Reshuffle()
+                     | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts"))
+        shards = (((shard_plans | "KeyPlan" >> beam.Map(lambda p: (p.shard, p))),
+                   (converted.parts | "KeyPart" >> beam.Map(lambda p: (p.shard, p))))
+                  | "PlansAndParts" >> beam.Flatten()
+                  | "GroupParts" >> beam.GroupByKey()
+                  | "ConcatShards" >> beam.Map(_concat, settings))
+        return {"shards": shards, REJECTED: converted[REJECTED], "planned_counts": planned_counts,
+                "parts": converted.parts}

@@ -1,0 +1,28 @@
+"""Why a run stops, and the exit code each reason gets (schedulers rely on them).
+
+    0  a finished dataset is in the output (written now, or kept because nothing changed)
+    1  the run failed: the pipeline failed, the error budget was exceeded, no images, ...
+    2  usage: bad flags or config, or refused before any work (output not a dataset, ...)
+    3  the output is locked by another run that is still going
+"""
+from __future__ import annotations
+
+
+class ImgrecError(Exception):
+    exit_code = 1
+
+
+class RunFailed(ImgrecError):
+    """The run did its work but must not publish: too many errors, no images, counts off."""
+
+    exit_code = 1
+
+
+class UsageError(ImgrecError):
+    """Bad flags, config or input layout; also refusals before any work is done."""
+
+    exit_code = 2
+
+
+class OutputLocked(ImgrecError):
+    exit_code = 3

@@ -1,0 +1,195 @@
+"""One run at a time per output folder: `OUTPUT/.imgrec.lock`.
+
+The driver takes the lock before it converts anything and removes it after publishing (or
+failing). The lock file records its owner (run id, host, pid, start time) and a heartbeat the
+driver refreshes while the run goes on. Right before publishing, the pipeline's last step checks
+that the lock is still this run's and, on the driver's host, that the driver is alive
+(`check_publisher`).
+
+On a local (or NFS) folder the lock is an exclusive `flock` on the file: the kernel releases it
+when the driver dies, however it dies, so a killed run never blocks the next one. Object stores
+(gs://, s3://) have neither locks nor an exclusive create through Beam's FileSystems: there the
+lock is written, read back after a pause and must still be ours, and a lock whose heartbeat is
+older than `STALE_AFTER` is taken over. Two runs starting within the same second could then
+both proceed; the check before publishing still stops the second one from replacing a dataset
+published meanwhile. To clear a lock by hand, delete the file (only when no run is alive).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from typing import Optional
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.errors import OutputLocked, RunFailed
+from transforms.dataset_format import LOCK_FILE, join
+from transforms.files import local_path
+
+HEARTBEAT_SECONDS = 30.0
+STALE_AFTER = datetime.timedelta(minutes=10)
+_SETTLE_SECONDS = 2.0  # object stores: pause between writing the lock and reading it back
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+@dataclasses.dataclass(frozen=True)
+class LockOwner:
+    run_id: str
+    host: str
+    pid: int
+    started: str
+    heartbeat: str
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "LockOwner":
+        return cls(**json.loads(text))
+
+    def is_stale(self, now: datetime.datetime) -> bool:
+        return now - datetime.datetime.fromisoformat(self.heartbeat) > STALE_AFTER
+
+    def describe(self) -> str:
+        return (f"run {self.run_id} (host {self.host}, pid {self.pid}, started {self.started}, "
+                f"last heartbeat {self.heartbeat})")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read(path: str) -> Optional[LockOwner]:
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            return LockOwner.from_json(handle.read().decode("utf-8"))
+    except Exception:  # gone, or half-written by a dying run: treat as absent / unreadable
+        return None
+
+
+def check_publisher(output: str, run_id: str) -> None:
+    """Run where the dataset is published (the pipeline's last step, on a worker): the lock must
+    still belong to this run and, when the driver runs on this host, the driver must be alive, so
+    a killed run never publishes. Workers on other hosts (Dataflow) cannot see the driver and
+    publish as the job's last step even if the launcher was stopped, as Dataflow jobs do."""
+    path = join(output, LOCK_FILE)
+    owner = _read(path)
+    if owner is None or owner.run_id != run_id:
+        raise RunFailed(f"{path} no longer belongs to this run (now: {owner.describe() if owner else 'nobody'}); "
+                        "nothing was published")
+    if owner.host == socket.gethostname() and not _pid_alive(owner.pid):
+        raise RunFailed(f"the driver of run {run_id} (pid {owner.pid}) is gone; nothing was published")
+
+
+class OutputLock:
+    """Held while a run converts and publishes into `output`."""
+
+    def __init__(self, output: str, run_id: str):
+        self.path = join(output, LOCK_FILE)
+        self._run_id = run_id
+        self._host = socket.gethostname()
+        self._started = _now().isoformat(timespec="seconds")
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._descriptor: Optional[int] = None  # local: the open, flocked lock file
+
+    def _owner(self) -> LockOwner:
+        return LockOwner(self._run_id, self._host, os.getpid(), self._started, _now().isoformat(timespec="seconds"))
+
+    def _lock_local(self, path: str) -> bool:
+        """flock the file at `path`; False if a live process holds it. The file must still be the
+        one at `path` once locked (a releasing run unlinks it before unlocking)."""
+        while True:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(descriptor)
+                return False
+            try:
+                same = os.stat(path).st_ino == os.fstat(descriptor).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._descriptor = descriptor
+                self._write()
+                return True
+            os.close(descriptor)
+
+    def _lock_remote(self) -> bool:
+        owner = _read(self.path)
+        if owner is not None and not owner.is_stale(_now()):
+            return False
+        self._write()
+        time.sleep(_SETTLE_SECONDS)
+        current = _read(self.path)
+        return current is not None and current.run_id == self._run_id
+
+    def _write(self) -> None:
+        text = self._owner().to_json().encode("utf-8")
+        if self._descriptor is not None:
+            os.ftruncate(self._descriptor, 0)
+            os.pwrite(self._descriptor, text, 0)
+            return
+        with FileSystems.create(self.path) as handle:
+            handle.write(text)
+
+    def acquire(self) -> "OutputLock":
+        """Takes the lock; raises OutputLocked if a live run holds it."""
+        local = local_path(self.path)
+        if not (self._lock_local(local) if local is not None else self._lock_remote()):
+            owner = _read(self.path)
+            raise OutputLocked(
+                f"{self.path} is held by {owner.describe() if owner else 'another run'}; wait for that run "
+                f"to finish, or, if no such run is alive, delete {self.path}")
+        self._start_heartbeat()
+        return self
+
+    def _start_heartbeat(self) -> None:
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_SECONDS):
+                if self._descriptor is not None or self.holds():
+                    self._write()
+
+        self._thread = threading.Thread(target=beat, name="imgrec-lock-heartbeat", daemon=True)
+        self._thread.start()
+
+    def holds(self) -> bool:
+        if self._descriptor is not None:
+            try:
+                return os.stat(local_path(self.path)).st_ino == os.fstat(self._descriptor).st_ino
+            except FileNotFoundError:
+                return False
+        owner = _read(self.path)
+        return owner is not None and owner.run_id == self._run_id
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.holds():
+            FileSystems.delete([self.path])
+        if self._descriptor is not None:
+            os.close(self._descriptor)  # unlocks, after the unlink: see _lock_local
+            self._descriptor = None
+
+    def __enter__(self) -> "OutputLock":
+        return self.acquire()
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()

@@ -1,0 +1,194 @@
+"""Driver side, before the pipeline runs: check the output and the datasets a run compares with.
+
+Everything here runs on the machine that launches the job, with the output lock held, and
+refuses bad layouts before a single image is converted:
+
+- a finished dataset in the output needs --overwrite or --skip_unchanged;
+- a non-empty folder that is not an imgrec dataset needs --overwrite, and even then only files
+  imgrec wrote are ever removed (those listed in the previous metadata.json, or in the journal
+  of a publish that was interrupted);
+- staging folders of dead runs are removed, but finished parts are kept for resumption.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+import re
+from typing import Optional
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.errors import UsageError
+from pipeline.publish import JOURNAL_FILE, read_json, run_id_of
+from transforms.dataset_format import (
+    LOCK_FILE,
+    METADATA_FILE,
+    STAGING_DIR,
+    DatasetMetadata,
+    FormatError,
+    join,
+    listed_files,
+    parts_dir,
+    staging_dir,
+)
+from transforms.files import local_path
+from transforms.reuse import ReuseSource
+from transforms.specs import OutputSpec
+
+LATEST = "latest"
+_TEMPLATE_FIELDS = {"date": r"\d{4}-\d{2}-\d{2}", "timestamp": r"\d{8}T\d{6}"}
+
+
+def list_names(folder: str) -> list[str]:
+    """Names directly inside `folder` (files and subfolders), on any filesystem."""
+    local = local_path(folder)
+    if local is not None:
+        return sorted(os.listdir(local)) if os.path.isdir(local) else []
+    matched = FileSystems.match([join(folder, "**")])[0].metadata_list
+    prefix = folder.rstrip("/") + "/"
+    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in matched if m.path.startswith(prefix)})
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputState:
+    """What is in the output folder before a run."""
+
+    previous: Optional[dict]  # the finished dataset's metadata.json, as JSON (any format version)
+    owned: tuple[str, ...]  # files imgrec wrote: may be replaced
+    foreign: tuple[str, ...]  # anything else: never touched
+
+    @property
+    def previous_run_id(self) -> Optional[str]:
+        return run_id_of(self.previous)
+
+
+def journal_files(output: str) -> list[str]:
+    """Files an interrupted publish was moving (both the old and the new dataset's)."""
+    path = join(staging_dir(output), JOURNAL_FILE)
+    if not FileSystems.exists(path):
+        return []
+    journal = read_json(path)
+    return [*journal.get("old", []), *journal.get("new", [])]
+
+
+def inspect_output(output: str) -> OutputState:
+    previous = None
+    metadata_path = join(output, METADATA_FILE)
+    if FileSystems.exists(metadata_path):
+        try:
+            previous = read_json(metadata_path)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{metadata_path} is not valid JSON ({exc}); imgrec cannot tell which files are "
+                             "its own, so it will not write here: fix or remove it") from None
+    owned = set(listed_files(previous)) if previous else set()
+    owned.update(journal_files(output))
+    ours = {LOCK_FILE, STAGING_DIR, METADATA_FILE} | {f.split("/", 1)[0] for f in owned}
+    names = list_names(output)
+    foreign = tuple(n for n in names if n not in ours and not n.startswith(f"{METADATA_FILE}.tmp-"))
+    return OutputState(previous, tuple(sorted(owned)), foreign)
+
+
+def check_output(output: str, spec: OutputSpec, state: OutputState) -> None:
+    """Refusals: replacing a finished dataset, or writing into someone else's folder."""
+    if state.previous is not None and not (spec.overwrite or spec.skip_unchanged):
+        raise UsageError(f"{output} already holds a finished dataset ({METADATA_FILE}); pass --overwrite to "
+                         "replace it, or --skip_unchanged to re-run only on changes")
+    if state.previous is None and state.foreign and not spec.overwrite:
+        shown = ", ".join(state.foreign[:5]) + (", ..." if len(state.foreign) > 5 else "")
+        raise UsageError(f"{output} is not empty and not an imgrec dataset (it holds {shown}); pass --overwrite "
+                         "to write the dataset into it anyway (files imgrec did not write are left alone)")
+
+
+def clear_dead_runs(output: str) -> None:
+    """Removes the staging of runs that died (the lock is ours, so none is alive), but keeps
+    their finished parts: a restarted run with the same inputs and config takes them as they are."""
+    staging = staging_dir(output)
+    keep = parts_dir(output).rstrip("/").rsplit("/", 1)[-1]
+    stale = [join(staging, name) for name in list_names(staging) if name not in (keep, JOURNAL_FILE)]
+    if stale:
+        FileSystems.delete(stale)
+
+
+# --------------------------------------------------------------------------------------------
+# Datasets a run compares with (--skip_unchanged) or takes images from (--reuse_from)
+
+
+def sibling_pattern(template: str) -> Optional[tuple[str, re.Pattern]]:
+    """(parent folder, regex of sibling names) for a `.../{date}`-style output, else None."""
+    parent, name = posixpath.split(template.rstrip("/"))
+    if not any(f"{{{field}}}" in name for field in _TEMPLATE_FIELDS):
+        return None
+    regex = re.escape(name)
+    for field, pattern in _TEMPLATE_FIELDS.items():
+        regex = regex.replace(re.escape(f"{{{field}}}"), pattern)
+    return parent, re.compile(regex)
+
+
+def latest_sibling(template: str, current: str) -> Optional[str]:
+    """The newest finished dataset among the siblings a dated output template produces."""
+    found = sibling_pattern(template)
+    if found is None:
+        raise UsageError(f"'latest' needs an output template with {{date}} or {{timestamp}} in its last "
+                         f"folder, got --output={template}")
+    parent, pattern = found
+    names = [n for n in list_names(parent) if pattern.fullmatch(n) and join(parent, n) != current.rstrip("/")]
+    finished = [n for n in names if FileSystems.exists(join(join(parent, n), METADATA_FILE))]
+    return join(parent, max(finished)) if finished else None
+
+
+def resolve_dataset(reference: Optional[str], template: str, current: str) -> Optional[str]:
+    if reference == LATEST:
+        return latest_sibling(template, current)
+    return reference
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """The dataset --skip_unchanged compares with, and its input + config fingerprint."""
+
+    dataset: str
+    fingerprint: Optional[str]
+
+
+def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[Comparison]:
+    """--compare_to's dataset (a path or the latest sibling), else the output's own dataset."""
+    if not spec.skip_unchanged:
+        return None
+    if not spec.compare_to:
+        return Comparison(spec.path, state.previous.get("fingerprint")) if state.previous else None
+    other = resolve_dataset(spec.compare_to, template, spec.path)
+    if other is None:
+        return None
+    try:
+        return Comparison(other, read_json(join(other, METADATA_FILE)).get("fingerprint"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--compare_to: cannot read {join(other, METADATA_FILE)}: {exc}") from None
+
+
+def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Optional[ReuseSource]:
+    """The dataset --reuse_from names, checked to be able to serve this run's images."""
+    if not spec.reuse_from:
+        return None
+    dataset = resolve_dataset(spec.reuse_from, template, spec.path)
+    if dataset is None:
+        return None
+    where = f"--reuse_from={dataset}"
+    try:
+        with FileSystems.open(join(dataset, METADATA_FILE), compression_type="uncompressed") as handle:
+            metadata = DatasetMetadata.loads(handle.read().decode("utf-8"))
+    except (OSError, FormatError) as exc:
+        raise UsageError(f"{where} cannot serve this run: {exc}") from None
+    if metadata.pixel_fingerprint != pixel_fingerprint:
+        raise UsageError(f"{where} cannot serve this run: it was written with other image settings or "
+                         "library versions (its pixel_fingerprint differs), so its image bytes would differ")
+    if metadata.compression != "none":
+        raise UsageError(f"{where} cannot serve this run: its shards are {metadata.compression}-compressed, "
+                         "so records cannot be read at their offsets")
+    shards = tuple((join(dataset, f), join(dataset, i)) for info in metadata.splits.values()
+                   for f, i in zip(info.files, info.index_files))
+    missing = [i for _, i in shards if not FileSystems.exists(i)]
+    if missing:
+        raise UsageError(f"{where} cannot serve this run: record index files are missing ({missing[0]}, ...)")
+    return ReuseSource(dataset, shards)
+

@@ -1,0 +1,119 @@
+"""Progress of a long run: images done / total, rate and ETA, on every runner.
+
+The pipeline leaves small markers in the run's staging folder (the planned total once known,
+then one empty file per finished part, named with its image count); the driver polls them.
+That works the same on the DirectRunner, Prism, Flink, Spark and Dataflow (Beam counters,
+`images_converted` and `parts_done`, carry the same numbers to Dataflow's UI).
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from typing import Callable, Iterator, Optional, TextIO
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.dataset_format import join
+
+PROGRESS_DIR = "progress"
+TOTAL_FILE = "total"
+
+
+def _touch(path: str, text: str = "") -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(text.encode("ascii"))
+
+
+class RecordProgress(beam.PTransform):
+    """(planned counts {split: n}, PartResult) → markers in `run_dir/progress/`."""
+
+    def __init__(self, run_dir: str):
+        super().__init__()
+        self._dir = join(run_dir, PROGRESS_DIR)
+
+    def expand(self, inputs: tuple) -> beam.pvalue.PDone:
+        planned_counts, parts = inputs
+        directory = self._dir
+        _ = planned_counts | "Total" >> beam.Map(
+            lambda counts: _touch(join(directory, TOTAL_FILE), str(sum(counts.values()))))
+        _ = parts | "PartDone" >> beam.Map(lambda part: _touch(join(directory, f"{part.digest}-{part.images}")))
+        return beam.pvalue.PDone(parts.pipeline)
+
+
+def read_progress(run_dir: str) -> tuple[Optional[int], int]:
+    """(planned total or None while planning, images in finished parts)."""
+    directory = join(run_dir, PROGRESS_DIR)
+    matched = FileSystems.match([join(directory, "*")])[0].metadata_list
+    total, done = None, 0
+    for metadata in matched:
+        name = metadata.path.rsplit("/", 1)[-1]
+        if name == TOTAL_FILE:
+            with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+                total = int(handle.read() or 0)
+        elif "-" in name and not name.startswith("."):
+            done += int(name.rsplit("-", 1)[1])
+    return total, done
+
+
+def format_progress(done: int, total: Optional[int], elapsed: float, rate: Optional[float]) -> str:
+    if total is None:
+        return f"reading and planning inputs ({elapsed:.0f} s)"
+    percent = 100 * done / total if total else 100.0
+    line = f"converted {done:,}/{total:,} images ({percent:.0f}%)"
+    if rate:
+        remaining = (total - done) / rate
+        line += f", {rate:,.0f} images/s, ETA {remaining:.0f} s"
+    return line
+
+
+class ProgressReporter:
+    """Polls `read_progress` on a thread and prints a line every `interval` seconds when it
+    changed (every few seconds on a terminal, rarely in logs, never with interval 0)."""
+
+    def __init__(self, run_dir: str, interval: float, stream: TextIO = sys.stderr,
+                 clock: Callable[[], float] = time.monotonic):
+        self._run_dir, self._interval, self._stream, self._clock = run_dir, interval, stream, clock
+        self._stop = threading.Event()
+        self._started = clock()
+        self._first_done: Optional[tuple[float, int]] = None
+        self._last_line = ""
+
+    def poll_once(self) -> Optional[str]:
+        try:
+            total, done = read_progress(self._run_dir)
+        except Exception:  # the folder may not exist yet, or be gone after publishing
+            return None
+        now = self._clock()
+        if done and self._first_done is None:
+            self._first_done = (now, done)
+        rate = None
+        if self._first_done and now > self._first_done[0] and done > self._first_done[1]:
+            rate = (done - self._first_done[1]) / (now - self._first_done[0])
+        return format_progress(done, total, now - self._started, rate)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            line = self.poll_once()
+            if line and line != self._last_line:
+                print(f"imgrec: {line}", file=self._stream, flush=True)
+                self._last_line = line
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        if self._interval <= 0:
+            yield
+            return
+        thread = threading.Thread(target=self._run, name="imgrec-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            thread.join()
+
+
+def default_interval(stream: TextIO) -> float:
+    return 5.0 if stream.isatty() else 30.0

@@ -1,0 +1,26 @@
+"""Plain-text tables for the terminal: the run summary, the verifier and the benchmarks."""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
+    """Columns sized to their widest cell; the first column left-aligned, the others right-aligned,
+    a dashed rule under the header."""
+    cells = [[str(c) for c in header], *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        return indent + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                                  for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+
+    return "\n".join([line(cells[0]), indent + "  ".join("-" * w for w in widths),
+                      *(line(row) for row in cells[1:])])
+
+
+def format_bytes(num_bytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if num_bytes < 1024 or unit == "GiB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    raise AssertionError("unreachable")

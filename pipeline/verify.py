@@ -1,0 +1,352 @@
+"""`python -m pipeline.verify OUTPUT [--samples N] [--out DIR]`: verify a finished dataset.
+
+Reads every shard that metadata.json lists, end to end: TFRecord CRCs are checked by TensorFlow
+(a bad one raises DataLossError), every record is parsed with the metadata's parse spec and its
+image decoded, and what was found is compared with what metadata.json claims (per-file record
+counts, per-split totals, label counts and record bytes). The accounting is checked too: every
+input was written or rejected, and the dead letters hold one row per rejection, per split and
+per error class. Prints OK/FAILED per check and exits 0 (all passed), 1 (a check failed) or 2
+(not a readable imgrec dataset), so it can gate a training job or a copy to another bucket.
+
+It also draws `contact_sheet.png` and `class_counts.png` (pipeline/drawing.py) for a human.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # a CLI: TF's start-up chatter hides the report
+
+import argparse
+import collections
+import dataclasses
+import json
+import posixpath
+import re
+import sys
+from typing import Mapping, Optional, Sequence, TextIO
+
+import cv2
+import numpy as np
+import tensorflow as tf
+
+from pipeline import reader
+from pipeline.drawing import draw_bar_chart, draw_contact_sheet, to_display_uint8
+from pipeline.tables import format_table
+from transforms.dataset_format import (
+    DatasetMetadata,
+    SplitInfo,
+    parse_shard_file_name,
+    tf_compression_type,
+)
+
+CONTACT_SHEET = "contact_sheet.png"
+CLASS_COUNTS = "class_counts.png"
+_SCAN_BATCH = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    ok: bool
+    name: str
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"  {'OK' if self.ok else 'FAILED':<7} {self.name}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclasses.dataclass
+class ShardScan:
+    """What reading one shard found."""
+
+    path: str
+    records: int = 0
+    record_bytes: int = 0
+    labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # (label id, label text) pairs, to check the text agrees with label_map.
+    label_pairs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    non_finite: int = 0
+    error: Optional[str] = None
+
+
+def _scan_fn(layout: reader.RecordLayout):
+    """record → the few values the checks need; using the pixels keeps the decode from being pruned."""
+    text_key = layout.extras.get("label_text")
+
+    def scan(record: tf.Tensor) -> dict:
+        parsed = tf.io.parse_single_example(record, layout.parse_spec)
+        image = layout.decode_image(parsed[layout.image_key])
+        values = {"bytes": tf.strings.length(record, unit="BYTE"),
+                  "label": parsed[layout.label_key],
+                  "finite": tf.reduce_all(tf.math.is_finite(tf.cast(image, tf.float32)))}
+        if text_key:
+            values["label_text"] = parsed[text_key]
+        return values
+    return scan
+
+
+def _clean(message: str) -> str:
+    """TF's error text without the graph-function and op names that eager iteration wraps it in."""
+    message = re.sub(r"\{\{function_node [^}]*\}\}", "", message)
+    message = re.sub(r"\s*\[Op:[^\]]*\].*$", "", message, flags=re.DOTALL)
+    return " ".join(message.split())
+
+
+def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> ShardScan:
+    """Reads, CRC-checks, parses and decodes every record of one shard."""
+    scan = ShardScan(path)
+    if not tf.io.gfile.exists(path):
+        scan.error = "missing: listed in metadata.json but not found"
+        return scan
+    records = tf.data.TFRecordDataset(path, compression_type=tf_compression_type(compression))
+    batches = records.map(_scan_fn(layout), num_parallel_calls=tf.data.AUTOTUNE).batch(_SCAN_BATCH)
+    try:
+        for batch in batches.as_numpy_iterator():
+            scan.records += len(batch["label"])
+            scan.record_bytes += int(batch["bytes"].sum())
+            scan.labels.update(batch["label"].tolist())
+            scan.non_finite += int((~batch["finite"]).sum())
+            if "label_text" in batch:
+                scan.label_pairs.update(zip(batch["label"].tolist(),
+                                            (t.decode("utf-8", "replace") for t in batch["label_text"])))
+    except tf.errors.DataLossError as exc:
+        scan.error = f"DataLossError: {_clean(exc.message)} (bad CRC or truncated: the file is damaged)"
+    except tf.errors.OpError as exc:
+        scan.error = f"{type(exc).__name__}: {_clean(exc.message)}"
+    return scan
+
+
+def _diff(found: Mapping[str, int], expected: Mapping[str, int]) -> str:
+    names = sorted(set(found) | set(expected))
+    return ", ".join(f"{n} {found.get(n, 0)} (metadata {expected.get(n, 0)})"
+                     for n in names if found.get(n, 0) != expected.get(n, 0))
+
+
+def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_map: Mapping[str, int],
+                 float_pixels: bool) -> list[Check]:
+    """Checks one split's shards against metadata; pure, given the scans."""
+    checks = []
+    files, lengths = list(info.files), list(info.shard_lengths)
+    consistent = sum(lengths) == info.num_examples and sum(info.label_counts.values()) == info.num_examples
+    checks.append(Check(consistent, f"{name}: metadata is self-consistent",
+                        "" if consistent else f"sum(shard_lengths) {sum(lengths)}, label_counts sum "
+                        f"{sum(info.label_counts.values())}, num_examples {info.num_examples}"))
+    for scan, file, expected in zip(scans, files, lengths):
+        if scan.error:
+            checks.append(Check(False, file, scan.error))
+        else:
+            checks.append(Check(scan.records == expected, file,
+                                f"{scan.records} records" + ("" if scan.records == expected
+                                                              else f", metadata says {expected}")))
+    if any(scan.error for scan in scans):
+        bad = sum(1 for scan in scans if scan.error)
+        checks.append(Check(False, f"{name}: totals", f"not compared, {bad} shard(s) unreadable"))
+        return checks
+    total = sum(scan.records for scan in scans)
+    checks.append(Check(total == info.num_examples, f"{name}: {total} records",
+                        "" if total == info.num_examples else f"metadata num_examples {info.num_examples}"))
+    id_to_name = {i: n for n, i in label_map.items()}
+    labels = sum((scan.labels for scan in scans), collections.Counter())
+    out_of_range = sum(n for label, n in labels.items() if label not in id_to_name)
+    checks.append(Check(out_of_range == 0, f"{name}: label ids in label_map",
+                        f"{out_of_range} records with unknown label ids" if out_of_range else ""))
+    found = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
+    expected = dict(info.label_counts)
+    checks.append(Check(found == expected, f"{name}: label counts", _diff(found, expected)))
+    pairs = sum((scan.label_pairs for scan in scans), collections.Counter())
+    if pairs:
+        wrong = sum(n for (label, text), n in pairs.items() if label_map.get(text) != label)
+        checks.append(Check(wrong == 0, f"{name}: label text agrees with label ids",
+                            f"{wrong} records disagree" if wrong else ""))
+    record_bytes = sum(scan.record_bytes for scan in scans)
+    checks.append(Check(record_bytes == info.num_bytes, f"{name}: record bytes",
+                        "" if record_bytes == info.num_bytes
+                        else f"{record_bytes} read, metadata num_bytes {info.num_bytes}"))
+    if float_pixels:
+        non_finite = sum(scan.non_finite for scan in scans)
+        checks.append(Check(non_finite == 0, f"{name}: pixels finite",
+                            f"{non_finite} images with NaN/inf" if non_finite else ""))
+    return checks
+
+
+def label_map_check(label_map: Mapping[str, int]) -> Check:
+    """Ids must be distinct; they need not be 0..n-1 (a manifest may label with its own integers)."""
+    ids = sorted(label_map.values())
+    ok = len(set(ids)) == len(ids)
+    return Check(ok, f"label_map: {len(ids)} classes", "" if ok else f"two classes share an id: {ids}")
+
+
+def unlisted_shards(output: str, metadata: DatasetMetadata) -> list[str]:
+    """Shard-like files in the folder that metadata.json does not list (readers that glob would read them)."""
+    present = {posixpath.basename(p) for p in tf.io.gfile.glob(posixpath.join(output.rstrip("/"), "*"))}
+    return sorted(n for n in present - set(metadata.shard_files) if parse_shard_file_name(n))
+
+
+def dead_letter_counts(output: str, metadata: DatasetMetadata) -> tuple[collections.Counter, collections.Counter, list[str]]:
+    """(rejections per split, per error class, problems) from the dead-letter files metadata lists."""
+    by_split: collections.Counter = collections.Counter()
+    by_error: collections.Counter = collections.Counter()
+    problems = []
+    for name in metadata.error_files:
+        path = posixpath.join(output.rstrip("/"), name)
+        if not tf.io.gfile.exists(path):
+            problems.append(f"{name} is listed in metadata.json but missing")
+            continue
+        with tf.io.gfile.GFile(path, "r") as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    row = json.loads(line)
+                    by_split[row.get("split")] += 1
+                    by_error[row["error"]] += 1
+                except (ValueError, KeyError, AttributeError):
+                    problems.append(f"{name} line {number} is not a dead-letter row")
+    return by_split, by_error, problems
+
+
+def accounting_checks(metadata: DatasetMetadata, by_split: collections.Counter, by_error: collections.Counter,
+                      problems: Sequence[str]) -> list[Check]:
+    """Every input was written or rejected, and the dead letters say which and why."""
+    inputs = metadata.inputs
+    written = sum(info.num_examples for info in metadata.splits.values())
+    checks = [
+        Check(inputs.total == inputs.written + inputs.rejected, f"inputs: {inputs.total} = written + rejected",
+              f"{inputs.written} written + {inputs.rejected} rejected"),
+        Check(inputs.written == written, f"inputs: {inputs.written} written = examples in the splits",
+              f"the splits hold {written}"),
+        Check(not problems, "dead letters are readable", "; ".join(problems[:3])),
+        Check(sum(by_error.values()) == inputs.rejected, f"inputs: {inputs.rejected} rejected = dead-letter rows",
+              f"{sum(by_error.values())} rows"),
+        Check(dict(by_error) == dict(inputs.rejected_by_error), "rejected_by_error matches the dead letters",
+              _diff(dict(by_error), dict(inputs.rejected_by_error))),
+        Check(sum(inputs.rejected_by_error.values()) == inputs.rejected, "rejected_by_error sums to rejected",
+              f"{sum(inputs.rejected_by_error.values())} != {inputs.rejected}"),
+    ]
+    for name, info in metadata.splits.items():
+        checks.append(Check(by_split.get(name, 0) == info.rejected, f"{name}: {info.rejected} rejected = dead letters",
+                            f"{by_split.get(name, 0)} rows name split {name}"))
+    return [c if not c.ok else dataclasses.replace(c, detail="") for c in checks]
+
+
+# --------------------------------------------------------------------------------------------
+# Samples and pictures (I/O)
+
+
+def read_samples(files: Sequence[str], metadata: DatasetMetadata, count: int) -> tuple[list[np.ndarray], list[str]]:
+    """Up to `count` display-ready images and label texts from the start of the given shards."""
+    if count <= 0 or not files:
+        return [], []
+    layout = reader.layout_from_metadata(metadata, with_metadata=True)
+    dataset = reader.build_dataset(files, layout, compression=metadata.compression,
+                                   batch_size=None, with_metadata=True, num_parallel_reads=1).take(count)
+    image_config = metadata.config.get("image") or {}
+    normalize = image_config.get("normalize", "unknown")
+    mean, std = image_config.get("mean", reader.DEFAULT_MEAN), image_config.get("std", reader.DEFAULT_STD)
+    id_to_name = {i: n for n, i in metadata.label_map.items()}
+    images, captions = [], []
+    try:
+        for image, label, extras in dataset.as_numpy_iterator():
+            images.append(to_display_uint8(image, normalize, mean, std))
+            text = extras["label_text"].decode("utf-8", "replace") if "label_text" in extras else None
+            captions.append(text or id_to_name.get(int(label), f"id {int(label)}"))
+    except tf.errors.OpError:
+        pass  # already reported by the checks; show what could be read
+    return images, captions
+
+
+def write_png(path: str, rgb: np.ndarray) -> None:
+    ok, buffer = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise RuntimeError(f"OpenCV could not encode {path}")
+    with tf.io.gfile.GFile(path, "wb") as handle:
+        handle.write(buffer.tobytes())
+
+
+def _counts_table(counts: Mapping[str, Mapping[str, int]], classes: Sequence[str]) -> str:
+    splits = list(counts)
+    rows = [[c, *(counts[s].get(c, 0) for s in splits)] for c in classes]
+    rows.append(["total", *(sum(counts[s].values()) for s in splits)])
+    return format_table(["class", *splits], rows, indent="  ")
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: TextIO) -> bool:
+    """Runs every check, prints the report, writes the PNGs; True when every check passed."""
+    metadata = reader.read_metadata(output)
+    layout = reader.layout_from_metadata(metadata, with_metadata=True)
+    label_map = metadata.label_map
+    classes = metadata.class_names()
+    print(f"imgrec dataset {output}: format {metadata.format_version}, {metadata.image.get('encoding')} "
+          f"{layout.pixel_dtype.name} {'x'.join(map(str, layout.shape))}, compression {metadata.compression}, "
+          f"{len(classes)} classes", file=stream)
+    checks = [label_map_check(label_map)]
+    by_split, by_error, problems = dead_letter_counts(output, metadata)
+    checks.extend(accounting_checks(metadata, by_split, by_error, problems))
+    for check in checks:
+        print(check.line(), file=stream)
+    counts: dict[str, dict[str, int]] = {}
+    sections = []
+    id_to_name = {i: n for n, i in label_map.items()}
+    for name, info in metadata.splits.items():
+        print(f"\nsplit {name}: {info.num_examples} examples in {info.num_shards} shard(s)", file=stream)
+        paths = reader.shard_paths(output, metadata, name)
+        scans = [scan_shard(path, metadata.compression, layout) for path in paths]
+        split_result = split_checks(name, info, scans, label_map, layout.pixel_dtype != tf.uint8)
+        for check in split_result:
+            print(check.line(), file=stream)
+        checks.extend(split_result)
+        labels = sum((scan.labels for scan in scans), collections.Counter())
+        counts[name] = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
+        good = [path for path, scan in zip(paths, scans) if not scan.error]
+        images, captions = read_samples(good, metadata, samples)
+        sections.append((f"{name}: {len(images)} of {info.num_examples} examples", images, captions))
+    extra = unlisted_shards(output, metadata)
+    if extra:
+        print(f"\n  WARNING shard files not listed in metadata.json (ignored by load_dataset, read by globs): "
+              f"{', '.join(extra)}", file=stream)
+    print("\nclass counts (records read):", file=stream)
+    print(_counts_table(counts, classes + sorted(set().union(*counts.values()) - set(classes))), file=stream)
+    out_dir = out_dir or output
+    tf.io.gfile.makedirs(out_dir)
+    written = []
+    if samples > 0:
+        written.append(posixpath.join(out_dir, CONTACT_SHEET))
+        write_png(written[-1], draw_contact_sheet(sections))
+    written.append(posixpath.join(out_dir, CLASS_COUNTS))
+    write_png(written[-1], draw_bar_chart(counts, classes, title=f"examples per class: {output}"))
+    print(f"\nwrote {', '.join(written)}", file=stream)
+    failed = [check for check in checks if not check.ok]
+    if failed:
+        print(f"FAILED: {len(failed)} of {len(checks)} checks failed:", file=stream)
+        for check in failed:
+            print(check.line(), file=stream)
+    else:
+        print(f"OK: all {len(checks)} checks passed", file=stream)
+    return not failed
+
+
+def parse_args(argv: Optional[Sequence[str]], prog: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    parser.add_argument("output", help="A finished imgrec dataset folder (any TF filesystem, e.g. gs://).")
+    parser.add_argument("--samples", type=int, default=8, help="Sample images per split in the contact sheet (0: none).")
+    parser.add_argument("--out", default=None, help="Where to write the PNGs (default: OUTPUT).")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
+         prog: str = "python -m pipeline.verify") -> int:
+    """0: every check passed; 1: some check failed; 2: not a readable imgrec dataset."""
+    args = parse_args(sys.argv[1:] if argv is None else argv, prog)
+    stream = stream or sys.stdout
+    try:
+        ok = verify_dataset(args.output, args.samples, args.out, stream)
+    except (reader.NotAnImgrecDataset, reader.UnsupportedDataset) as exc:
+        print(f"FAILED: {exc}", file=stream)
+        print(f"imgrec: error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

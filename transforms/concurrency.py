@@ -1,0 +1,127 @@
+"""Bounded concurrency inside a DoFn, and keeping worker processes from outliving their parent.
+
+Runners that execute a stage in one process (the FnApiRunner's in_memory mode, Prism's loopback
+workers) run a DoFn's bundle on one thread. `InflightDoFn` lets such a DoFn keep every core
+busy: it submits each element's work to a thread or process pool, keeps at most a few elements
+in flight (memory stays bounded), and emits results as they complete. On runners with one
+worker per core it is given one worker and simply runs the work inline.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import threading
+from typing import Any, Callable, Iterable, Optional
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from transforms.process_pool import SubprocessPool
+from transforms.rejections import InputRejected
+
+DRIVER_PID_ENV = "IMGREC_DRIVER_PID"
+
+
+_watching = threading.Lock()
+_watched = False
+
+
+def exit_with_driver(interval: float = 1.0) -> None:
+    """In a worker process the imgrec driver started directly (the DirectRunner's
+    multi_processing workers), exit as soon as the driver is gone, so a killed run leaves no
+    worker converting images behind it. Elsewhere (the driver itself, cluster workers) nothing.
+    """
+    global _watched
+    driver = os.environ.get(DRIVER_PID_ENV)
+    if driver is None or driver == str(os.getpid()) or driver != str(os.getppid()):
+        return
+    with _watching:
+        if _watched:
+            return
+        _watched = True
+
+    def watch() -> None:
+        while os.getppid() == int(driver):
+            threading.Event().wait(interval)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="imgrec-driver-watch", daemon=True).start()
+
+
+class InflightDoFn(beam.DoFn):
+    """Runs `task(element)` on a pool with at most `2 * workers` elements in flight.
+
+    Subclasses define `task` (a picklable function and its arguments, for process pools),
+    `emit` (outputs for a result) and `reject` (outputs for an InputRejected). Any other
+    exception fails the bundle: only input problems may become dead letters.
+    `workers=0` runs tasks inline; `processes=True` uses a process pool.
+    """
+
+    def __init__(self, workers: int, processes: bool = False):
+        super().__init__()
+        self._workers, self._processes = workers, processes
+
+    # -- for subclasses
+    def task(self, element: Any) -> tuple[Callable[..., Any], tuple]:
+        return self.work, (element,)
+
+    def work(self, element: Any) -> Any:
+        raise NotImplementedError
+
+    def emit(self, element: Any, result: Any) -> Iterable[Any]:
+        raise NotImplementedError
+
+    def reject(self, element: Any, exc: InputRejected) -> Iterable[Any]:
+        raise NotImplementedError
+
+    def pool_initializer(self) -> Optional[Callable[[], None]]:
+        return None
+
+    # -- Beam
+    def setup(self) -> None:
+        exit_with_driver()
+        self._pending: collections.deque = collections.deque()
+        if self._workers <= 0:
+            self._executor = None
+        elif self._processes:
+            self._executor = SubprocessPool(self._workers, self.pool_initializer())
+        else:
+            self._executor = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="imgrec")
+
+    def teardown(self) -> None:
+        executor, self._executor = getattr(self, "_executor", None), None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    def process(self, element: Any):
+        function, args = self.task(element)
+        if self._executor is None:
+            yield from self._outputs(element, lambda: function(*args))
+            return
+        self._pending.append((element, self._executor.submit(function, *args)))
+        while len(self._pending) >= 2 * self._workers or (self._pending and self._pending[0][1].done()):
+            done, future = self._pending.popleft()
+            yield from self._outputs(done, future.result)
+
+    def finish_bundle(self):
+        while self._pending:
+            done, future = self._pending.popleft()
+            for output in self._outputs(done, future.result):
+                if isinstance(output, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(output.tag, _in_global_window(output.value))
+                else:
+                    yield _in_global_window(output)
+
+    def _outputs(self, element: Any, result: Callable[[], Any]) -> Iterable[Any]:
+        try:
+            value = result()
+        except InputRejected as exc:
+            return self.reject(element, exc)
+        return self.emit(element, value)
+
+
+def _in_global_window(value: Any) -> WindowedValue:
+    return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])

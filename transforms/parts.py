@@ -1,0 +1,267 @@
+"""Parts and shards without Beam: what a part holds, converting one, concatenating a shard.
+
+A part is a fixed number of consecutive records of one shard. Converting it writes its records
+to a part file named by a digest of the settings and images it holds, then an outcome file
+(counts, rejections, record index) last, so a part with an outcome is complete and a restarted
+run takes it as it is. Concatenating a shard's parts in order gives the same bytes as writing
+the shard in one pass, because TFRecord framing is per record.
+
+This module imports no Beam: it runs in the converter processes (transforms/process_pool.py).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import uuid
+from typing import Iterable
+
+from transforms import files, tfrecord
+from transforms.dataset_format import IndexEntry, index_file_name, join, shard_file_name
+from transforms.example import EncodedRecord, RecordFields, build_example
+from transforms.process import image_to_record
+from transforms.refs import PlannedImage
+from transforms.rejections import CorruptImage, FileChanged, InputRejected, Rejection
+from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
+from transforms.split import num_shards_for, order_in_shard
+
+ShardKey = tuple[str, int, int]  # (split, shard index, shard count)
+PART_IMAGES = 64  # images per part: the unit of parallel work, of progress and of resumption
+_COPY_CHUNK = 8 * 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterSettings:
+    """What every part and shard writer needs; `record_digest` covers everything (besides the
+    images themselves) that decides a record's bytes."""
+
+    image: ImageSpec
+    keys: FeatureKeys
+    output: OutputSpec
+    max_file_bytes: int
+    run_dir: str  # shards, index and their staging names
+    parts_dir: str  # content-addressed parts, kept across restarts
+    record_digest: str
+    part_images: int = PART_IMAGES
+    local_processes: int = 0  # > 0: convert parts on a pool of this many processes
+
+
+@dataclasses.dataclass(frozen=True)
+class PartTask:
+    """Consecutive records `index * part_images ...` of one shard."""
+
+    shard: ShardKey
+    index: int
+    images: tuple[PlannedImage, ...]
+    digest: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    shard: ShardKey
+    num_parts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PartOutcome:
+    """A converted part, as stored beside its records (so a restarted run can take it as is)."""
+
+    digest: str
+    records: int
+    num_bytes: int
+    label_counts: tuple[tuple[str, int], ...]
+    rejections: tuple[Rejection, ...]
+    index: tuple[IndexEntry, ...]
+    reused: int
+
+    def to_json(self) -> str:
+        return json.dumps({"digest": self.digest, "records": self.records, "num_bytes": self.num_bytes,
+                           "label_counts": [list(p) for p in self.label_counts], "reused": self.reused,
+                           "rejections": [dataclasses.asdict(r) for r in self.rejections],
+                           "index": [e.to_line() for e in self.index]})
+
+    @classmethod
+    def from_json(cls, text: str) -> "PartOutcome":
+        value = json.loads(text)
+        return cls(value["digest"], value["records"], value["num_bytes"],
+                   tuple((label, n) for label, n in value["label_counts"]),
+                   tuple(Rejection(**r) for r in value["rejections"]),
+                   tuple(IndexEntry.from_line(line) for line in value["index"]), value["reused"])
+
+
+@dataclasses.dataclass(frozen=True)
+class PartResult:
+    shard: ShardKey
+    index: int
+    digest: str
+    images: int
+    records: int
+    num_bytes: int
+    label_counts: tuple[tuple[str, int], ...]
+    reused: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardResult:
+    """What one written shard holds, for metadata.json."""
+
+    split: str
+    index: int
+    num_shards: int
+    file: str  # name in the output folder
+    num_examples: int
+    num_bytes: int
+    label_counts: tuple[tuple[str, int], ...]
+    reused: int = 0
+
+
+def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str]) -> str:
+    """Everything besides the image and its fields that decides a record's bytes."""
+    settings = {"image": dataclasses.asdict(image), "keys": dataclasses.asdict(keys), "versions": versions}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def part_digest(images: Iterable[PlannedImage], record_settings: str) -> str:
+    digest = hashlib.sha256(record_settings.encode("ascii"))
+    for image in images:
+        digest.update(f"{image.source.path}\t{image.source.content_hash}\t{image.label_id}\t"
+                      f"{image.source.label}\n".encode("utf-8"))
+    return digest.hexdigest()
+
+
+def shard_order(images: Iterable[PlannedImage], seed: int) -> list[PlannedImage]:
+    """The records' order in their shard: a seeded hash of the path, the same on every runner."""
+    return sorted(images, key=lambda im: (order_in_shard(im.source.path, seed), im.source.path))
+
+
+def cut_into_parts(shard: ShardKey, images: list[PlannedImage], settings: WriterSettings) -> list[PartTask]:
+    size = settings.part_images
+    chunks = [tuple(images[start:start + size]) for start in range(0, len(images), size)]
+    return [PartTask(shard, i, chunk, part_digest(chunk, settings.record_digest)) for i, chunk in enumerate(chunks)]
+
+
+def shard_keys(planned_counts: dict[str, int], image: ImageSpec, output: OutputSpec) -> list[ShardKey]:
+    """Every shard of every split that has images, so shards no image hashed to exist too."""
+    keys = []
+    for split, count in sorted(planned_counts.items()):
+        num_shards = num_shards_for(count, image, output)
+        keys.extend((split, index, num_shards) for index in range(num_shards))
+    return keys
+
+
+def reused_record(image: PlannedImage, fields: RecordFields, settings: WriterSettings) -> EncodedRecord:
+    """The record rebuilt around the image bytes of the same content in a previous dataset."""
+    location = image.reuse
+    try:
+        with files.open_read(location.shard) as handle:
+            data = tfrecord.read_record_at(handle, location.entry.offset, location.entry.length)
+    except (OSError, tfrecord.CorruptRecord) as exc:
+        # A damaged previous dataset must not damage this one; converting again is always right.
+        raise _ReuseFailed(f"{location.shard}@{location.entry.offset}: {exc}") from exc
+    entry = location.entry
+    pixels = data[entry.image_offset:entry.image_offset + entry.image_length]
+    return build_example(pixels, fields, settings.image, settings.keys)
+
+
+class _ReuseFailed(Exception):
+    pass
+
+
+def convert_image(image: PlannedImage, settings: WriterSettings) -> tuple[EncodedRecord, bool]:
+    """(record, reused?) for one planned image: its previous bytes if it has some, else a fresh
+    conversion of the file, which must still hash to what was planned."""
+    source = image.source
+    fields = RecordFields(image.label_id, source.label, source.path, source.content_hash)
+    if image.reuse is not None:
+        try:
+            return reused_record(image, fields, settings), True
+        except _ReuseFailed:
+            pass
+    data = files.read_input(source.path, settings.max_file_bytes)
+    if files.content_hash(data) != source.content_hash:
+        raise FileChanged(f"{source.path} changed while the pipeline ran (sha256 differs)")
+    try:
+        return image_to_record(data, fields, settings.image, settings.keys), False
+    except InputRejected:
+        raise
+    except Exception as exc:  # OpenCV raises cv2.error on data it cannot handle
+        if type(exc).__module__.startswith("cv2"):
+            raise CorruptImage(f"OpenCV failed on {source.path}: {exc}") from None
+        raise
+
+
+def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
+    """Writes the part's records (or finds them from an earlier attempt); returns its outcome.
+
+    Runs on a worker thread or in a pool process. The records go to a temporary name and the
+    outcome is written last, so a part whose outcome exists is complete.
+    """
+    records_path = join(settings.parts_dir, f"{task.digest}.records")
+    outcome_path = join(settings.parts_dir, f"{task.digest}.json")
+    if files.exists(outcome_path) and files.exists(records_path):
+        return PartOutcome.from_json(files.read_bytes(outcome_path).decode("utf-8"))
+    split = task.shard[0]
+    label_counts: collections.Counter[str] = collections.Counter()
+    rejections, index = [], []
+    offset = num_bytes = reused = 0
+    temporary = f"{records_path}.tmp-{uuid.uuid4().hex}"
+    with files.create(temporary) as handle:
+        for image in task.images:
+            try:
+                record, was_reused = convert_image(image, settings)
+            except InputRejected as exc:
+                rejections.append(Rejection.from_exception(image.source.path, exc, split))
+                continue
+            length = tfrecord.write_record(handle, record.data)
+            index.append(IndexEntry(offset, length, image.source.content_hash, record.image_offset,
+                                    record.image_length))
+            offset += length
+            num_bytes += len(record.data)
+            label_counts[image.source.label] += 1
+            reused += was_reused
+    files.rename(temporary, records_path)
+    outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
+                          tuple(rejections), tuple(index), reused)
+    files.write_atomically(outcome_path, outcome.to_json().encode("utf-8"))
+    return outcome
+
+
+def _read_outcome(settings: WriterSettings, digest: str) -> PartOutcome:
+    return PartOutcome.from_json(files.read_bytes(join(settings.parts_dir, f"{digest}.json")).decode("utf-8"))
+
+
+def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSettings) -> ShardResult:
+    """The shard file (and its index) from its parts in order; a missing part is a bug."""
+    split, index, num_shards = plan.shard
+    parts = sorted(parts, key=lambda p: p.index)
+    if [p.index for p in parts] != list(range(plan.num_parts)):
+        raise RuntimeError(f"shard {plan.shard}: parts {[p.index for p in parts]} != 0..{plan.num_parts - 1}")
+    name = shard_file_name(split, index, num_shards, settings.output.compression)
+    shard_path, index_path = join(settings.run_dir, name), join(settings.run_dir, index_file_name(name))
+    temporary = f"{shard_path}.tmp-{uuid.uuid4().hex}"
+    lines, offset = [], 0
+    with files.create(temporary, gzip=settings.output.compression == "gzip") as shard:
+        for part in parts:
+            with files.open_read(join(settings.parts_dir, f"{part.digest}.records")) as records:
+                while chunk := records.read(_COPY_CHUNK):
+                    shard.write(chunk)
+            outcome = _read_outcome(settings, part.digest)
+            lines.extend(entry.shifted(offset).to_line() for entry in outcome.index)
+            offset += sum(entry.length for entry in outcome.index)
+    files.rename(temporary, shard_path)
+    files.write_atomically(index_path, "".join(lines).encode("ascii"))
+    label_counts: collections.Counter[str] = collections.Counter()
+    for part in parts:
+        label_counts.update(dict(part.label_counts))
+    return ShardResult(split, index, num_shards, name, sum(p.records for p in parts),
+                       sum(p.num_bytes for p in parts), tuple(sorted(label_counts.items())),
+                       sum(p.reused for p in parts))
+
+
+def single_threaded_opencv() -> None:
+    """Parts are converted in parallel already; OpenCV's own threads would only oversubscribe
+    the cores (about 10% more CPU per image for the same pixels)."""
+    import cv2
+
+    cv2.setNumThreads(1)

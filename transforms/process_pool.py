@@ -1,0 +1,149 @@
+"""A small pool of worker processes that import only what their tasks need (not Beam).
+
+`concurrent.futures.ProcessPoolExecutor` re-imports the parent's `__main__` in every worker
+(`python -m pipeline.run` imports Beam: 1.3 s each) and forking a process that holds gRPC
+threads is unsafe. These workers are fresh interpreters (`python -m transforms.process_pool`)
+with the parent's `sys.path`; a task is a pickled (function, args), so a worker imports just the
+function's module. Each worker is killed by the kernel when its parent dies.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import os
+import pickle
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from typing import Any, BinaryIO, Callable, Optional
+
+_PR_SET_PDEATHSIG = 1
+_HEADER = struct.Struct("<Q")
+
+
+class WorkerDied(RuntimeError):
+    """A worker process exited while running a task (a crash in a decoder, or it was killed)."""
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent exits (a no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _send(stream: BinaryIO, value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: BinaryIO) -> Any:
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError
+    (length,) = _HEADER.unpack(header)
+    return pickle.loads(stream.read(length))
+
+
+class _Worker:
+    """One process and the thread that feeds it tasks from the shared queue."""
+
+    def __init__(self, tasks: "queue.Queue", initializer: Optional[Callable[[], None]]):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.process = subprocess.Popen([sys.executable, "-m", "transforms.process_pool"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, env=env)
+        _send(self.process.stdin, initializer)
+        self._tasks = tasks
+        self.thread = threading.Thread(target=self._serve, name="imgrec-pool", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._tasks.get()
+            if item is None:
+                break
+            future, function, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                _send(self.process.stdin, (function, args))
+                ok, value = _receive(self.process.stdout)
+            except (EOFError, OSError, pickle.PickleError) as exc:
+                future.set_exception(WorkerDied(f"converter process {self.process.pid} died "
+                                                f"(exit code {self.process.poll()}): {exc!r}"))
+                self._fail_rest()
+                return
+            (future.set_result if ok else future.set_exception)(value)
+        self.process.stdin.close()
+        self.process.wait()
+
+    def _fail_rest(self) -> None:
+        while True:
+            try:
+                item = self._tasks.get_nowait()
+            except queue.Empty:
+                return
+            if item is None:
+                self._tasks.put(None)
+                return
+            item[0].set_exception(WorkerDied("the converter pool lost a process"))
+
+
+class SubprocessPool(concurrent.futures.Executor):
+    def __init__(self, workers: int, initializer: Optional[Callable[[], None]] = None):
+        self._tasks: "queue.Queue" = queue.Queue()
+        self._workers = [_Worker(self._tasks, initializer) for _ in range(workers)]
+
+    def submit(self, function: Callable, /, *args: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._tasks.put((future, function, args))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._tasks.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in self._workers:
+            self._tasks.put(None)
+        if wait:
+            for worker in self._workers:
+                worker.thread.join()
+
+
+def main() -> None:
+    """Worker loop: (function, args) in, (ok, result or exception) out, until stdin closes."""
+    die_with_parent()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # tasks that print must not corrupt the result stream
+    initializer = _receive(stdin)
+    if initializer is not None:
+        initializer()
+    while True:
+        try:
+            function, args = _receive(stdin)
+        except EOFError:
+            return
+        try:
+            result = (True, function(*args))
+        except Exception as exc:  # sent back to be raised in the parent
+            result = (False, exc)
+        try:
+            _send(stdout, result)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            _send(stdout, (False, RuntimeError(f"unpicklable task result: {result[1]!r} ({exc})")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The small values that flow between the pipeline's steps: references to images, never pixels.
+
+Beam-free, so the processes that convert images can unpickle them without importing Beam.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from transforms.dataset_format import RecordLocation
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """An input file and its label text, before anything is read."""
+
+    path: str
+    label: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceImage:
+    """A readable image file: where it is, its label text, what it holds."""
+
+    path: str
+    label: str
+    content_hash: str
+    format: str
+    width: int
+    height: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedImage:
+    """An image with everything decided except its pixels: label id and split."""
+
+    source: SourceImage
+    label_id: int
+    split: str
+    reuse: Optional[RecordLocation] = None  # the same content's record in a previous dataset
