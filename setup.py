@@ -13,10 +13,14 @@ setup(
     version=VERSION,
     description="Apache Beam pipeline that turns image files + labels into sharded TFRecords.",
     python_requires=">=3.10",
-    packages=find_packages(include=["pipeline", "pipeline.*", "transforms", "transforms.*"]),
+    packages=[*find_packages(include=["pipeline", "pipeline.*", "transforms", "transforms.*"]), "imgrec_configs"],
+    # configs/ ships as the imgrec_configs package, so `--config=local` names configs/local.yaml anywhere.
+    package_dir={"imgrec_configs": "configs"},
+    package_data={"imgrec_configs": ["*.yaml"]},
+    entry_points={"console_scripts": ["imgrec = pipeline.cli:main"]},
     install_requires=[
-        # [tfrecord] pulls in a crc32c implementation, which TFRecord framing needs.
-        "apache-beam[tfrecord]>=2.60,<3",
+        "apache-beam>=2.60,<3",
+        "crc32c>=2.4",  # TFRecord checksums (transforms/tfrecord.py)
         "tensorflow-cpu>=2.16,<3",
         # imdecodeWithMetadata (EXIF orientation without a second decode) needs OpenCV 5.
         "opencv-python-headless>=5.0,<6",
@@ -24,7 +28,8 @@ setup(
         "pyyaml>=6,<7",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "pillow>=10", "scikit-image>=0.22", "tensorflow-datasets>=4.9"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "pillow>=10", "scikit-image>=0.22",
+                 "tensorflow-datasets>=4.9", "ruff>=0.6"],
         "gcp": ["apache-beam[gcp]>=2.60,<3"],
         "aws": ["apache-beam[aws]>=2.60,<3"],
         "tfds": ["tensorflow-datasets>=4.9"],

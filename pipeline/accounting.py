@@ -1,88 +1,143 @@
-"""How every input was accounted for: counts, dead letters and duplicate reports, as labelled
-composites the conversion applies to its rejections and plan."""
+"""How every input was accounted for, gathered in one pass for the pipeline's last step.
+
+Every small fact the run produces (an input seen, a rejection, a written shard, the planned
+counts, a group of identical images, the label map, the input fingerprint) is tagged and
+combined by one CombineFn into one `Gathered` value. One global combine instead of one per
+count keeps the job graph small, which is most of a small run's fixed cost on Beam's runners.
+"""
 from __future__ import annotations
 
-from typing import Sequence
+import collections
+import dataclasses
+from typing import Iterable, Mapping, Sequence
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.pvalue import AsList
 
-from pipeline.metadata import RejectionKey
+from pipeline.metadata import RejectionKey, RunTotals
 from transforms.assign import DuplicateGroup
-from transforms.dataset_format import (
-    ERRORS_PREFIX,
-    ERRORS_SUFFIX,
-    DuplicateSummary,
-    join,
-)
+from transforms.dataset_format import ERRORS_PREFIX, ERRORS_SUFFIX, DuplicateSummary, join
 from transforms.rejections import Rejection
 
 DUPLICATE_EXAMPLES = 100  # duplicate groups listed in metadata.json
 DEAD_LETTERS_FILE = f"{ERRORS_PREFIX}-00000-of-00001{ERRORS_SUFFIX}"
 
+INPUT, REJECTION, SHARD, PLANNED, DUPLICATE, LABEL_MAP, FINGERPRINT = (
+    "input", "rejection", "shard", "planned", "duplicate", "label_map", "fingerprint")
+
 
 def rejection_key(rejection: Rejection) -> RejectionKey:
-    Metrics.counter("imgrec", f"rejected_{rejection.error}").inc()
     return rejection.split, rejection.stage, rejection.error, rejection.counts_as_error
 
 
-class CountRejections(beam.PTransform):
-    """Rejection → (key, count) per (split, stage, error class, counts as error); a Beam counter
-    per error class."""
+@dataclasses.dataclass
+class Gathered:
+    """The combined facts of one run (the accumulator of `TotalsFn` and its output)."""
 
-    def expand(self, rejected: beam.PCollection) -> beam.PCollection:
-        return (rejected
-                | "RejectionKey" >> beam.Map(rejection_key)
-                | "CountPerKey" >> beam.combiners.Count.PerElement())
+    num_inputs: int = 0
+    rejections: list = dataclasses.field(default_factory=list)  # Rejection
+    shards: list = dataclasses.field(default_factory=list)  # ShardResult
+    planned_counts: dict = dataclasses.field(default_factory=dict)
+    duplicate_groups: int = 0
+    extra_copies: int = 0
+    duplicate_examples: list = dataclasses.field(default_factory=list)  # DuplicateGroup, smallest hashes
+    label_map: dict = dataclasses.field(default_factory=dict)
+    fingerprint: str = ""
+
+    def add(self, kind: str, value: object) -> None:
+        if kind == INPUT:
+            self.num_inputs += value
+        elif kind == REJECTION:
+            self.rejections.append(value)
+        elif kind == SHARD:
+            self.shards.append(value)
+        elif kind == PLANNED:
+            self.planned_counts.update(value)
+        elif kind == DUPLICATE:
+            self.duplicate_groups += 1
+            self.extra_copies += len(value.paths) - 1
+            self._keep_examples([value])
+        elif kind == LABEL_MAP:
+            self.label_map.update(value)
+        elif kind == FINGERPRINT:
+            self.fingerprint = value
+        else:
+            raise ValueError(f"unknown fact {kind!r}")
+
+    def _keep_examples(self, groups: Iterable[DuplicateGroup]) -> None:
+        merged = sorted([*self.duplicate_examples, *groups], key=lambda g: g.content_hash)
+        self.duplicate_examples = merged[:DUPLICATE_EXAMPLES]
+
+    def merge(self, other: "Gathered") -> None:
+        self.num_inputs += other.num_inputs
+        self.rejections.extend(other.rejections)
+        self.shards.extend(other.shards)
+        self.planned_counts.update(other.planned_counts)
+        self.duplicate_groups += other.duplicate_groups
+        self.extra_copies += other.extra_copies
+        self._keep_examples(other.duplicate_examples)
+        self.label_map.update(other.label_map)
+        self.fingerprint = self.fingerprint or other.fingerprint
+
+    def rejection_counts(self) -> tuple[tuple[RejectionKey, int], ...]:
+        return tuple(collections.Counter(rejection_key(r) for r in self.rejections).items())
+
+    def duplicates(self, dropped: bool) -> DuplicateSummary:
+        examples = tuple({"sha256": g.content_hash, "paths": list(g.paths), "labels": list(g.labels)}
+                         for g in self.duplicate_examples)
+        return DuplicateSummary(self.duplicate_groups, self.extra_copies, dropped, examples)
+
+    def totals(self, dropped_duplicates: bool, error_files: Sequence[str]) -> RunTotals:
+        return RunTotals(label_map=self.label_map, shards=tuple(self.shards), planned_counts=self.planned_counts,
+                         rejection_counts=self.rejection_counts(), num_inputs=self.num_inputs,
+                         duplicates=self.duplicates(dropped_duplicates), error_files=tuple(error_files),
+                         fingerprint=self.fingerprint)
 
 
-def write_dead_letters(rows: Sequence[str], directory: str) -> str:
+class TotalsFn(beam.CombineFn):
+    def create_accumulator(self) -> Gathered:
+        return Gathered()
+
+    def add_input(self, accumulator: Gathered, fact: tuple[str, object]) -> Gathered:
+        accumulator.add(*fact)
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[Gathered]) -> Gathered:
+        accumulators = iter(accumulators)
+        merged = next(accumulators)
+        for other in accumulators:
+            merged.merge(other)
+        return merged
+
+    def extract_output(self, accumulator: Gathered) -> Gathered:
+        return accumulator
+
+
+def _count_rejection(rejection: Rejection) -> tuple[str, Rejection]:
+    Metrics.counter("imgrec", f"rejected_{rejection.error}").inc()
+    return REJECTION, rejection
+
+
+class GatherTotals(beam.PTransform):
+    """{"inputs": anything (counted), "rejected": Rejection, "shards": ShardResult,
+    "planned_counts": {split: n}, "duplicates": DuplicateGroup, "label_map": {label: id},
+    "fingerprint": str} → one Gathered."""
+
+    def expand(self, facts: Mapping[str, beam.PCollection]) -> beam.PCollection:
+        tags = {"inputs": INPUT, "shards": SHARD, "planned_counts": PLANNED, "duplicates": DUPLICATE,
+                "label_map": LABEL_MAP, "fingerprint": FINGERPRINT}
+        tagged = [facts["rejected"] | "TagRejected" >> beam.Map(_count_rejection)]
+        for name, kind in tags.items():
+            value = (lambda _: 1) if kind == INPUT else (lambda v: v)
+            tagged.append(facts[name] | f"Tag{kind.title().replace('_', '')}" >> beam.Map(
+                lambda v, kind=kind, value=value: (kind, value(v))))
+        return tagged | "AllFacts" >> beam.Flatten() | "Combine" >> beam.CombineGlobally(TotalsFn())
+
+
+def write_dead_letters(rejections: Sequence[Rejection], directory: str) -> str:
     """One file, rows sorted, so dead letters are byte-identical on every runner."""
-    from apache_beam.io.filesystems import FileSystems
-
     with FileSystems.create(join(directory, DEAD_LETTERS_FILE)) as handle:
-        handle.write("".join(f"{row}\n" for row in sorted(rows)).encode("utf-8"))
+        handle.write("".join(f"{row}\n" for row in sorted(r.to_json() for r in rejections)).encode("utf-8"))
     return DEAD_LETTERS_FILE
 
-
-class WriteDeadLetters(beam.PTransform):
-    """Rejection → the dead-letter file name (one JSON object per line), written to `directory`."""
-
-    def __init__(self, directory: str):
-        super().__init__()
-        self._directory = directory
-
-    def expand(self, rejected: beam.PCollection) -> beam.PCollection:
-        return (rejected
-                | "ToJson" >> beam.Map(Rejection.to_json)
-                | "AllRows" >> beam.combiners.ToList()
-                | "WriteFile" >> beam.Map(write_dead_letters, self._directory))
-
-
-def summarize_duplicates(groups: Sequence[DuplicateGroup], extra_copies: int, num_groups: int,
-                         dropped: bool) -> DuplicateSummary:
-    examples = tuple({"sha256": g.content_hash, "paths": list(g.paths), "labels": list(g.labels)} for g in groups)
-    return DuplicateSummary(num_groups, extra_copies, dropped, examples)
-
-
-class SummarizeDuplicates(beam.PTransform):
-    """DuplicateGroup → one DuplicateSummary: totals and the first groups by hash."""
-
-    def __init__(self, dropped: bool):
-        super().__init__()
-        self._dropped = dropped
-
-    def expand(self, groups: beam.PCollection) -> beam.PCollection:
-        dropped = self._dropped
-        counts = (groups
-                  | "CopiesPerGroup" >> beam.Map(lambda g: (1, len(g.paths) - 1))
-                  | "SumCopies" >> beam.CombineGlobally(lambda pairs: tuple(map(sum, zip((0, 0), *pairs)))))
-        examples = groups | "FirstGroups" >> beam.combiners.Top.Of(
-            DUPLICATE_EXAMPLES, key=lambda g: g.content_hash, reverse=True)
-        return (groups.pipeline
-                | "Once" >> beam.Create([None])
-                | "Summary" >> beam.Map(
-                    lambda _, c, e: summarize_duplicates(e[0] if e else [], c[0][1] if c else 0,
-                                                         c[0][0] if c else 0, dropped),
-                    AsList(counts), AsList(examples)))

@@ -2,8 +2,9 @@
 
 Each concern is its own labelled composite; this one only wires them. Its last step gathers
 the counts, checks them (they must reconcile, the error budget must hold, some image must have
-been written) and publishes the dataset (pipeline/publish.py). A refusal fails the job, with
-its reason also left in the run's staging folder for the driver to print.
+been written) and publishes the dataset (pipeline/publish.py). A refusal leaves its reason in
+the run's staging folder for the driver to print; on Dataflow, whose job status schedulers
+watch without the driver, it also fails the job.
 """
 from __future__ import annotations
 
@@ -11,16 +12,11 @@ import dataclasses
 from typing import Mapping, Optional
 
 import apache_beam as beam
-from apache_beam.pvalue import AsList, AsSingleton
+from apache_beam.pvalue import AsSingleton
 
-from pipeline.accounting import (
-    DEAD_LETTERS_FILE,
-    CountRejections,
-    SummarizeDuplicates,
-    WriteDeadLetters,
-)
+from pipeline.accounting import Gathered, GatherTotals, write_dead_letters
 from pipeline.errors import RunFailed
-from pipeline.metadata import RunTotals, build_metadata, check_error_budget
+from pipeline.metadata import build_metadata, check_error_budget
 from pipeline.progress import RecordProgress
 from pipeline.publish import publish
 from transforms import files
@@ -52,6 +48,7 @@ class RunContext:
     excluded: tuple[str, ...] = ()  # folders not to discover (the output inside the input)
     previous_run_id: Optional[str] = None  # the dataset in the output when the run started
     previous_files: tuple[str, ...] = ()  # its files: the only ones publishing may replace
+    fail_job_on_refusal: bool = False  # the job's own status must show a refusal (Dataflow)
 
 
 def check_not_empty(metadata: DatasetMetadata, spec: ConversionSpec) -> None:
@@ -61,21 +58,24 @@ def check_not_empty(metadata: DatasetMetadata, spec: ConversionSpec) -> None:
                         "publish an empty dataset")
 
 
-def finalize(_, spec: ConversionSpec, context: RunContext, **totals) -> Optional[dict]:
-    """Counts → metadata → checks → published dataset; None when the inputs are unchanged."""
-    totals = RunTotals(**{key: tuple(value) if isinstance(value, list) else value for key, value in totals.items()})
-    if totals.fingerprint == context.previous_fingerprint:
-        files.write_atomically(join(context.run_dir, UNCHANGED_MARKER), totals.fingerprint.encode("ascii"))
+def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> Optional[dict]:
+    """Counts → dead letters and metadata → checks → published dataset; None when unchanged."""
+    if gathered.fingerprint == context.previous_fingerprint:
+        files.write_atomically(join(context.run_dir, UNCHANGED_MARKER), gathered.fingerprint.encode("ascii"))
         return None
+    error_file = write_dead_letters(gathered.rejections, context.run_dir)
+    totals = gathered.totals(spec.output.drop_duplicates, [error_file])
     metadata = build_metadata(spec, totals, run=context.run, library_versions=context.library_versions,
                               reuse_source=context.reuse.dataset if context.reuse else None)
     try:
-        check_error_budget(metadata, spec.output.max_error_fraction, join(context.run_dir, DEAD_LETTERS_FILE))
+        check_error_budget(metadata, spec.output.max_error_fraction, join(context.run_dir, error_file))
         check_not_empty(metadata, spec)
         publish(context.output, context.run_dir, metadata, context.previous_run_id, context.previous_files)
     except RunFailed as exc:
         files.write_atomically(join(context.run_dir, VERDICT_FILE), str(exc).encode("utf-8"))
-        raise
+        if context.fail_job_on_refusal:
+            raise
+        return None
     return metadata.to_json()
 
 
@@ -105,21 +105,10 @@ class ConvertToTFRecords(beam.PTransform):
             to_write = to_write | "AttachReusableRecords" >> AttachReusableRecords(context.reuse)
         written = to_write | "WriteShards" >> WriteShards(context.writer)
         _ = (written["planned_counts"], written["parts"]) | "RecordProgress" >> RecordProgress(context.run_dir)
-
+        inputs = (discovered["candidates"], discovered[REJECTED]) | "AllInputs" >> beam.Flatten()
         rejected = (early_rejections, plan[REJECTED], written[REJECTED]) | "AllRejections" >> beam.Flatten()
-        num_inputs = ((discovered["candidates"], discovered[REJECTED])
-                      | "AllInputs" >> beam.Flatten()
-                      | "CountInputs" >> beam.combiners.Count.Globally())
-        return (pbegin
-                | "Once" >> beam.Create([None])
-                | "Publish" >> beam.Map(
-                    finalize, spec, context,
-                    fingerprint=AsSingleton(fingerprint),
-                    label_map=AsSingleton(label_map),
-                    shards=AsList(written["shards"]),
-                    planned_counts=AsSingleton(written["planned_counts"]),
-                    rejection_counts=AsList(rejected | "CountRejections" >> CountRejections()),
-                    num_inputs=AsSingleton(num_inputs),
-                    duplicates=AsSingleton(plan[DUPLICATES] | "Duplicates" >> SummarizeDuplicates(
-                        spec.output.drop_duplicates)),
-                    error_files=AsList(rejected | "DeadLetters" >> WriteDeadLetters(context.run_dir))))
+        return ({"inputs": inputs, "rejected": rejected, "shards": written["shards"],
+                 "planned_counts": written["planned_counts"], "duplicates": plan[DUPLICATES],
+                 "label_map": label_map, "fingerprint": fingerprint}
+                | "GatherTotals" >> GatherTotals()
+                | "Publish" >> beam.Map(finalize, spec, context))

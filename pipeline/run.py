@@ -196,7 +196,8 @@ def convert(argv: Sequence[str]) -> Conversion:
             run_info, output, this_run, writer, library_versions,
             previous_fingerprint=compared.fingerprint if compared else None,
             reuse=reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions)),
-            excluded=_excluded_folders(output), previous_run_id=state.previous_run_id, previous_files=state.owned)
+            excluded=_excluded_folders(output), previous_run_id=state.previous_run_id, previous_files=state.owned,
+            fail_job_on_refusal=runner == "DataflowRunner")
         for folder in (this_run, parts_dir(output)):
             if not FileSystems.exists(folder):
                 FileSystems.mkdirs(folder)
@@ -231,17 +232,22 @@ def convert(argv: Sequence[str]) -> Conversion:
             FileSystems.delete([output])
 
 
+def _check_verdict(this_run: str) -> None:
+    """A refusal by the pipeline's last step becomes a RunFailed with the step's reason."""
+    verdict = join(this_run, VERDICT_FILE)
+    if FileSystems.exists(verdict):
+        reason = files.read_bytes(verdict).decode("utf-8")
+        raise (TooManyErrors if "max_error_fraction" in reason else RunFailed)(reason)
+
+
 def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult:
-    """Runs the pipeline; a refusal by its last step becomes a RunFailed with the step's reason."""
     try:
         result = pipeline.run()
         result.wait_until_finish()
     except Exception:
-        verdict = join(this_run, VERDICT_FILE)
-        if FileSystems.exists(verdict):
-            reason = files.read_bytes(verdict).decode("utf-8")
-            raise (TooManyErrors if "max_error_fraction" in reason else RunFailed)(reason) from None
+        _check_verdict(this_run)
         raise
+    _check_verdict(this_run)
     if result.state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {result.state}; nothing was published")
     return result

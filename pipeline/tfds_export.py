@@ -22,18 +22,21 @@ Refused: gzip shards (TFDS opens TFRecords without a compression type), split or
 that TFDS's filename template cannot reproduce. Splits without shards are left out, because
 TFDS requires every split to have files.
 
-The pipeline does not write these files, but a run that replaces the dataset removes them with
-the old shards (pipeline/publish.py DATASET_PATTERNS): re-run this export after such a run.
+The export records the files it wrote in metadata.json (`exports`), so a run that replaces the
+dataset removes them with the old shards (imgrec only ever removes files metadata.json lists):
+re-run this export after such a run.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import posixpath
 import re
 import sys
 from typing import Any, Mapping, Optional, Sequence
 
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, read_metadata
+from transforms.dataset_format import METADATA_FILE, DatasetMetadata
 
 # `{SPLIT}` in TFDS's templates matches this; `.tfrecord` is literal so errors-*.jsonl and
 # other files in OUTPUT are not mistaken for shards of a split named "errors".
@@ -74,13 +77,13 @@ def class_names(label_map: Mapping[str, int]) -> Optional[list[str]]:
     return names
 
 
-def feature_connectors(metadata: Mapping) -> dict[str, Any]:
+def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
     """{our feature key: TFDS feature} for every feature metadata.json lists."""
     import numpy as np
 
     tfds = _tfds()
     connectors: dict[str, Any] = {}
-    for key, described in (metadata.get("features") or {}).items():
+    for key, described in metadata.features.items():
         role, dtype = described.get("role"), described.get("dtype")
         if role == "image":
             shape = tuple(int(d) for d in described["shape"])
@@ -93,7 +96,7 @@ def feature_connectors(metadata: Mapping) -> dict[str, Any]:
                 raise NotExportable(f"image feature {key!r}: encoding {encoding!r} with pixels {pixel_dtype!r} "
                                     "has no TFDS feature that reads it as written")
         elif role == "label" and dtype == "int64":
-            names = class_names(metadata.get("label_map") or {})
+            names = class_names(metadata.label_map)
             connectors[key] = (tfds.features.ClassLabel(names=names) if names is not None
                                else tfds.features.Scalar(dtype=np.int64))
         elif dtype == "string":
@@ -104,13 +107,13 @@ def feature_connectors(metadata: Mapping) -> dict[str, Any]:
             connectors[key] = tfds.features.Scalar(dtype=np.float32)
         else:
             raise NotExportable(f"feature {key!r} has dtype {dtype!r}, which TFDS export does not map")
-    roles = {described.get("role") for described in (metadata.get("features") or {}).values()}
+    roles = {described.get("role") for described in metadata.features.values()}
     if not {"image", "label"} <= roles:
         raise NotExportable(f"metadata features need image and label roles; found {sorted(roles - {None})}")
     return connectors
 
 
-def split_infos(metadata: Mapping, template: Any) -> tuple[list[Any], list[str]]:
+def split_infos(metadata: DatasetMetadata, template: Any) -> tuple[list[Any], list[str]]:
     """TFDS SplitInfos from our shard lengths and sizes, plus the names of splits left out (no shards).
 
     TFDS computes shard paths from the template, so each split's file list must be exactly what
@@ -118,18 +121,18 @@ def split_infos(metadata: Mapping, template: Any) -> tuple[list[Any], list[str]]
     """
     tfds = _tfds()
     infos, empty = [], []
-    for name, split in metadata["splits"].items():
-        if not split["files"]:
+    for name, split in metadata.splits.items():
+        if not split.files:
             empty.append(name)
             continue
         if not _SPLIT_NAME.fullmatch(name):
             raise NotExportable(f"split name {name!r} does not fit TFDS file names (letters, digits, _ and - only)")
         split_template = template.replace(split=name)
         expected = split_template.sharded_filenames(len(split["files"]))
-        if list(split["files"]) != expected:
-            raise NotExportable(f"split {name!r}: files {split['files']} are not the names TFDS derives ({expected})")
-        infos.append(tfds.core.SplitInfo(name=name, shard_lengths=list(split["shard_lengths"]),
-                                         num_bytes=int(split["num_bytes"]), filename_template=split_template))
+        if list(split.files) != expected:
+            raise NotExportable(f"split {name!r}: files {list(split.files)} are not the names TFDS derives ({expected})")
+        infos.append(tfds.core.SplitInfo(name=name, shard_lengths=list(split.shard_lengths),
+                                         num_bytes=split.num_bytes, filename_template=split_template))
     if not infos:
         raise NotExportable("no split has any shard; TFDS needs at least one")
     return infos, empty
@@ -142,6 +145,27 @@ def _remove_tfds_files(output_dir: str) -> None:
         path = posixpath.join(output_dir.rstrip("/"), filename)
         if tf.io.gfile.exists(path):
             tf.io.gfile.remove(path)
+
+
+def written_files(output_dir: str) -> list[str]:
+    """What TFDS's write_metadata left in the folder: its two JSON files and the label files."""
+    import tensorflow as tf
+
+    names = {posixpath.basename(p) for p in tf.io.gfile.glob(posixpath.join(output_dir.rstrip("/"), "*"))}
+    return sorted(n for n in names if n in TFDS_FILES or n.endswith(".labels.txt"))
+
+
+def record_exports(output_dir: str, metadata: DatasetMetadata, names: Sequence[str]) -> None:
+    """Adds the export's files to metadata.json, via a temporary name, so imgrec knows they are
+    its own (a later run that replaces the dataset removes them, and nothing else)."""
+    import tensorflow as tf
+
+    updated = dataclasses.replace(metadata, exports=tuple(sorted(set(metadata.exports) | set(names))))
+    path = posixpath.join(output_dir.rstrip("/"), METADATA_FILE)
+    temporary = f"{path}.tmp-export"
+    with tf.io.gfile.GFile(temporary, "w") as handle:
+        handle.write(updated.dumps())
+    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def default_name(output_dir: str) -> str:
@@ -157,8 +181,8 @@ def export(output_dir: str, name: Optional[str] = None, check_data: bool = True)
     record back, so a mapping that does not match the records fails here, not in training.
     """
     metadata = read_metadata(output_dir)
-    if (metadata.get("compression") or "none") != "none":
-        raise NotExportable(f"shards are {metadata['compression']}-compressed; TFDS reads TFRecords without a "
+    if metadata.compression != "none":
+        raise NotExportable(f"shards are {metadata.compression}-compressed; TFDS reads TFRecords without a "
                             "compression type, so export needs a dataset written with --compression=none")
     name = name or default_name(output_dir)
     if not _DATASET_NAME.fullmatch(name):
@@ -168,19 +192,20 @@ def export(output_dir: str, name: Optional[str] = None, check_data: bool = True)
     template = tfds.core.ShardedFileTemplate(data_dir=output_dir, template=FILENAME_TEMPLATE,
                                              dataset_name=name, filetype_suffix=FILE_SUFFIX)
     infos, empty = split_infos(metadata, template)
-    by_role = {described["role"]: key for key, described in metadata["features"].items()}
+    by_role = metadata.role_keys()
     try:
         # Never pass `metadata=` here: TFDS would write it to OUTPUT/metadata.json, replacing ours.
         tfds.folder_dataset.write_metadata(
             data_dir=output_dir, features=tfds.features.FeaturesDict(features), split_infos=infos,
             filename_template=template, check_data=check_data,
             supervised_keys=(by_role["image"], by_role["label"]),
-            description=f"Written by imgrec; see metadata.json (input fingerprint {metadata.get('fingerprint')}).")
+            description=f"Written by imgrec; see metadata.json (input fingerprint {metadata.fingerprint}).")
     except Exception:
         # TFDS writes its files before check_data reads a record back; without them a failed
         # export cannot be loaded by mistake.
         _remove_tfds_files(output_dir)
         raise
+    record_exports(output_dir, metadata, written_files(output_dir))
     return {"name": name, "features": {key: repr(feature) for key, feature in features.items()},
             "splits": {info.name: info.num_examples for info in infos}, "skipped_empty_splits": empty}
 

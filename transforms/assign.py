@@ -51,9 +51,25 @@ class ComputeLabelMap(beam.PTransform):
 
     def expand(self, labels: beam.PCollection) -> beam.PCollection:
         return (labels
-                | "DistinctLabels" >> beam.Distinct()
-                | "AllLabels" >> beam.combiners.ToList()
+                | "DistinctLabels" >> beam.CombineGlobally(DistinctFn())
                 | "BuildLabelMap" >> beam.Map(build_label_map, self._class_names, self._integer_ids))
+
+
+class DistinctFn(beam.CombineFn):
+    """Elements → the set of distinct ones (small sets only: label names)."""
+
+    def create_accumulator(self) -> set:
+        return set()
+
+    def add_input(self, accumulator: set, element) -> set:
+        accumulator.add(element)
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> set:
+        return set().union(*accumulators)
+
+    def extract_output(self, accumulator: set) -> set:
+        return accumulator
 
 
 def attach_label_id(image: SourceImage, label_map: Mapping[str, int]) -> Iterator[Union[LabeledImage, beam.pvalue.TaggedOutput]]:

@@ -19,6 +19,14 @@ from transforms.image_header import (
 from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall
 from transforms.specs import ImageSpec
 
+# JPEG DCT scaling: libjpeg decodes at 1/2, 1/4 or 1/8 size for little more than the cost of the
+# smaller image. After a final INTER_AREA resize the difference from a full decode is invisible
+# (PSNR >= 50 dB) as long as the decoded image is at least twice the output size; with
+# interpolations that do not average (linear, cubic, lanczos, nearest) a large downscale aliases,
+# so the reduced decode would change what they compute, and it is not used.
+REDUCING_INTERPOLATIONS = ("area",)
+_REDUCED_FLAGS = {1: 0, 2: 16, 4: 32, 8: 64}  # the size bits of cv2.IMREAD_REDUCED_COLOR_2/4/8
+
 # Bytes per pixel that decoding needs beyond the decoded array: the 8-bit RGB copy and the
 # upright copy; compositing alpha works on three uint16 planes and an alpha plane.
 _RGB_AND_UPRIGHT_BYTES = 3 + 3
@@ -123,30 +131,53 @@ def _orientation(types: Sequence[int], metadata: Sequence[np.ndarray]) -> int:
     return 1
 
 
-def decode_like_imread(data: bytes, header: ImageHeader) -> np.ndarray:
-    """`cv2.imread(path)`'s pixels (imread is imdecode of the file's bytes), in RGB order."""
+def jpeg_scale(header: ImageHeader, spec: ImageSpec) -> int:
+    """The largest of 8, 4, 2 that keeps the decoded short side at least twice the output's long
+    side (so every resize mode and EXIF orientation still downscales by 2 or more), else 1."""
+    if spec.reduced_decode == "off" or spec.interpolation not in REDUCING_INTERPOLATIONS:
+        return 1
+    needed = 2 * max(spec.height, spec.width)
+    short = min(header.width, header.height)
+    return next((scale for scale in (8, 4, 2) if -(-short // scale) >= needed), 1)
+
+
+def _imdecode(data: bytes, flags: int, header: ImageHeader) -> np.ndarray:
     try:
-        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as exc:
         raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
     if img is None or img.size == 0:
         raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated)")
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    return img
+
+
+def decode_plain_jpeg(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
+    """8-bit grey or YCbCr JPEGs (nearly all photos): libjpeg decodes straight to RGB, at a
+    reduced size when that is invisible, and OpenCV applies the EXIF orientation."""
+    return _imdecode(data, cv2.IMREAD_COLOR_RGB | _REDUCED_FLAGS[jpeg_scale(header, spec)], header)
+
+
+def decode_like_imread(data: bytes, header: ImageHeader) -> np.ndarray:
+    """`cv2.imread(path)`'s pixels (imread is imdecode of the file's bytes), in RGB order."""
+    return cv2.cvtColor(_imdecode(data, cv2.IMREAD_COLOR, header), cv2.COLOR_BGR2RGB)
 
 
 def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
-    """Decode to HxWx3 uint8 RGB, upright; GIFs give their first frame.
+    """Decode to HxWx3 uint8 RGB, upright; GIFs give their first frame; large JPEGs may come out
+    at 1/2, 1/4 or 1/8 size (see `jpeg_scale`), which the resize that follows absorbs.
 
-    IMREAD_UNCHANGED keeps alpha and 16-bit depth (so both are converted deliberately here) but
-    skips EXIF orientation, which is applied from the EXIF block OpenCV returns. OpenCV's TIFF
-    reader applies the TIFF orientation tag itself and returns no EXIF, so TIFFs are not rotated
-    twice.
+    Other than plain JPEGs, IMREAD_UNCHANGED keeps alpha and 16-bit depth (so both are converted
+    deliberately here) but skips EXIF orientation, which is applied from the EXIF block OpenCV
+    returns. OpenCV's TIFF reader applies the TIFF orientation tag itself and returns no EXIF, so
+    TIFFs are not rotated twice.
     """
     header = check_header(data, spec)
     if header.format == "jpeg" and not jpeg_has_eoi(data):
         raise CorruptImage("jpeg is truncated: no end-of-image marker after the scan data")
     if spec.decoder == "imread":
         return decode_like_imread(data, header)
+    if header.format == "jpeg" and header.channels == 3 and header.bytes_per_sample == 1:
+        return decode_plain_jpeg(data, header, spec)
     try:
         img, types, metadata = cv2.imdecodeWithMetadata(np.frombuffer(data, np.uint8),
                                                         cv2.IMREAD_UNCHANGED)

@@ -59,6 +59,26 @@ def rename(source: str, destination: str) -> None:
         _filesystems().rename([source], [destination])
 
 
+def append_file(destination: BinaryIO, source: str, chunk: int = 8 * 2**20) -> None:
+    """Copies `source` to the end of the open `destination`: in the kernel (copy_file_range)
+    between local files, through Python otherwise (e.g. into a gzip stream)."""
+    local = local_path(source)
+    if local is not None and hasattr(os, "copy_file_range") and hasattr(destination, "fileno") \
+            and type(destination).__name__ == "BufferedWriter":
+        destination.flush()
+        with open(local, "rb") as handle:
+            remaining = os.fstat(handle.fileno()).st_size
+            while remaining:
+                copied = os.copy_file_range(handle.fileno(), destination.fileno(), remaining)
+                if not copied:
+                    raise OSError(f"copy_file_range stopped with {remaining} bytes of {source} left")
+                remaining -= copied
+        return
+    with open_read(source) as handle:
+        while data := handle.read(chunk):
+            destination.write(data)
+
+
 def read_bytes(path: str) -> bytes:
     with open_read(path) as handle:
         return handle.read()

@@ -28,7 +28,6 @@ from transforms.split import num_shards_for, order_in_shard
 
 ShardKey = tuple[str, int, int]  # (split, shard index, shard count)
 PART_IMAGES = 64  # images per part: the unit of parallel work, of progress and of resumption
-_COPY_CHUNK = 8 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,9 +242,7 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
     lines, offset = [], 0
     with files.create(temporary, gzip=settings.output.compression == "gzip") as shard:
         for part in parts:
-            with files.open_read(join(settings.parts_dir, f"{part.digest}.records")) as records:
-                while chunk := records.read(_COPY_CHUNK):
-                    shard.write(chunk)
+            files.append_file(shard, join(settings.parts_dir, f"{part.digest}.records"))
             outcome = _read_outcome(settings, part.digest)
             lines.extend(entry.shifted(offset).to_line() for entry in outcome.index)
             offset += sum(entry.length for entry in outcome.index)

@@ -24,6 +24,7 @@ part, then the shard) and the concatenation of one shard runs on one worker.
 """
 from __future__ import annotations
 
+import collections
 from typing import Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
@@ -56,13 +57,35 @@ def key_by_shard(image: PlannedImage, shard_counts: dict[str, int], seed: int) -
     return (image.split, shard_for(image.source.path, seed, num_shards), num_shards), image
 
 
+PLANS = "plans"
+
+
 def plan_shard(element: tuple[ShardKey, Iterable[Optional[PlannedImage]]],
-               settings: WriterSettings) -> Iterator[Union[ShardPlan, PartTask]]:
+               settings: WriterSettings) -> Iterator[Union[PartTask, beam.pvalue.TaggedOutput]]:
+    """A shard's images (None: the placeholder every shard gets) → its parts, plus its plan
+    keyed by shard (PLANS) for the concatenation."""
     shard, images = element
     ordered = shard_order((im for im in images if im is not None), settings.output.shuffle_seed)
     parts = cut_into_parts(shard, ordered, settings)
-    yield ShardPlan(shard, len(parts))
+    yield beam.pvalue.TaggedOutput(PLANS, (shard, ShardPlan(shard, len(parts))))
     yield from parts
+
+
+class CountPerSplitFn(beam.CombineFn):
+    """PlannedImage → {split: count}."""
+
+    def create_accumulator(self) -> collections.Counter:
+        return collections.Counter()
+
+    def add_input(self, accumulator: collections.Counter, image: PlannedImage) -> collections.Counter:
+        accumulator[image.split] += 1
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> collections.Counter:
+        return sum(accumulators, collections.Counter())
+
+    def extract_output(self, accumulator: collections.Counter) -> dict[str, int]:
+        return dict(accumulator)
 
 
 class _ConvertParts(InflightDoFn):
@@ -91,18 +114,28 @@ class _ConvertParts(InflightDoFn):
         self._parts.inc()
         for rejection in outcome.rejections:
             yield beam.pvalue.TaggedOutput(REJECTED, rejection)
-        yield PartResult(part.shard, part.index, part.digest, len(part.images), outcome.records, outcome.num_bytes,
-                         outcome.label_counts, outcome.reused)
+        yield part.shard, PartResult(part.shard, part.index, part.digest, len(part.images), outcome.records,
+                                     outcome.num_bytes, outcome.label_counts, outcome.reused)
 
     def reject(self, part: PartTask, exc: InputRejected):
         raise AssertionError("convert_part reports rejections in its outcome") from exc
 
 
-def _concat(element: tuple[ShardKey, Iterable[Union[ShardPlan, PartResult]]], settings: WriterSettings) -> ShardResult:
-    _, values = element
-    values = list(values)
-    (plan,) = [v for v in values if isinstance(v, ShardPlan)]
-    return concat_shard(plan, [v for v in values if isinstance(v, PartResult)], settings)
+class _ConcatShards(InflightDoFn):
+    """(shard, [ShardPlan, PartResult...]) → ShardResult; on the converters' pool, since a
+    shard's copy is I/O that can overlap with the other shards'."""
+
+    def __init__(self, settings: WriterSettings):
+        super().__init__(settings.local_processes, processes=True)
+        self._settings = settings
+
+    def task(self, element: tuple[ShardKey, Iterable[Union[ShardPlan, PartResult]]]):
+        values = list(element[1])
+        (plan,) = [v for v in values if isinstance(v, ShardPlan)]
+        return concat_shard, (plan, [v for v in values if isinstance(v, PartResult)], self._settings)
+
+    def emit(self, element, result: ShardResult):
+        yield result
 
 
 class WriteShards(beam.PTransform):
@@ -116,10 +149,7 @@ class WriteShards(beam.PTransform):
     def expand(self, planned: beam.PCollection) -> dict[str, beam.PCollection]:
         settings = self._settings
         image, output = settings.image, settings.output
-        planned_counts = (planned
-                          | "SplitOf" >> beam.Map(lambda im: im.split)
-                          | "CountPerSplit" >> beam.combiners.Count.PerElement()
-                          | "PlannedCounts" >> beam.combiners.ToDict())
+        planned_counts = planned | "PlannedCounts" >> beam.CombineGlobally(CountPerSplitFn())
         shard_counts = planned_counts | "ShardCounts" >> beam.Map(
             lambda counts: {split: num_shards_for(n, image, output) for split, n in counts.items()})
         every_shard = planned_counts | "EveryShard" >> beam.FlatMap(
@@ -129,16 +159,13 @@ class WriteShards(beam.PTransform):
         work = ((keyed, every_shard)
                 | "ImagesAndShards" >> beam.Flatten()
                 | "GroupShards" >> beam.GroupByKey()
-                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings))
-        tasks = work | "PartTasks" >> beam.Filter(lambda v: isinstance(v, PartTask))
-        shard_plans = work | "ShardPlans" >> beam.Filter(lambda v: isinstance(v, ShardPlan))
-        converted = (tasks
+                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings).with_outputs(PLANS, main="parts"))
+        converted = (work.parts
                      | "SpreadParts" >> beam.Reshuffle()
                      | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts"))
-        shards = (((shard_plans | "KeyPlan" >> beam.Map(lambda p: (p.shard, p))),
-                   (converted.parts | "KeyPart" >> beam.Map(lambda p: (p.shard, p))))
+        shards = ((work[PLANS], converted.parts)
                   | "PlansAndParts" >> beam.Flatten()
                   | "GroupParts" >> beam.GroupByKey()
-                  | "ConcatShards" >> beam.Map(_concat, settings))
+                  | "ConcatShards" >> beam.ParDo(_ConcatShards(settings)))
         return {"shards": shards, REJECTED: converted[REJECTED], "planned_counts": planned_counts,
-                "parts": converted.parts}
+                "parts": converted.parts | "PartResults" >> beam.Values()}

@@ -1,0 +1,57 @@
+"""The `imgrec` command: `imgrec run|verify|inspect|export-tfds ...`.
+
+Each subcommand is the module entry point of the same name, so `imgrec run ARGS` and
+`python -m pipeline.run ARGS` are the same command with the same exit codes.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Optional, Sequence
+
+USAGE = """usage: imgrec COMMAND [ARGS]
+
+commands:
+  run          convert images + labels into sharded TFRecords (python -m pipeline.run)
+  verify       check a finished dataset end to end (python -m pipeline.verify)
+  inspect      the same as verify
+  export-tfds  make a dataset loadable with tfds.builder_from_directory (python -m pipeline.tfds_export)
+
+`imgrec COMMAND --help` lists a command's options; `imgrec run --config=local` uses a shipped config."""
+
+
+def _run(argv: Sequence[str]) -> int:
+    from pipeline.run import main
+
+    return main(argv)
+
+
+def _verify(argv: Sequence[str]) -> int:
+    from pipeline.verify import main
+
+    return main(argv, prog="imgrec verify")
+
+
+def _export_tfds(argv: Sequence[str]) -> int:
+    from pipeline.tfds_export import main
+
+    return main(argv)
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "run": _run, "verify": _verify, "inspect": _verify, "export-tfds": _export_tfds}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, *rest = argv
+    if command not in COMMANDS:
+        print(f"imgrec: error: unknown command {command!r}; expected one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    return COMMANDS[command](rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
