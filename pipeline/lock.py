@@ -31,6 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.errors import OutputLocked, RunFailed
 from transforms.dataset_format import LOCK_FILE, join
 from transforms.files import local_path
+from transforms.worker_watch import driver_alive, driver_marker
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER = datetime.timedelta(minutes=10)
@@ -48,6 +49,7 @@ class LockOwner:
     pid: int
     started: str
     heartbeat: str
+    process: str = ""  # pid and process start time, so a reused pid is not taken for the driver
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -62,16 +64,6 @@ class LockOwner:
     def describe(self) -> str:
         return (f"run {self.run_id} (host {self.host}, pid {self.pid}, started {self.started}, "
                 f"last heartbeat {self.heartbeat})")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read(path: str) -> Optional[LockOwner]:
@@ -92,7 +84,7 @@ def check_publisher(output: str, run_id: str) -> None:
     if owner is None or owner.run_id != run_id:
         raise RunFailed(f"{path} no longer belongs to this run (now: {owner.describe() if owner else 'nobody'}); "
                         "nothing was published")
-    if owner.host == socket.gethostname() and not _pid_alive(owner.pid):
+    if owner.host == socket.gethostname() and not driver_alive(owner.process or str(owner.pid)):
         raise RunFailed(f"the driver of run {run_id} (pid {owner.pid}) is gone; nothing was published")
 
 
@@ -109,7 +101,8 @@ class OutputLock:
         self._descriptor: Optional[int] = None  # local: the open, flocked lock file
 
     def _owner(self) -> LockOwner:
-        return LockOwner(self._run_id, self._host, os.getpid(), self._started, _now().isoformat(timespec="seconds"))
+        return LockOwner(self._run_id, self._host, os.getpid(), self._started, _now().isoformat(timespec="seconds"),
+                         driver_marker())
 
     def _lock_local(self, path: str) -> bool:
         """flock the file at `path`; False if a live process holds it. The file must still be the

@@ -14,13 +14,7 @@ from typing import Mapping, Optional
 
 from pipeline import __version__
 from pipeline.errors import RunFailed
-from transforms.dataset_format import (
-    DatasetMetadata,
-    DuplicateSummary,
-    InputAccounting,
-    ReuseSummary,
-    SplitInfo,
-)
+from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAccounting, ReuseSummary, SplitInfo
 from transforms.example import feature_spec
 from transforms.parts import ShardResult
 from transforms.specs import ConversionSpec

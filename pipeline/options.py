@@ -19,14 +19,7 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
 from pipeline.errors import UsageError
-from transforms.specs import (
-    ConversionSpec,
-    FeatureKeys,
-    ImageSpec,
-    InputSpec,
-    OutputSpec,
-    SplitSpec,
-)
+from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
 
 SECTIONS = {"input": InputSpec, "output": OutputSpec, "image": ImageSpec, "features": FeatureKeys,
             "splits": SplitSpec}

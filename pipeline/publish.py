@@ -26,13 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.errors import RunFailed
 from pipeline.lock import check_publisher
 from transforms import files
-from transforms.dataset_format import (
-    INDEX_DIR,
-    METADATA_FILE,
-    DatasetMetadata,
-    join,
-    staging_dir,
-)
+from transforms.dataset_format import INDEX_DIR, METADATA_FILE, DatasetMetadata, join, staging_dir
 
 JOURNAL_FILE = "publishing.json"  # in the staging folder while files move into the output
 

@@ -17,13 +17,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
-from transforms.dataset_format import (
-    METADATA_FILE,
-    DatasetMetadata,
-    FormatError,
-    split_files,
-    tf_compression_type,
-)
+from transforms.dataset_format import METADATA_FILE, DatasetMetadata, FormatError, split_files, tf_compression_type
 from transforms.specs import ImageSpec
 
 # Read-time normalization: the same formulas (and float32 arithmetic) as transforms/normalize.py.

@@ -18,36 +18,20 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import (
-    DirectOptions,
-    StandardOptions,
-    TestOptions,
-)
+from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, StandardOptions, TestOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline.convert import (
-    UNCHANGED_MARKER,
-    VERDICT_FILE,
-    ConvertToTFRecords,
-    RunContext,
-)
+from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.errors import ImgrecError, RunFailed, UsageError
 from pipeline.lock import OutputLock
 from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
 from pipeline.options import ImgrecOptions, parse_arguments
-from pipeline.prepare import (
-    check_output,
-    clear_dead_runs,
-    comparison,
-    inspect_output,
-    list_names,
-    reuse_source,
-)
+from pipeline.prepare import check_output, clear_dead_runs, comparison, inspect_output, list_names, reuse_source
 from pipeline.progress import ProgressReporter, default_interval
 from pipeline.summary import format_header, format_summary
-from transforms import files
-from transforms.concurrency import DRIVER_PID_ENV
+from transforms import files, worker_watch
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
+from transforms.discover import ManifestError, manifest_layout
 from transforms.files import local_path
 from transforms.parts import WriterSettings, record_digest
 from transforms.specs import ConversionSpec
@@ -116,8 +100,13 @@ def check_input(spec: ConversionSpec) -> None:
     local = local_path(path)
     if kind == "folders" and local is not None and not os.path.isdir(local):
         raise UsageError(f"--input={path}: {'not a folder' if os.path.exists(local) else 'no such folder'}")
-    if kind in ("csv", "jsonl") and not FileSystems.exists(path):
-        raise UsageError(f"--input={path}: no such manifest")
+    if kind in ("csv", "jsonl"):
+        if not FileSystems.exists(path):
+            raise UsageError(f"--input={path}: no such manifest")
+        try:
+            manifest_layout(spec.input, kind)
+        except ManifestError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def _ensure_folder(path: str) -> bool:
@@ -156,6 +145,8 @@ def convert(argv: Sequence[str]) -> Conversion:
     """Builds the pipeline from config + flags, runs it, and publishes what it staged."""
     parsed = parse_arguments(argv)
     options = parsed.options
+    setup = options.view_as(SetupOptions)
+    setup.beam_plugins = [*(setup.beam_plugins or []), worker_watch.__name__]
     runner = runner_name(options)
     if runner in UNSUPPORTED_RUNNERS:
         raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
@@ -206,7 +197,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         _say(format_header(spec, runner, parsed.config_file))
         pipeline = beam.Pipeline(options=options)
         _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
-        os.environ[DRIVER_PID_ENV] = str(os.getpid())
+        os.environ[worker_watch.DRIVER_ENV] = worker_watch.driver_marker()
         clock = time.monotonic()
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)

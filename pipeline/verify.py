@@ -32,12 +32,7 @@ import tensorflow as tf
 from pipeline import reader
 from pipeline.drawing import draw_bar_chart, draw_contact_sheet, to_display_uint8
 from pipeline.tables import format_table
-from transforms.dataset_format import (
-    DatasetMetadata,
-    SplitInfo,
-    parse_shard_file_name,
-    tf_compression_type,
-)
+from transforms.dataset_format import DatasetMetadata, SplitInfo, parse_shard_file_name, tf_compression_type
 
 CONTACT_SHEET = "contact_sheet.png"
 CLASS_COUNTS = "class_counts.png"

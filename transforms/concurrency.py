@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import os
-import threading
 from typing import Any, Callable, Iterable, Optional
 
 import apache_beam as beam
@@ -21,34 +19,6 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.process_pool import SubprocessPool
 from transforms.rejections import InputRejected
-
-DRIVER_PID_ENV = "IMGREC_DRIVER_PID"
-
-
-_watching = threading.Lock()
-_watched = False
-
-
-def exit_with_driver(interval: float = 1.0) -> None:
-    """In a worker process the imgrec driver started directly (the DirectRunner's
-    multi_processing workers), exit as soon as the driver is gone, so a killed run leaves no
-    worker converting images behind it. Elsewhere (the driver itself, cluster workers) nothing.
-    """
-    global _watched
-    driver = os.environ.get(DRIVER_PID_ENV)
-    if driver is None or driver == str(os.getpid()) or driver != str(os.getppid()):
-        return
-    with _watching:
-        if _watched:
-            return
-        _watched = True
-
-    def watch() -> None:
-        while os.getppid() == int(driver):
-            threading.Event().wait(interval)
-        os._exit(3)
-
-    threading.Thread(target=watch, name="imgrec-driver-watch", daemon=True).start()
 
 
 class InflightDoFn(beam.DoFn):
@@ -82,7 +52,6 @@ class InflightDoFn(beam.DoFn):
 
     # -- Beam
     def setup(self) -> None:
-        exit_with_driver()
         self._pending: collections.deque = collections.deque()
         if self._workers <= 0:
             self._executor = None

@@ -10,12 +10,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from transforms.image_header import (
-    ImageHeader,
-    exif_orientation,
-    jpeg_has_eoi,
-    read_header,
-)
+from transforms.image_header import ImageHeader, exif_orientation, jpeg_has_eoi, read_header
 from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall
 from transforms.specs import ImageSpec
 
