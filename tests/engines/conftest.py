@@ -105,9 +105,10 @@ def inputs(tmp_path_factory) -> dict[str, tuple[pathlib.Path, tuple[str, ...]]]:
     return {"sample": (SAMPLE, ()), "generated": (generated, data.FLAGS)}
 
 
-def imgrec_flags(inputs, dataset: str, output: pathlib.Path, runner: tuple[str, ...]) -> list[str]:
+def imgrec_flags(inputs, dataset: str, output: pathlib.Path, runner: tuple[str, ...],
+                 config: pathlib.Path = CONFIG) -> list[str]:
     path, extra = inputs[dataset]
-    return [f"--config={CONFIG}", f"--input={path}", f"--output={output}", *extra, *runner]
+    return [f"--config={config}", f"--input={path}", f"--output={output}", *extra, *runner]
 
 
 @pytest.fixture(scope="session")

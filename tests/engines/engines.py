@@ -64,12 +64,14 @@ def maven_jar_path(coordinates: str) -> pathlib.Path:
 
 def job_server_jar(engine: str) -> Optional[pathlib.Path]:
     """Beam's job-server jar for 'flink' or 'spark': $IMGREC_<ENGINE>_JOB_SERVER_JAR, else the
-    one the fetch step copied from Maven, else None (Maven did not serve it)."""
+    one the fetch step copied from Maven, else one staged in Beam's jar cache, else None."""
     override = os.environ.get(f"IMGREC_{engine.upper()}_JOB_SERVER_JAR")
     if override:
         return pathlib.Path(override)
     path = maven_jar_path(FLINK_JOB_SERVER if engine == "flink" else SPARK_JOB_SERVER)
-    return path if path.is_file() else None
+    # Where Beam's own FlinkRunner/SparkRunner cache (or are told to find) the same jar.
+    beam_cache = pathlib.Path("~/.apache_beam/cache/jars").expanduser() / path.name
+    return next((p for p in (path, beam_cache) if p.is_file()), None)
 
 
 def fetch_report() -> dict:
@@ -419,13 +421,15 @@ SPARK_JAVA17_OPTIONS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for 
     "sun.security.action", "sun.util.calendar"))
 
 
-def job_server_command(engine: str, jar: pathlib.Path, master: str, ports: Mapping[str, int]) -> list[str]:
+def job_server_command(engine: str, jar: pathlib.Path, master: str, ports: Mapping[str, int],
+                       artifacts_dir: pathlib.Path) -> list[str]:
     """`java -jar` Beam's Flink or Spark job server, serving on 127.0.0.1, for `master`
     (Flink: the JobManager's REST host:port; Spark: spark://host:port)."""
     java_options = ["-XX:+IgnoreUnrecognizedVMOptions", *SPARK_JAVA17_OPTIONS] if engine == "spark" else []
     master_flag = f"--flink-master={master}" if engine == "flink" else f"--spark-master-url={master}"
     return ["java", *java_options, "-jar", str(jar), "--job-host=127.0.0.1", f"--job-port={ports['job']}",
-            f"--artifact-port={ports['artifact']}", f"--expansion-port={ports['expansion']}", master_flag]
+            f"--artifact-port={ports['artifact']}", f"--expansion-port={ports['expansion']}",
+            f"--artifacts-dir={artifacts_dir}", master_flag]
 
 
 @contextlib.contextmanager
@@ -438,7 +442,7 @@ def job_server(engine: str, jar: pathlib.Path, master: str, log_dir: pathlib.Pat
     ports = {name: free_port() for name in ("job", "artifact", "expansion", "pool")}
     with services_stopped_on_exit() as started:
         started.append(start_command(
-            f"{engine}-job-server", job_server_command(engine, jar, master, ports), log_dir, env,
+            f"{engine}-job-server", job_server_command(engine, jar, master, ports, log_dir / "artifacts"), log_dir, env,
             ready=lambda: accepts_connections(ports["job"], "127.0.0.1"), timeout=timeout, port=ports["job"]))
         started.append(start_command(
             "worker_pool", [sys.executable, "-m", WORKER_POOL_MODULE, f"--service_port={ports['pool']}"],

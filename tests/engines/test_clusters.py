@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import psutil
 import pytest
+import yaml
 
-from tests.engines.conftest import (CHECKS, DATASETS, Timer, assert_run_ok, check_against_reference,
+from tests.conftest import REPO
+from tests.engines.conftest import (CHECKS, CONFIG, DATASETS, Timer, assert_run_ok, check_against_reference,
                                     expect_known_bug, imgrec_flags)
 from tests.engines.engines import cluster, fetch_report, job_server, job_server_jar, run_imgrec
 from tests.portable import live_group_members
@@ -26,6 +28,19 @@ ENGINES = ("flink", "spark")
 
 def group_pids(services) -> list[int]:
     return [pid for service in services for pid in live_group_members(service.process.pid)]
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_config_converts_as_local_yaml_does(engine):
+    """configs/<engine>.yaml differs from configs/local.yaml only in its runner flags (and the
+    output folder), so what it writes can be compared with the DirectRunner's."""
+    ours, local = (yaml.safe_load(path.read_text()) for path in (REPO / "configs" / f"{engine}.yaml", CONFIG))
+    assert ours["beam"]["runner"] == "PortableRunner" and ours["beam"]["environment_type"] == "EXTERNAL"
+    for config in (ours, local):
+        config.pop("beam")
+        config["output"].pop("path")
+    assert ours == local
 
 
 @pytest.mark.engines
@@ -89,7 +104,8 @@ def cluster_output(engine_cluster, portable_engine, inputs, tmp_path_factory):
     def get(dataset: str):
         if dataset not in outputs:
             work = tmp_path_factory.mktemp(f"{engine}-{dataset}")
-            flags = imgrec_flags(inputs, dataset, work / "out", portable_engine.runner_flags())
+            flags = imgrec_flags(inputs, dataset, work / "out", portable_engine.runner_flags(),
+                                 config=REPO / "configs" / f"{engine}.yaml")
             with Timer(f"{engine}: imgrec on {dataset}"):
                 run = run_imgrec(flags, work / "imgrec.log")
             assert_run_ok(run)
