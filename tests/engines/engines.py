@@ -31,8 +31,8 @@ import yaml
 from apache_beam.version import __version__ as BEAM_VERSION
 
 from tests.conftest import REPO
-from tests.portable import (WORKER_POOL_MODULE, Service, ServiceFailed, free_port, live_group_members,
-                            stop_service, subprocess_env, wait_for_group_exit)
+from tests.portable import (WORKER_POOL_MODULE, Service, ServiceFailed, accepts_connections, free_port,
+                            live_group_members, stop_service, subprocess_env, wait_for_group_exit)
 
 CACHE = pathlib.Path(os.environ.get("IMGREC_ENGINES_CACHE", "~/.cache/imgrec-engines")).expanduser()
 
@@ -437,7 +437,6 @@ def job_server(engine: str, jar: pathlib.Path, master: str, log_dir: pathlib.Pat
                timeout: float = 120) -> Iterator[PortableEngine]:
     """Beam's job server for `engine` on 127.0.0.1 plus an EXTERNAL worker pool (which the
     cluster's workers reach: on one machine, they do)."""
-    from tests.portable import accepts_connections
     env = subprocess_env({"SPARK_LOCAL_IP": "127.0.0.1"})
     ports = {name: free_port() for name in ("job", "artifact", "expansion", "pool")}
     with services_stopped_on_exit() as started:
