@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 # Beam's worker pool (portable runner tests) spawns `python` from PATH: the venv must come first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test engines test-engines bench clean
 
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
@@ -18,6 +18,14 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q tests
+
+# Real engines (Prism, a Flink session cluster, a Spark standalone cluster): fetch whatever is not
+# cached yet (Go module cache, pip's cache, ~/.m2, ~/.cache/imgrec-engines), then run their tests.
+engines: venv
+	$(PY) -m tests.engines.fetch
+
+test-engines: engines
+	$(PY) -m pytest -q -rsxX -m engines tests/engines
 
 bench: venv
 	$(PY) -m benchmarks.run

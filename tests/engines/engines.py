@@ -1,0 +1,488 @@
+"""Real Beam engines on this machine, started as process groups for tests: Prism, a Flink session
+cluster and a Spark standalone cluster (with Beam's job servers where their jars are present).
+
+What `python -m tests.engines.fetch` put in the cache (`IMGREC_ENGINES_CACHE`, default
+`~/.cache/imgrec-engines`) is used from there; nothing is downloaded here. Every process is
+started in a new session (its own process group) and stopped by `tests.portable.stop_service`
+(SIGTERM, then SIGKILL, to the whole group), and every context manager below stops what it
+started on the way out, whatever raised inside the block.
+
+Servers bind 127.0.0.1 (Flink, Spark and Beam's job servers are told so). Prism and Beam's
+Python worker pool always listen on every interface (Prism has no host flag; the pool binds
+`[::]`), so the Prism tests run them, and the pipeline that talks to them, in a private network
+namespace that has only a loopback interface (`unshare --net`, `nsenter`; needs root). Where no
+namespace can be made, they run in the host's namespace and the tests say so.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Callable, Iterator, Mapping, Optional, Sequence
+
+import yaml
+from apache_beam.version import __version__ as BEAM_VERSION
+
+from tests.conftest import REPO
+from tests.portable import (WORKER_POOL_MODULE, Service, ServiceFailed, accepts_connections, free_port,
+                            live_group_members, stop_service, subprocess_env, wait_for_group_exit)
+
+CACHE = pathlib.Path(os.environ.get("IMGREC_ENGINES_CACHE", "~/.cache/imgrec-engines")).expanduser()
+
+# Versions the fetch step gets and the tests start (see docs/runners.md for why these).
+FLINK_VERSION = "1.20.5"          # PyPI apache-flink / apache-flink-libraries
+FLINK_MINOR = FLINK_VERSION.rsplit(".", 1)[0]
+SPARK_VERSION = "3.5.8"           # PyPI pyspark (Spark 3; Beam's Spark runner is for Spark 3)
+PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
+FLINK_JOB_SERVER = f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}-job-server:{BEAM_VERSION}"
+SPARK_JOB_SERVER = f"org.apache.beam:beam-runners-spark-3-job-server:{BEAM_VERSION}"
+
+
+def prism_binary() -> pathlib.Path:
+    return CACHE / f"prism-v{BEAM_VERSION}" / "prism"
+
+
+def flink_home() -> pathlib.Path:
+    return CACHE / f"flink-{FLINK_VERSION}"
+
+
+def spark_home() -> pathlib.Path:
+    return CACHE / f"spark-{SPARK_VERSION}"
+
+
+def maven_jar_path(coordinates: str) -> pathlib.Path:
+    _group, artifact, version = coordinates.split(":")
+    return CACHE / "jars" / f"{artifact}-{version}.jar"
+
+
+def job_server_jar(engine: str) -> Optional[pathlib.Path]:
+    """Beam's job-server jar for 'flink' or 'spark': $IMGREC_<ENGINE>_JOB_SERVER_JAR, else the
+    one the fetch step copied from Maven, else one staged in Beam's jar cache, else None."""
+    override = os.environ.get(f"IMGREC_{engine.upper()}_JOB_SERVER_JAR")
+    if override:
+        return pathlib.Path(override)
+    path = maven_jar_path(FLINK_JOB_SERVER if engine == "flink" else SPARK_JOB_SERVER)
+    # Where Beam's own FlinkRunner/SparkRunner cache (or are told to find) the same jar.
+    beam_cache = pathlib.Path("~/.apache_beam/cache/jars").expanduser() / path.name
+    return next((p for p in (path, beam_cache) if p.is_file()), None)
+
+
+def fetch_report() -> dict:
+    """What the fetch step recorded (versions, timings, what Maven refused), if it ran."""
+    path = CACHE / "versions.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+def start_command(name: str, argv: Sequence[str], log_dir: pathlib.Path, env: Mapping[str, str],
+                  ready: Callable[[], bool], timeout: float, port: int = 0,
+                  cwd: Optional[pathlib.Path] = None) -> Service:
+    """Starts `argv` in its own process group, logging to log_dir/name.{stdout,stderr}.log, and
+    returns once `ready()` holds (a port answers, a REST call shows workers, ...)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stdout_path, stderr_path = log_dir / f"{name}.stdout.log", log_dir / f"{name}.stderr.log"
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen([str(a) for a in argv], cwd=cwd or REPO, env=dict(env),
+                                   stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                   start_new_session=True)
+    service = Service(name, port, process, stdout_path, stderr_path)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if ready():
+                return service
+        except Exception:  # not up yet (connection refused, partial JSON, ...)
+            pass
+        if process.poll() is not None:
+            stop_service(service)  # the group may hold children that outlive the leader
+            raise ServiceFailed(f"{name} exited with code {process.returncode} before it was ready\n"
+                                f"{service.output()}")
+        if time.monotonic() > deadline:
+            stop_service(service)
+            raise ServiceFailed(f"{name} was not ready within {timeout:.0f} s\n{service.output()}")
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def services_stopped_on_exit() -> Iterator[list[Service]]:
+    """A list to append started services to; all are stopped (last first) when the block exits,
+    and the block fails if any process of theirs is still alive afterwards."""
+    started: list[Service] = []
+    try:
+        yield started
+    finally:
+        for service in reversed(started):
+            stop_service(service)
+        survivors = {s.name: live_group_members(s.process.pid) for s in started}
+        survivors = {name: pids for name, pids in survivors.items() if pids}
+        if survivors:
+            raise AssertionError(f"processes survived their engine's teardown: {survivors}")
+
+
+def http_json(url: str, timeout: float = 2.0):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+# --- a network namespace with only loopback --------------------------------------------------------
+
+class Netns:
+    """Runs commands in a private network namespace that has only `lo` (127.0.0.1, ::1).
+
+    A `sleep` process holds the namespace (made by `unshare --net`); commands join it with
+    `nsenter --net=/proc/PID/ns/net`. Nothing in it can reach or be reached from outside.
+    """
+
+    def __init__(self, holder: Optional[Service]):
+        self.holder = holder
+
+    @property
+    def isolated(self) -> bool:
+        return self.holder is not None
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        if self.holder is None:
+            return [str(a) for a in argv]
+        return ["nsenter", f"--net=/proc/{self.holder.process.pid}/ns/net", "--", *map(str, argv)]
+
+    def accepts_connections(self, port: int) -> bool:
+        probe = ("import socket,sys\n"
+                 f"socket.create_connection(('127.0.0.1', {port}), timeout=0.5).close()")
+        return subprocess.run(self.wrap([sys.executable, "-c", probe]), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, check=False).returncode == 0
+
+
+def netns_supported() -> bool:
+    if not (shutil.which("unshare") and shutil.which("nsenter") and shutil.which("ip")):
+        return False
+    return subprocess.run(["unshare", "--net", "ip", "link", "set", "lo", "up"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, check=False).returncode == 0
+
+
+@contextlib.contextmanager
+def loopback_netns(log_dir: pathlib.Path, started: list[Service]) -> Iterator[Netns]:
+    """A Netns (or, where namespaces can't be made, a pass-through one); its holder is appended
+    to `started` so the caller's teardown stops it."""
+    if not netns_supported():
+        yield Netns(None)
+        return
+    own = os.readlink("/proc/self/ns/net")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / "netns.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(["unshare", "--net", "sleep", "infinity"], stdin=subprocess.DEVNULL,
+                                   stdout=out, stderr=out, start_new_session=True)
+    holder = Service("netns", 0, process, log, log)
+    # Not before unshare(2) has run: nsenter would join this (the host's) namespace instead.
+    deadline = time.monotonic() + 10
+    while os.readlink(f"/proc/{process.pid}/ns/net") == own:
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_service(holder)
+            raise ServiceFailed(f"unshare --net did not make a namespace\n{holder.output()}")
+        time.sleep(0.01)
+    started.append(holder)
+    netns = Netns(holder)
+    subprocess.run(netns.wrap(["ip", "link", "set", "lo", "up"]), check=True)
+    yield netns
+
+
+# --- Prism --------------------------------------------------------------------------------------------
+
+def beam_prism_cache_name() -> str:
+    """The name Beam gives the Prism release it downloads for this machine (without .zip)."""
+    import platform
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine().lower(), platform.machine().lower())
+    return f"apache_beam-v{BEAM_VERSION}-prism-{platform.system().lower()}-{arch}"
+
+
+def install_prism_in_beam_cache(home: pathlib.Path) -> pathlib.Path:
+    """Puts the built Prism where Beam keeps the one it downloads from GitHub
+    (HOME/.apache_beam/cache/prism/bin/<release>.zip). From then on, `--runner=DirectRunner`
+    runs on Prism without downloading anything (and `--runner=PrismRunner` needs no
+    --prism_location). Returns the zip's path."""
+    import zipfile
+    name = beam_prism_cache_name()
+    target = home / ".apache_beam" / "cache" / "prism" / "bin" / f"{name}.zip"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".zip.partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as archive:
+        archive.write(prism_binary(), name)
+    partial.rename(target)
+    return target
+
+
+@dataclasses.dataclass
+class PrismEngine:
+    netns: Netns
+    job_service: Service
+    worker_pool: Service
+
+    @property
+    def job_endpoint(self) -> str:
+        return f"localhost:{self.job_service.port}"
+
+    def runner_flags(self, environment: str) -> tuple[str, ...]:
+        """Flags for a pipeline run in `self.netns` against this Prism.
+
+        - "loopback": `--runner=PrismRunner --prism_location=BINARY`, Beam's own way: the
+          launching process starts its own Prism and runs the SDK harness in-process (LOOPBACK,
+          PrismRunner's default). This server is not used.
+        - "external": this Prism server, with user code in this worker pool's processes.
+        - "direct": none (configs/local.yaml's `--runner=DirectRunner`, multi_processing): run
+          with HOME where `install_prism_in_beam_cache` put Prism, Beam starts Prism itself.
+        """
+        if environment == "direct":
+            return ()
+        if environment == "loopback":
+            return ("--runner=PrismRunner", f"--prism_location={prism_binary()}")
+        return ("--runner=PortableRunner", f"--job_endpoint={self.job_endpoint}",
+                "--environment_type=EXTERNAL", f"--environment_config=localhost:{self.worker_pool.port}")
+
+
+@contextlib.contextmanager
+def prism_engine(log_dir: pathlib.Path, timeout: float = 60) -> Iterator[PrismEngine]:
+    binary = prism_binary()
+    if not binary.exists():
+        raise FileNotFoundError(f"{binary} is missing: run `python -m tests.engines.fetch` (make test-engines does)")
+    env = subprocess_env()
+    with services_stopped_on_exit() as started, loopback_netns(log_dir, started) as netns:
+        job_port = free_port()
+        started.append(start_command(
+            "prism", netns.wrap([binary, f"--job_port={job_port}", "--serve_http=false", "--log_kind=text"]),
+            log_dir, env, ready=lambda: netns.accepts_connections(job_port), timeout=timeout, port=job_port))
+        pool_port = free_port()
+        started.append(start_command(
+            "worker_pool", netns.wrap([sys.executable, "-m", WORKER_POOL_MODULE, f"--service_port={pool_port}"]),
+            log_dir, env, ready=lambda: netns.accepts_connections(pool_port), timeout=timeout, port=pool_port))
+        yield PrismEngine(netns, started[-2], started[-1])
+
+
+# --- Flink session cluster ------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class FlinkCluster:
+    rest_port: int
+    jobmanager: Service
+    taskmanager: Service
+    conf_dir: pathlib.Path
+
+    @property
+    def master(self) -> str:
+        """What Beam calls the Flink master: the JobManager's REST address."""
+        return f"127.0.0.1:{self.rest_port}"
+
+    @property
+    def services(self) -> list[Service]:
+        return [self.jobmanager, self.taskmanager]
+
+    def workers(self) -> int:
+        return len(self.taskmanagers())
+
+    def taskmanagers(self) -> list[dict]:
+        return http_json(f"http://{self.master}/taskmanagers")["taskmanagers"]
+
+
+def flink_config(ports: Mapping[str, int], tmp_dir: pathlib.Path, slots: int) -> dict:
+    """A one-machine session cluster: everything on 127.0.0.1, on the given (free) ports."""
+    shipped = yaml.safe_load((flink_home() / "conf" / "config.yaml").read_text())
+    return {
+        # Flink's own config.yaml sets these JVM flags for Java 17 (--add-opens/--add-exports).
+        "env": {"java": {"opts": {"all": shipped["env"]["java"]["opts"]["all"]}}},
+        "jobmanager": {"bind-host": "127.0.0.1", "rpc": {"address": "127.0.0.1", "port": ports["jm_rpc"]},
+                       "memory": {"process": {"size": "1024m"}}},
+        "taskmanager": {"bind-host": "127.0.0.1", "host": "127.0.0.1", "rpc": {"port": ports["tm_rpc"]},
+                        "data": {"port": ports["tm_data"]}, "numberOfTaskSlots": slots,
+                        "memory": {"process": {"size": "1536m"}}},
+        "rest": {"address": "127.0.0.1", "bind-address": "127.0.0.1", "port": ports["rest"]},
+        "blob": {"server": {"port": ports["blob"]}},
+        "parallelism": {"default": slots},
+        "io": {"tmp": {"dirs": str(tmp_dir)}},
+    }
+
+
+def write_flink_conf(conf_dir: pathlib.Path, tmp_dir: pathlib.Path, slots: int = 2) -> dict[str, int]:
+    ports = {name: free_port() for name in ("jm_rpc", "tm_rpc", "tm_data", "rest", "blob")}
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    config = flink_config(ports, tmp_dir, slots)
+    (conf_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, width=1 << 16))
+    for name in ("log4j-console.properties", "log4j.properties"):
+        shutil.copy(flink_home() / "conf" / name, conf_dir / name)
+    return ports
+
+
+@contextlib.contextmanager
+def flink_cluster(work_dir: pathlib.Path, timeout: float = 120, slots: int = 2) -> Iterator[FlinkCluster]:
+    """A JobManager and one TaskManager (`slots` slots) started with Flink's own scripts
+    (`bin/jobmanager.sh start-foreground`, `bin/taskmanager.sh start-foreground`)."""
+    home = flink_home()
+    if not (home / "bin" / "jobmanager.sh").exists():
+        raise FileNotFoundError(f"{home} is missing: run `python -m tests.engines.fetch` (make test-engines does)")
+    conf_dir, log_dir = work_dir / "flink-conf", work_dir / "flink-log"
+    ports = write_flink_conf(conf_dir, work_dir / "flink-tmp", slots)
+    env = {**os.environ, "FLINK_CONF_DIR": str(conf_dir), "FLINK_LOG_DIR": str(log_dir)}
+    rest = f"http://127.0.0.1:{ports['rest']}"
+    with services_stopped_on_exit() as started:
+        started.append(start_command(
+            "jobmanager", [home / "bin" / "jobmanager.sh", "start-foreground"], log_dir, env,
+            ready=lambda: "taskmanagers" in http_json(f"{rest}/overview"), timeout=timeout, port=ports["rest"]))
+        started.append(start_command(
+            "taskmanager", [home / "bin" / "taskmanager.sh", "start-foreground"], log_dir, env,
+            ready=lambda: http_json(f"{rest}/overview")["taskmanagers"] >= 1, timeout=timeout,
+            port=ports["tm_rpc"]))
+        yield FlinkCluster(ports["rest"], started[0], started[1], conf_dir)
+
+
+def cluster(engine: str, work_dir: pathlib.Path):
+    """flink_cluster or spark_cluster: a context manager whose value has .master, .services and
+    .workers() (the number of registered workers)."""
+    return flink_cluster(work_dir) if engine == "flink" else spark_cluster(work_dir)
+
+
+# --- Spark standalone cluster ----------------------------------------------------------------------
+
+@dataclasses.dataclass
+class SparkCluster:
+    port: int
+    webui_port: int
+    master_process: Service
+    worker: Service
+
+    @property
+    def master(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    @property
+    def services(self) -> list[Service]:
+        return [self.master_process, self.worker]
+
+    def workers(self) -> int:
+        return self.status()["aliveworkers"]
+
+    def status(self) -> dict:
+        return http_json(f"http://127.0.0.1:{self.webui_port}/json/")
+
+
+@contextlib.contextmanager
+def spark_cluster(work_dir: pathlib.Path, timeout: float = 120, cores: int = 2,
+                  memory: str = "2g") -> Iterator[SparkCluster]:
+    """A standalone Master and one Worker started with `bin/spark-class` (as `sbin/start-*.sh`
+    would, but in the foreground so that they are our child processes)."""
+    home = spark_home()
+    spark_class = home / "bin" / "spark-class"
+    if not spark_class.exists():
+        raise FileNotFoundError(f"{home} is missing: run `python -m tests.engines.fetch` (make test-engines does)")
+    log_dir, conf_dir = work_dir / "spark-log", work_dir / "spark-conf"
+    conf_dir.mkdir(parents=True, exist_ok=True)  # empty: no spark-defaults.conf or spark-env.sh from elsewhere
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_LOCAL_DIRS": str(work_dir / "spark-tmp"), "SPARK_LOG_DIR": str(log_dir)}
+    port, webui, worker_port, worker_webui = (free_port() for _ in range(4))
+    status = lambda: http_json(f"http://127.0.0.1:{webui}/json/")  # noqa: E731
+    with services_stopped_on_exit() as started:
+        started.append(start_command(
+            "spark-master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                             "--port", port, "--webui-port", webui],
+            log_dir, env, ready=lambda: status()["status"] == "ALIVE", timeout=timeout, port=port))
+        started.append(start_command(
+            "spark-worker", [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                             "--port", worker_port, "--webui-port", worker_webui, "--cores", cores,
+                             "--memory", memory, "--work-dir", work_dir / "spark-work",
+                             f"spark://127.0.0.1:{port}"],
+            log_dir, env, ready=lambda: status()["aliveworkers"] >= 1, timeout=timeout, port=worker_port))
+        yield SparkCluster(port, webui, started[0], started[1])
+
+
+# --- Beam's job servers (Java) for Flink and Spark, with a Python worker pool ------------------------
+
+@dataclasses.dataclass
+class PortableEngine:
+    """A Beam job server in front of a cluster, and the EXTERNAL worker pool for Python code."""
+
+    job_server: Service
+    worker_pool: Service
+
+    def runner_flags(self) -> tuple[str, ...]:
+        return ("--runner=PortableRunner", f"--job_endpoint=127.0.0.1:{self.job_server.port}",
+                "--environment_type=EXTERNAL", f"--environment_config=localhost:{self.worker_pool.port}")
+
+
+# What Spark's launcher adds for Java 17 (JavaModuleOptions); `java -jar` adds nothing by itself.
+SPARK_JAVA17_OPTIONS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
+    "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.util",
+    "java.util.concurrent", "java.util.concurrent.atomic", "jdk.internal.ref", "sun.nio.ch", "sun.nio.cs",
+    "sun.security.action", "sun.util.calendar"))
+
+
+def job_server_command(engine: str, jar: pathlib.Path, master: str, ports: Mapping[str, int],
+                       artifacts_dir: pathlib.Path) -> list[str]:
+    """`java -jar` Beam's Flink or Spark job server, serving on 127.0.0.1, for `master`
+    (Flink: the JobManager's REST host:port; Spark: spark://host:port)."""
+    java_options = ["-XX:+IgnoreUnrecognizedVMOptions", *SPARK_JAVA17_OPTIONS] if engine == "spark" else []
+    master_flag = f"--flink-master={master}" if engine == "flink" else f"--spark-master-url={master}"
+    return ["java", *java_options, "-jar", str(jar), "--job-host=127.0.0.1", f"--job-port={ports['job']}",
+            f"--artifact-port={ports['artifact']}", f"--expansion-port={ports['expansion']}",
+            f"--artifacts-dir={artifacts_dir}", master_flag]
+
+
+@contextlib.contextmanager
+def job_server(engine: str, jar: pathlib.Path, master: str, log_dir: pathlib.Path,
+               timeout: float = 120) -> Iterator[PortableEngine]:
+    """Beam's job server for `engine` on 127.0.0.1 plus an EXTERNAL worker pool (which the
+    cluster's workers reach: on one machine, they do)."""
+    env = subprocess_env({"SPARK_LOCAL_IP": "127.0.0.1"})
+    ports = {name: free_port() for name in ("job", "artifact", "expansion", "pool")}
+    with services_stopped_on_exit() as started:
+        started.append(start_command(
+            f"{engine}-job-server", job_server_command(engine, jar, master, ports, log_dir / "artifacts"), log_dir, env,
+            ready=lambda: accepts_connections(ports["job"], "127.0.0.1"), timeout=timeout, port=ports["job"]))
+        started.append(start_command(
+            "worker_pool", [sys.executable, "-m", WORKER_POOL_MODULE, f"--service_port={ports['pool']}"],
+            log_dir, env, ready=lambda: accepts_connections(ports["pool"]), timeout=timeout, port=ports["pool"]))
+        yield PortableEngine(started[0], started[1])
+
+
+# --- running imgrec ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class PipelineRun:
+    argv: list[str]
+    returncode: int
+    seconds: float
+    log: pathlib.Path
+    survivors: list[int]
+
+    def tail(self, lines: int = 60) -> str:
+        text = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+def run_imgrec(flags: Sequence[str], log_path: pathlib.Path, netns: Optional[Netns] = None,
+               timeout: float = 900, env: Optional[Mapping[str, str]] = None) -> PipelineRun:
+    """`python -m pipeline.run FLAGS` as a subprocess (in its own process group, in `netns`
+    if given); waits for it, then kills and reports any process it left behind."""
+    argv = [sys.executable, "-m", "pipeline.run", *flags]
+    wrapped = netns.wrap(argv) if netns else argv
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(wrapped, cwd=REPO, env=dict(env or subprocess_env()), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        service = Service("imgrec", 0, process, log_path, log_path)
+        try:
+            returncode = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            returncode = -9
+        finally:
+            seconds = time.monotonic() - started
+            wait_for_group_exit(process.pid, 10)  # Beam stops the Prism it started on exit
+            survivors = live_group_members(process.pid)
+            stop_service(service)
+    return PipelineRun(argv, returncode, seconds, log_path, survivors)

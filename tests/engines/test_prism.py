@@ -1,0 +1,106 @@
+"""imgrec on Prism, Beam's Go runner (what `--runner=DirectRunner` runs on wherever Beam can get it).
+
+Three ways, each over data/sample and the generated set, compared with the DirectRunner reference:
+- "loopback": `--runner=PrismRunner --prism_location=BINARY`, the user's command: the pipeline
+  process starts Prism itself and runs the Python SDK harness in-process (LOOPBACK).
+- "external": a Prism job server started by the fixture, `--runner=PortableRunner`, with the
+  Python code in processes of an EXTERNAL worker pool (as on a cluster).
+- "direct": `--runner=DirectRunner` as in configs/local.yaml (multi_processing, 2 workers) with
+  Prism in Beam's own cache, as it is on any machine where Beam could download it once: Beam
+  then runs the pipeline on Prism (not on the FnApiRunner), offline.
+Prism, the worker pool and the pipeline share a network namespace that has only loopback.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from tests.engines.conftest import (CHECKS, DATASETS, Timer, assert_run_ok, check_against_reference,
+                                    expect_known_bug, imgrec_flags)
+from tests.engines.engines import (PipelineRun, PrismEngine, install_prism_in_beam_cache, prism_engine,
+                                   run_imgrec)
+from tests.portable import live_group_members, subprocess_env
+
+ENVIRONMENTS = ("loopback", "external", "direct")
+
+
+@pytest.fixture(scope="module")
+def prism(tmp_path_factory):
+    with Timer("prism: start job server + worker pool"):
+        context = prism_engine(tmp_path_factory.mktemp("prism") / "logs")
+        engine = context.__enter__()
+    try:
+        yield engine
+    finally:
+        context.__exit__(None, None, None)  # raises if a process survived
+
+
+@pytest.fixture(scope="module")
+def prism_output(prism: PrismEngine, inputs, tmp_path_factory):
+    """(environment, dataset) → output folder of that run on Prism, each run once."""
+    outputs: dict[tuple[str, str], pathlib.Path] = {}
+    runs: dict[tuple[str, str], PipelineRun] = {}
+
+    def get(environment: str, dataset: str) -> pathlib.Path:
+        key = (environment, dataset)
+        if key not in outputs:
+            work = tmp_path_factory.mktemp(f"prism-{environment}-{dataset}")
+            env = None
+            if environment == "direct":  # config's runner flags; Beam finds Prism in HOME's cache
+                install_prism_in_beam_cache(work / "home")
+                env = subprocess_env({"HOME": str(work / "home")})
+            flags = imgrec_flags(inputs, dataset, work / "out", prism.runner_flags(environment))
+            with Timer(f"prism {environment}: imgrec on {dataset}"):
+                run = run_imgrec(flags, work / "imgrec.log", prism.netns, env=env)
+            assert_run_ok(run)
+            runs[key] = run
+            outputs[key] = work / "out"
+        return outputs[key]
+    get.runs = runs
+    return get
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_prism_matches_direct_runner(prism_output, reference, environment, dataset, check, request):
+    expected = reference(dataset)
+    output = prism_output(environment, dataset)
+    expect_known_bug(request, "prism", check, dataset)
+    check_against_reference(check, output, expected)
+
+
+@pytest.mark.engines
+def test_direct_runner_runs_on_prism_when_beam_has_it(prism_output):
+    """What `--runner=DirectRunner` (any direct_running_mode) does once Beam has Prism: Prism
+    runs it, offline, and --direct_num_workers does not reach it."""
+    prism_output("direct", "sample")
+    log = prism_output.runs[("direct", "sample")].log.read_text(errors="replace")
+    assert "Running pipeline with PrismRunner" in log or "PrismRunner: pipeline done" in log, log[-3000:]
+    assert "Falling back" not in log
+
+
+@pytest.mark.engines
+def test_prism_runs_offline_in_its_own_network_namespace(prism):
+    """The isolation the other tests rely on: only loopback inside (so Prism's `*:port` and the
+    worker pool's `[::]:port` are reachable from nowhere else, and nothing is downloaded)."""
+    if not prism.netns.isolated:
+        pytest.skip("no network namespace here (needs root and unshare): Prism listened on all interfaces")
+    import subprocess
+    links = subprocess.run(prism.netns.wrap(["ip", "-o", "link"]), capture_output=True, text=True, check=True).stdout
+    assert [line.split(":")[1].strip() for line in links.splitlines()] == ["lo"]
+
+
+@pytest.mark.engines
+def test_prism_teardown_stops_every_process_when_the_test_fails(tmp_path):
+    groups: list[int] = []
+    with pytest.raises(RuntimeError, match="a failing test"):
+        with prism_engine(tmp_path / "logs") as engine:
+            groups = [engine.job_service.process.pid, engine.worker_pool.process.pid]
+            if engine.netns.holder:
+                groups.append(engine.netns.holder.process.pid)
+            assert all(live_group_members(pgid) for pgid in groups)
+            raise RuntimeError("a failing test")
+    assert groups and not [pgid for pgid in groups if live_group_members(pgid)]
