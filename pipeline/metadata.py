@@ -114,7 +114,8 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
         fingerprint=totals.fingerprint,
         pixel_fingerprint=pixel_fingerprint(spec, library_versions),
         config=spec.to_dict(),
-        run=dict(run),
+        # How many processes converted images (parts of one shard may be converted by several).
+        run={**run, "converter_processes": len({c for shard in totals.shards for c in shard.converters})},
         versions=dict(library_versions),
         reuse=ReuseSummary(reuse_source, reused, inputs.written - reused) if reuse_source else None,
     )

@@ -14,6 +14,8 @@ import collections
 import dataclasses
 import hashlib
 import json
+import os
+import socket
 import uuid
 from typing import Iterable
 
@@ -73,12 +75,13 @@ class PartOutcome:
     rejections: tuple[Rejection, ...]
     index: tuple[IndexEntry, ...]
     reused: int
+    converted_by: str  # host:pid of the process that converted it
 
     def to_json(self) -> str:
         return json.dumps({"digest": self.digest, "records": self.records, "num_bytes": self.num_bytes,
                            "label_counts": [list(p) for p in self.label_counts], "reused": self.reused,
                            "rejections": [dataclasses.asdict(r) for r in self.rejections],
-                           "index": [e.to_line() for e in self.index]})
+                           "index": [e.to_line() for e in self.index], "converted_by": self.converted_by})
 
     @classmethod
     def from_json(cls, text: str) -> "PartOutcome":
@@ -86,7 +89,8 @@ class PartOutcome:
         return cls(value["digest"], value["records"], value["num_bytes"],
                    tuple((label, n) for label, n in value["label_counts"]),
                    tuple(Rejection(**r) for r in value["rejections"]),
-                   tuple(IndexEntry.from_line(line) for line in value["index"]), value["reused"])
+                   tuple(IndexEntry.from_line(line) for line in value["index"]), value["reused"],
+                   value["converted_by"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +103,7 @@ class PartResult:
     num_bytes: int
     label_counts: tuple[tuple[str, int], ...]
     reused: int
+    converted_by: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +118,7 @@ class ShardResult:
     num_bytes: int
     label_counts: tuple[tuple[str, int], ...]
     reused: int = 0
+    converters: tuple[str, ...] = ()  # the processes that converted its parts (host:pid)
 
 
 def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str]) -> str:
@@ -221,7 +227,7 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
             reused += was_reused
     files.rename(temporary, records_path)
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
-                          tuple(rejections), tuple(index), reused)
+                          tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")
     files.write_atomically(outcome_path, outcome.to_json().encode("utf-8"))
     return outcome
 
@@ -253,7 +259,7 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
         label_counts.update(dict(part.label_counts))
     return ShardResult(split, index, num_shards, name, sum(p.records for p in parts),
                        sum(p.num_bytes for p in parts), tuple(sorted(label_counts.items())),
-                       sum(p.reused for p in parts))
+                       sum(p.reused for p in parts), tuple(sorted({p.converted_by for p in parts})))
 
 
 def single_threaded_opencv() -> None:

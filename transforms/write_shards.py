@@ -115,7 +115,8 @@ class _ConvertParts(InflightDoFn):
         for rejection in outcome.rejections:
             yield beam.pvalue.TaggedOutput(REJECTED, rejection)
         yield part.shard, PartResult(part.shard, part.index, part.digest, len(part.images), outcome.records,
-                                     outcome.num_bytes, outcome.label_counts, outcome.reused)
+                                     outcome.num_bytes, outcome.label_counts, outcome.reused,
+                                     outcome.converted_by)
 
     def reject(self, part: PartTask, exc: InputRejected):
         raise AssertionError("convert_part reports rejections in its outcome") from exc

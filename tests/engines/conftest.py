@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from tests.conftest import REPO, SAMPLE
+from tests.helpers import REPO, SAMPLE
 from tests.engines import data
 from tests.engines.engines import PipelineRun, run_imgrec
 
@@ -30,11 +30,7 @@ TIMINGS_FILE = REPO / "out" / "test-engines" / "timings.json"
 # Product problems these tests found, by (engine, check, dataset): the check is expected to fail
 # until the pipeline is fixed (once it passes, pytest reports XPASS: delete the entry). Not strict:
 # whether a broken check happens to match can depend on bundling.
-KNOWN_PRODUCT_BUGS = {
-    ("prism", "dead_letters", "generated"):
-        "dead letters go through WriteToText with runner-chosen sharding: Prism writes "
-        "errors-0000{0,1}-of-00002.jsonl where the DirectRunner writes errors-00000-of-00001.jsonl",
-}
+KNOWN_PRODUCT_BUGS: dict[tuple[str, str, str], str] = {}
 
 _timings: dict[str, dict] = {"tests": {}, "phases": {}}
 
@@ -134,12 +130,14 @@ def load_metadata(output: pathlib.Path) -> dict:
 
 
 def file_digests(output: pathlib.Path, kind: str) -> dict[str, str]:
-    """sha256 by file name of the published shards ("shards") or dead letters ("dead_letters")."""
+    """sha256 by relative name of the published shards and record index ("shards") or dead
+    letters ("dead_letters")."""
     def wanted(name: str) -> bool:
         if name == "metadata.json":
             return False
         return name.startswith("errors-") == (kind == "dead_letters")
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(output.iterdir()) if wanted(p.name)}
+    return {str(p.relative_to(output)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(output.rglob("*")) if p.is_file() and wanted(p.name)}
 
 
 def metadata_counts(metadata: dict) -> dict:

@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 import yaml
 from apache_beam.version import __version__ as BEAM_VERSION
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.portable import (WORKER_POOL_MODULE, Service, ServiceFailed, accepts_connections, free_port,
                             live_group_members, stop_service, subprocess_env, wait_for_group_exit)
 
