@@ -9,6 +9,7 @@ same inputs always give the same bytes. Tests parse every layout back with Tenso
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 from typing import Mapping, Union
 
@@ -50,30 +51,44 @@ def _field(number: int, payload: bytes) -> bytes:
     return _tag(number, len(payload)) + payload
 
 
-def _feature(value: FeatureValue) -> list[bytes]:
-    """One `Feature` holding a single value, as chunks to be joined; lists of ints/floats use
-    packed encoding.
-
-    A bytes value stays its own chunk, so the record is assembled with one copy of it (for raw
-    float32 224x224 pixels that is 600 KB; nesting `_field` calls would copy it once per level).
-    """
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        if isinstance(value, memoryview) and not value.c_contiguous:
-            value = value.tobytes()
-        length = memoryview(value).nbytes
-        list_tag = _tag(_LIST_VALUE, length)
-        return [_tag(_FEATURE_BYTES, len(list_tag) + length), list_tag, value]
+def _scalar_feature(value: Union[int, float]) -> bytes:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError("booleans are not a tf.train.Example feature type")
     if isinstance(value, (int, np.integer)):
-        return [_field(_FEATURE_INT64, _field(_LIST_VALUE, _varint(int(value))))]
+        return _field(_FEATURE_INT64, _field(_LIST_VALUE, _varint(int(value))))
     if isinstance(value, (float, np.floating)):
-        return [_field(_FEATURE_FLOAT, _field(_LIST_VALUE, struct.pack("<f", float(value))))]
+        return _field(_FEATURE_FLOAT, _field(_LIST_VALUE, struct.pack("<f", float(value))))
     raise TypeError(f"unsupported feature value type {type(value).__name__}")
 
 
-def _chunks_length(chunks: list) -> int:
-    return sum(memoryview(chunk).nbytes for chunk in chunks)
+@functools.lru_cache(maxsize=None)
+def _key_field(key: str) -> bytes:
+    return _field(_MAP_KEY, key.encode("utf-8"))
+
+
+@functools.lru_cache(maxsize=16384)
+def _scalar_entry(key: str, kind: type, value: Union[int, float]) -> bytes:
+    """A whole map entry (key and Feature) for a scalar: the same bytes every time, cached, since
+    records repeat the same few (height, width, label ids)."""
+    feature = _scalar_feature(value)
+    key_field = _key_field(key)
+    value_field = _field(_MAP_VALUE, feature)
+    return _tag(_FEATURES_MAP, len(key_field) + len(value_field)) + key_field + value_field
+
+
+def _bytes_entry(key: str, value: Union[bytes, bytearray, memoryview]) -> list:
+    """A map entry for a bytes value, as chunks: the value stays its own chunk, so the record is
+    assembled with one copy of it (for raw float32 224x224 pixels that is 600 KB)."""
+    if isinstance(value, memoryview) and not value.c_contiguous:
+        value = value.tobytes()
+    length = memoryview(value).nbytes
+    list_tag = _tag(_LIST_VALUE, length)
+    feature_tag = _tag(_FEATURE_BYTES, len(list_tag) + length)
+    feature_length = len(feature_tag) + len(list_tag) + length
+    key_field = _key_field(key)
+    value_tag = _tag(_MAP_VALUE, feature_length)
+    head = _tag(_FEATURES_MAP, len(key_field) + len(value_tag) + feature_length)
+    return [head + key_field + value_tag + feature_tag + list_tag, value]
 
 
 def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
@@ -82,22 +97,23 @@ def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
 
 
 def _example_chunks(features: Mapping[str, FeatureValue], locate: str = "") -> tuple[list, int]:
-    """The record as a flat list of tags and payload chunks (lengths are known up front, so it is
-    joined once), and the offset of `locate`'s bytes value in it (-1 if absent)."""
+    """The record as a flat list of chunks (lengths are known up front, so it is joined once),
+    and the offset of `locate`'s bytes value in it (-1 if absent)."""
     chunks: list = []
+    size = 0
     located = -1
     for key, value in sorted(features.items()):
-        feature = _feature(value)
-        feature_length = _chunks_length(feature)
-        key_field = _field(_MAP_KEY, key.encode("utf-8"))
-        value_tag = _tag(_MAP_VALUE, feature_length)
-        chunks.append(_tag(_FEATURES_MAP, len(key_field) + len(value_tag) + feature_length))
-        chunks.append(key_field)
-        chunks.append(value_tag)
-        if key == locate:
-            located = _chunks_length(chunks) + feature_length - memoryview(value).nbytes
-        chunks.extend(feature)
-    head = _tag(_EXAMPLE_FEATURES, _chunks_length(chunks))
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            head, payload = _bytes_entry(key, value)
+            if key == locate:
+                located = size + len(head)
+            chunks += (head, payload)
+            size += len(head) + memoryview(payload).nbytes
+        else:
+            entry = _scalar_entry(key, type(value), value)
+            chunks.append(entry)
+            size += len(entry)
+    head = _tag(_EXAMPLE_FEATURES, size)
     return [head, *chunks], located + len(head) if located >= 0 else -1
 
 
