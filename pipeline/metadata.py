@@ -115,7 +115,8 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
         pixel_fingerprint=pixel_fingerprint(spec, library_versions),
         config=spec.to_dict(),
         # How many processes converted images (parts of one shard may be converted by several).
-        run={**run, "converter_processes": len({c for shard in totals.shards for c in shard.converters})},
+        run={**run, "converter_processes": len({c for shard in totals.shards for c in shard.converters}),
+             "resumed_records": sum(shard.resumed for shard in totals.shards)},
         versions=dict(library_versions),
         reuse=ReuseSummary(reuse_source, reused, inputs.written - reused) if reuse_source else None,
     )

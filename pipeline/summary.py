@@ -46,6 +46,9 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
     if metadata.reuse:
         lines.append(f"reused: {metadata.reuse.reused} images from {metadata.reuse.source}, "
                      f"converted {metadata.reuse.converted}")
+    resumed = metadata.run.get("resumed_records", 0)
+    if resumed:
+        lines.append(f"resumed: {resumed} records were taken from parts an interrupted run had finished")
     if inputs.rejected:
         lines.append(f"dead letters: {', '.join(metadata.error_files)}")
     if elapsed is not None:

@@ -76,6 +76,7 @@ class PartOutcome:
     index: tuple[IndexEntry, ...]
     reused: int
     converted_by: str  # host:pid of the process that converted it
+    resumed: bool = False  # found complete from an earlier, interrupted attempt (not stored)
 
     def to_json(self) -> str:
         return json.dumps({"digest": self.digest, "records": self.records, "num_bytes": self.num_bytes,
@@ -104,6 +105,7 @@ class PartResult:
     label_counts: tuple[tuple[str, int], ...]
     reused: int
     converted_by: str
+    resumed: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +121,7 @@ class ShardResult:
     label_counts: tuple[tuple[str, int], ...]
     reused: int = 0
     converters: tuple[str, ...] = ()  # the processes that converted its parts (host:pid)
+    resumed: int = 0  # records taken from parts an interrupted run had finished
 
 
 def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str]) -> str:
@@ -205,7 +208,8 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     records_path = join(settings.parts_dir, f"{task.digest}.records")
     outcome_path = join(settings.parts_dir, f"{task.digest}.json")
     if files.exists(outcome_path) and files.exists(records_path):
-        return PartOutcome.from_json(files.read_bytes(outcome_path).decode("utf-8"))
+        found = PartOutcome.from_json(files.read_bytes(outcome_path).decode("utf-8"))
+        return dataclasses.replace(found, resumed=True)
     split = task.shard[0]
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
@@ -259,7 +263,8 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
         label_counts.update(dict(part.label_counts))
     return ShardResult(split, index, num_shards, name, sum(p.records for p in parts),
                        sum(p.num_bytes for p in parts), tuple(sorted(label_counts.items())),
-                       sum(p.reused for p in parts), tuple(sorted({p.converted_by for p in parts})))
+                       sum(p.reused for p in parts), tuple(sorted({p.converted_by for p in parts})),
+                       sum(p.records for p in parts if p.resumed))
 
 
 def single_threaded_opencv() -> None:

@@ -116,7 +116,7 @@ class _ConvertParts(InflightDoFn):
             yield beam.pvalue.TaggedOutput(REJECTED, rejection)
         yield part.shard, PartResult(part.shard, part.index, part.digest, len(part.images), outcome.records,
                                      outcome.num_bytes, outcome.label_counts, outcome.reused,
-                                     outcome.converted_by)
+                                     outcome.converted_by, outcome.resumed)
 
     def reject(self, part: PartTask, exc: InputRejected):
         raise AssertionError("convert_part reports rejections in its outcome") from exc

@@ -1,0 +1,190 @@
+"""Scheduled reprocessing: incremental runs (--reuse_from), resumed runs, and --skip_unchanged
+against dated siblings. Every incremental or resumed output must equal a from-scratch run's."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import cv2
+import numpy as np
+import pytest
+
+from pipeline.errors import UsageError
+from pipeline.run import run
+from tests.helpers import IN_MEMORY, REPO
+
+pytestmark = pytest.mark.e2e
+
+
+def photo(path: pathlib.Path, seed: int, size=(48, 64)) -> None:
+    rng = np.random.default_rng(seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = cv2.resize(rng.integers(0, 256, (5, 5, 3), dtype=np.uint8), size[::-1], interpolation=cv2.INTER_CUBIC)
+    assert cv2.imwrite(str(path), image)
+
+
+def make_images(root: pathlib.Path, count: int, first_seed: int = 0) -> list[pathlib.Path]:
+    paths = []
+    for i in range(count):
+        path = root / ("ant", "bee", "cow")[i % 3] / f"img_{first_seed + i:05d}.{'png' if i % 4 == 0 else 'jpg'}"
+        photo(path, first_seed + i)
+        paths.append(path)
+    return paths
+
+
+FLAGS = ("--num_shards=2", "--height=32", "--width=32", "--max_error_fraction=0.5")
+
+
+def convert(images: pathlib.Path, output: pathlib.Path, *flags: str) -> dict:
+    run([*IN_MEMORY, f"--input={images}", f"--output={output}", *FLAGS, *flags])
+    return json.loads((output / "metadata.json").read_text())
+
+
+def published(output: pathlib.Path) -> dict[str, bytes]:
+    """Every file of the dataset but metadata.json, by relative name."""
+    return {str(p.relative_to(output)): p.read_bytes() for p in sorted(output.rglob("*"))
+            if p.is_file() and p.name != "metadata.json"}
+
+
+def comparable(metadata: dict) -> dict:
+    """metadata.json less what differs by design between two runs of the same inputs."""
+    metadata = json.loads(json.dumps(metadata))
+    for key in ("run", "reuse"):
+        metadata.pop(key)
+    for key in ("path", "reuse_from", "overwrite"):
+        metadata["config"]["output"].pop(key)
+    return metadata
+
+
+def assert_same_dataset(actual: pathlib.Path, expected: pathlib.Path) -> None:
+    assert published(actual) == published(expected)
+    assert comparable(json.loads((actual / "metadata.json").read_text())) == \
+        comparable(json.loads((expected / "metadata.json").read_text()))
+
+
+@pytest.fixture
+def changed_inputs(tmp_path) -> tuple[pathlib.Path, pathlib.Path, int]:
+    """(images, first dataset, images changed since): 60 images converted, then 9 added, 3
+    replaced with other pictures and 2 removed; plus a broken file that stays broken."""
+    images = tmp_path / "images"
+    paths = make_images(images, 60)
+    (images / "ant" / "broken.jpg").write_bytes(b"not an image")
+    first = tmp_path / "first"
+    convert(images, first)
+    make_images(images, 9, first_seed=1000)
+    for path in paths[:3]:
+        photo(path, 5000 + paths.index(path))
+    for path in paths[-2:]:
+        path.unlink()
+    return images, first, 9 + 3
+
+
+def test_incremental_run_equals_a_from_scratch_run(changed_inputs, tmp_path):
+    images, first, changed = changed_inputs
+    incremental = convert(images, tmp_path / "incremental", f"--reuse_from={first}")
+    convert(images, tmp_path / "scratch")
+    assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
+    assert incremental["reuse"] == {"from": str(first), "reused": 67 - changed, "converted": changed}
+
+
+def test_a_damaged_previous_dataset_costs_conversions_not_correctness(changed_inputs, tmp_path):
+    images, first, _ = changed_inputs
+    shard = sorted(first.glob("train-*.tfrecord"))[0]
+    damaged = bytearray(shard.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    shard.write_bytes(bytes(damaged))
+    convert(images, tmp_path / "incremental", f"--reuse_from={first}")
+    convert(images, tmp_path / "scratch")
+    assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
+
+
+def test_reuse_from_latest_takes_the_newest_dated_sibling(changed_inputs, tmp_path):
+    images, first, changed = changed_inputs
+    root = tmp_path / "datasets"
+    shutil.copytree(first, root / "2026-01-01")
+    shutil.copytree(first, root / "2025-12-31")
+    (root / "2026-01-02").mkdir()  # unfinished: no metadata.json
+    run([*IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS, "--reuse_from=latest"])
+    (today,) = set(root.iterdir()) - {root / "2026-01-01", root / "2025-12-31", root / "2026-01-02"}
+    metadata = json.loads((today / "metadata.json").read_text())
+    assert metadata["reuse"]["from"] == str(root / "2026-01-01")
+    assert metadata["reuse"]["converted"] == changed
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (("--height=48",), "image settings"),
+    (("--encoding=jpeg", "--normalize=none"), "image settings"),
+])
+def test_a_dataset_that_cannot_serve_is_refused(changed_inputs, tmp_path, flags, reason):
+    images, first, _ = changed_inputs
+    with pytest.raises(UsageError, match=reason):
+        convert(images, tmp_path / "out", f"--reuse_from={first}", *flags)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_older_format_is_refused(changed_inputs, tmp_path):
+    images, first, _ = changed_inputs
+    metadata = json.loads((first / "metadata.json").read_text())
+    metadata["format_version"] = 1
+    (first / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(UsageError, match="format_version 1"):
+        convert(images, tmp_path / "out", f"--reuse_from={first}")
+
+
+def test_skip_unchanged_compares_with_the_newest_sibling(tmp_path):
+    images = tmp_path / "images"
+    make_images(images, 12)
+    root = tmp_path / "datasets"
+    convert(images, root / "2026-01-01")
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS,
+         "--skip_unchanged", "--compare_to=latest"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"match the dataset in {root / '2026-01-01'}" in done.stdout
+    assert sorted(p.name for p in root.iterdir()) == ["2026-01-01"]  # nothing new was written
+    photo(images / "ant" / "new.jpg", 99)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS,
+         "--skip_unchanged", "--compare_to=latest"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(list(root.iterdir())) == 2
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
+    """kill -9 mid-conversion, then the same command again: the finished parts are taken as they
+    are and the output equals an uninterrupted run's."""
+    images = tmp_path / "images"
+    make_images(images, 600)
+    output = tmp_path / "out"
+
+    def argv(out: pathlib.Path) -> list[str]:
+        return [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={out}",
+                "--num_shards=2", "--height=96", "--width=96", "--convert_processes=1"]
+
+    process = subprocess.Popen(argv(output), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    parts = output / ".imgrec-staging" / "parts"
+    deadline = time.monotonic() + 240
+    while len(list(parts.glob("*.json"))) < 4:
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no part finished in time"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    finished = sum(json.loads(p.read_text())["records"] for p in parts.glob("*.json"))
+    assert not (output / "metadata.json").exists()
+    done = subprocess.run(argv(output), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    resumed = json.loads((output / "metadata.json").read_text())["run"]["resumed_records"]
+    assert resumed == finished > 0
+    assert f"resumed: {resumed} records" in done.stdout
+    uninterrupted = tmp_path / "uninterrupted"
+    subprocess.run(argv(uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
+    assert published(output) == published(uninterrupted)
