@@ -79,6 +79,7 @@ class ProgressReporter:
         self._stop = threading.Event()
         self._started = clock()
         self._first_done: Optional[tuple[float, int]] = None
+        self._total: Optional[int] = None
         self._last_line = ""
 
     def poll_once(self) -> Optional[str]:
@@ -87,6 +88,7 @@ class ProgressReporter:
         except Exception:  # the folder may not exist yet, or be gone after publishing
             return None
         now = self._clock()
+        self._total = total if total is not None else self._total
         if done and self._first_done is None:
             self._first_done = (now, done)
         rate = None
@@ -94,12 +96,31 @@ class ProgressReporter:
             rate = (done - self._first_done[1]) / (now - self._first_done[0])
         return format_progress(done, total, now - self._started, rate)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            line = self.poll_once()
-            if line and line != self._last_line:
+    def _print(self, line: Optional[str]) -> None:
+        if line and line != self._last_line:
+            try:
                 print(f"imgrec: {line}", file=self._stream, flush=True)
-                self._last_line = line
+            except OSError:  # the reader went away (a scheduler that stopped reading); keep running
+                pass
+            self._last_line = line
+
+    def _run(self) -> None:
+        """Polls every second; prints as soon as the plan is known, then every `interval`."""
+        printed_at, planned = self._clock(), False
+        while not self._stop.wait(min(0.5, self._interval)):
+            line = self.poll_once()
+            if line is None:
+                continue
+            first_plan = not planned and not line.startswith("reading")
+            if first_plan or self._clock() - printed_at >= self._interval:
+                self._print(line)
+                printed_at, planned = self._clock(), planned or first_plan
+
+    def finish(self) -> None:
+        """After the run published (its staging, markers included, is gone): the final count,
+        so even a run shorter than the interval shows what was converted."""
+        if self._interval > 0 and self._total:
+            self._print(format_progress(self._total, self._total, self._clock() - self._started, None))
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:

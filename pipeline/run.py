@@ -201,8 +201,10 @@ def convert(argv: Sequence[str]) -> Conversion:
         clock = time.monotonic()
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
-        with ProgressReporter(this_run, interval).running():
+        reporter = ProgressReporter(this_run, interval)
+        with reporter.running():
             result = _run_to_completion(pipeline, this_run)
+        reporter.finish()
         elapsed = time.monotonic() - clock
         engine = engine_of(runner, result)
         if FileSystems.exists(join(this_run, UNCHANGED_MARKER)):
