@@ -29,9 +29,9 @@ from typing import Optional
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import OutputLocked, RunFailed
+from pipeline.reaper import driver_alive, driver_marker
 from transforms.dataset_format import LOCK_FILE, join
 from transforms.files import local_path
-from transforms.worker_watch import driver_alive, driver_marker
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER = datetime.timedelta(minutes=10)

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import DirectOptions, StandardOptions, TestOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
@@ -28,8 +28,9 @@ from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
 from pipeline.options import ImgrecOptions, parse_arguments
 from pipeline.prepare import check_output, clear_dead_runs, comparison, inspect_output, list_names, reuse_source
 from pipeline.progress import ProgressReporter, default_interval
+from pipeline.reaper import start_reaper
 from pipeline.summary import format_header, format_summary
-from transforms import files, worker_watch
+from transforms import files
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
 from transforms.discover import ManifestError, manifest_layout
 from transforms.files import local_path
@@ -145,8 +146,6 @@ def convert(argv: Sequence[str]) -> Conversion:
     """Builds the pipeline from config + flags, runs it, and publishes what it staged."""
     parsed = parse_arguments(argv)
     options = parsed.options
-    setup = options.view_as(SetupOptions)
-    setup.beam_plugins = [*(setup.beam_plugins or []), worker_watch.__name__]
     runner = runner_name(options)
     if runner in UNSUPPORTED_RUNNERS:
         raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
@@ -197,7 +196,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         _say(format_header(spec, runner, parsed.config_file))
         pipeline = beam.Pipeline(options=options)
         _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
-        os.environ[worker_watch.DRIVER_ENV] = worker_watch.driver_marker()
+        start_reaper()
         clock = time.monotonic()
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)

@@ -1,0 +1,116 @@
+"""No process of a killed run survives its driver (Linux).
+
+The DirectRunner's multi_processing workers are started through `sh -c` by the driver and do
+not notice when it dies: killed at the wrong moment (before they even connected), they wait
+forever. The driver therefore starts this small watcher (`python -m pipeline.reaper MARKER`) and
+exports MARKER (its pid and start time) to everything it starts. When the driver is gone, the
+reaper kills every process that carries the marker in its environment, whatever started it,
+and exits. After a normal run nothing carries it any more and the reaper simply exits.
+
+Its pid-and-start-time helpers also tell the publisher whether the driver is still alive.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Optional
+
+DRIVER_ENV = "IMGREC_DRIVER"  # "<pid>:<start time>" of the driver
+_POLL = 0.25
+
+
+def process_start_time(pid: int) -> Optional[str]:
+    """A live process's start time (/proc), which tells a pid apart from a later reuse of it;
+    None for a process that is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def driver_marker(pid: Optional[int] = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{process_start_time(pid) or ''}"
+
+
+def driver_alive(marker: str) -> bool:
+    pid, _, started = marker.partition(":")
+    if started and os.path.exists("/proc/self/stat"):
+        return process_start_time(int(pid)) == started
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Processes whose environment carries the driver's marker."""
+    needle = f"{DRIVER_ENV}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for_exit(marker: str) -> None:
+    pid = int(marker.partition(":")[0])
+    try:
+        descriptor = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        descriptor = None
+    if descriptor is not None and driver_alive(marker):
+        select.select([descriptor], [], [])  # readable when the process exits
+        os.close(descriptor)
+    while driver_alive(marker):
+        time.sleep(_POLL)
+
+
+def reap(marker: str) -> None:
+    for _ in range(20):
+        leftovers = marked_processes(marker)
+        if not leftovers:
+            return
+        for pid in leftovers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+def start_reaper() -> None:
+    """Called by the driver before it starts any worker: marks itself and starts the reaper."""
+    if not os.path.exists("/proc/self/environ"):
+        return
+    marker = driver_marker()
+    subprocess.Popen([sys.executable, "-m", "pipeline.reaper", marker], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                     env={k: v for k, v in os.environ.items() if k != DRIVER_ENV})
+    os.environ[DRIVER_ENV] = marker
+
+
+def main() -> None:
+    marker = sys.argv[1]
+    wait_for_exit(marker)
+    reap(marker)
+
+
+if __name__ == "__main__":
+    main()
