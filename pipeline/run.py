@@ -175,8 +175,8 @@ def convert(argv: Sequence[str]) -> Conversion:
     created = _ensure_folder(output)
     try:
         lock = OutputLock(output, run_id).acquire()
-    except PermissionError as exc:
-        raise UsageError(f"cannot write into the output folder {output}: {exc.strerror}") from None
+    except OSError as exc:  # read-only, no permission, no space: found before converting anything
+        raise UsageError(f"cannot write into the output folder {output}: {exc.strerror or exc}") from None
     try:
         state = inspect_output(output)
         check_output(output, spec.output, state)
