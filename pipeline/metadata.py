@@ -128,6 +128,6 @@ def check_error_budget(metadata: DatasetMetadata, max_error_fraction: float, dea
         worst = ", ".join(f"{error}: {n}" for error, n in sorted(
             inputs.rejected_by_error.items(), key=lambda item: -item[1]))
         raise TooManyErrors(
-            f"{inputs.errors} of {inputs.total} inputs were rejected "
+            f"{inputs.errors} of {inputs.written + inputs.errors} images were rejected "
             f"({inputs.error_fraction:.2%} > max_error_fraction {max_error_fraction:.2%}; {worst}). "
             f"Nothing was published. Dead letters: {dead_letters}")

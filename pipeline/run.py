@@ -11,6 +11,7 @@ import datetime
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import uuid
@@ -91,7 +92,8 @@ def engine_of(runner: str, result: PipelineResult) -> str:
     """Which engine ran the job: the DirectRunner runs on Prism when it can, else on the FnApiRunner."""
     module = type(result).__module__
     if runner == "DirectRunner":
-        return "DirectRunner (Prism)" if "portable_runner" in module or "prism" in module else "DirectRunner (FnApiRunner)"
+        on_prism = "portable_runner" in module or "prism" in module
+        return "DirectRunner (Prism)" if on_prism else "DirectRunner (FnApiRunner)"
     return runner
 
 
@@ -278,6 +280,10 @@ def print_help() -> None:
     parser.print_help()
 
 
+def _interrupt(signum: int, _frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
@@ -293,6 +299,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_help()
         return 0
     configure_logging()
+    # A scheduler's timeout or `docker stop` sends SIGTERM: unwind like Ctrl-C, so the lock is
+    # released and the run's staging removed (finished parts stay for a restart).
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         conversion = convert(argv)
     except ImgrecError as exc:

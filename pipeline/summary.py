@@ -46,6 +46,9 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
     if metadata.reuse:
         lines.append(f"reused: {metadata.reuse.reused} images from {metadata.reuse.source}, "
                      f"converted {metadata.reuse.converted}")
+    for name, split in metadata.splits.items():
+        if not split.num_examples:
+            lines.append(f"warning: split {name} has no examples")
     resumed = metadata.run.get("resumed_records", 0)
     if resumed:
         lines.append(f"resumed: {resumed} records were taken from parts an interrupted run had finished")

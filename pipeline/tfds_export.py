@@ -130,7 +130,8 @@ def split_infos(metadata: DatasetMetadata, template: Any) -> tuple[list[Any], li
         split_template = template.replace(split=name)
         expected = split_template.sharded_filenames(len(split["files"]))
         if list(split.files) != expected:
-            raise NotExportable(f"split {name!r}: files {list(split.files)} are not the names TFDS derives ({expected})")
+            raise NotExportable(f"split {name!r}: files {list(split.files)} are not the names TFDS derives "
+                                f"({expected})")
         infos.append(tfds.core.SplitInfo(name=name, shard_lengths=list(split.shard_lengths),
                                          num_bytes=split.num_bytes, filename_template=split_template))
     if not infos:

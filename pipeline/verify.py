@@ -176,7 +176,8 @@ def unlisted_shards(output: str, metadata: DatasetMetadata) -> list[str]:
     return sorted(n for n in present - set(metadata.shard_files) if parse_shard_file_name(n))
 
 
-def dead_letter_counts(output: str, metadata: DatasetMetadata) -> tuple[collections.Counter, collections.Counter, list[str]]:
+def dead_letter_counts(output: str,
+                       metadata: DatasetMetadata) -> tuple[collections.Counter, collections.Counter, list[str]]:
     """(rejections per split, per error class, problems) from the dead-letter files metadata lists."""
     by_split: collections.Counter = collections.Counter()
     by_error: collections.Counter = collections.Counter()
@@ -324,7 +325,8 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
 def parse_args(argv: Optional[Sequence[str]], prog: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("output", help="A finished imgrec dataset folder (any TF filesystem, e.g. gs://).")
-    parser.add_argument("--samples", type=int, default=8, help="Sample images per split in the contact sheet (0: none).")
+    parser.add_argument("--samples", type=int, default=8,
+                        help="Sample images per split in the contact sheet (0: none).")
     parser.add_argument("--out", default=None, help="Where to write the PNGs (default: OUTPUT).")
     return parser.parse_args(argv)
 

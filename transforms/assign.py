@@ -72,7 +72,8 @@ class DistinctFn(beam.CombineFn):
         return accumulator
 
 
-def attach_label_id(image: SourceImage, label_map: Mapping[str, int]) -> Iterator[Union[LabeledImage, beam.pvalue.TaggedOutput]]:
+def attach_label_id(image: SourceImage,
+                    label_map: Mapping[str, int]) -> Iterator[Union[LabeledImage, beam.pvalue.TaggedOutput]]:
     if image.label in label_map:
         yield LabeledImage(image, label_map[image.label])
     else:

@@ -205,7 +205,10 @@ class InputAccounting:
 
     @property
     def error_fraction(self) -> float:
-        return self.errors / self.total if self.total else 0.0
+        """Errors among the inputs that were images to convert: skipped files (a README, 150
+        `.txt` files) and dropped copies neither count as errors nor dilute them."""
+        considered = self.written + self.errors
+        return self.errors / considered if considered else 0.0
 
     def to_json(self) -> dict:
         return {"total": self.total, "written": self.written, "rejected": self.rejected, "errors": self.errors,

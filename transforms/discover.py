@@ -122,7 +122,8 @@ def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
     yield from _walk_local(folder, label, extensions, excluded, frozenset({(info.st_dev, info.st_ino)}))
 
 
-def list_local_root(root: str, excluded: tuple[str, ...] = ()) -> Iterator[Union[tuple[str, str], beam.pvalue.TaggedOutput]]:
+def list_local_root(root: str,
+                    excluded: tuple[str, ...] = ()) -> Iterator[Union[tuple[str, str], beam.pvalue.TaggedOutput]]:
     """(class name, folder) for each class folder of a local root; other entries as rejections."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
@@ -313,8 +314,20 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
     return Candidate(resolve_path(str(path), manifest), str(label))
 
 
-def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout, manifest: str) -> Iterator[Union[tuple[str, tuple[str, int]], beam.pvalue.TaggedOutput]]:
-    """(path, (label, line number)) per data line; undecodable or malformed lines as rejections."""
+ManifestRow = tuple[str, tuple[str, int, str]]  # (canonical path, (label, line number, path))
+
+
+def canonical_path(path: str) -> str:
+    """One spelling per file, so `imgs/a.jpg`, `./imgs/a.jpg`, an absolute path and a path through
+    a symlinked folder are recognised as the same listing."""
+    local = local_path(path)
+    return os.path.realpath(local) if local is not None else path
+
+
+def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout,
+                  manifest: str) -> Iterator[Union[ManifestRow, beam.pvalue.TaggedOutput]]:
+    """(canonical path, (label, line number, path)) per data line; undecodable or malformed
+    lines as rejections."""
     header_pending = layout.header
     for number, raw in enumerate(lines, 1):
         try:
@@ -334,23 +347,23 @@ def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout, manifest: str)
         except BadManifestLine as exc:
             yield reject(manifest, BadManifestLine(f"line {number}: {exc}"))
             continue
-        yield candidate.path, (candidate.label, number)
+        yield canonical_path(candidate.path), (candidate.label, number, candidate.path)
 
 
-def resolve_listings(path: str, listings: Iterable[tuple[str, int]]) -> Iterator[Found]:
-    """One path's manifest lines → one candidate, or a ConflictingLabels rejection per line when
+def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) -> Iterator[Found]:
+    """One file's manifest lines → one candidate, or a ConflictingLabels rejection per line when
     they disagree on the label; repeats with the same label are reported, not written twice."""
     listings = sorted(listings, key=lambda listing: listing[1])
-    labels = sorted({label for label, _ in listings})
+    labels = sorted({label for label, _, _ in listings})
     if len(labels) > 1:
-        where = ", ".join(f"line {n}: {label!r}" for label, n in listings)
-        for _ in listings:
+        where = ", ".join(f"line {n}: {label!r}" for label, n, _ in listings)
+        for _, _, path in listings:
             yield reject(path, ConflictingLabels(f"listed with different labels ({where})"))
         return
-    (label, first), *repeats = listings
+    (label, first, path), *repeats = listings
     yield Candidate(path, label)
-    for _, number in repeats:
-        yield reject(path, DuplicateListing(f"listed again on line {number} (first on line {first})"))
+    for _, number, repeated in repeats:
+        yield reject(repeated, DuplicateListing(f"listed again on line {number} (first on line {first})"))
 
 
 class _ReadManifest(beam.DoFn):
@@ -405,7 +418,8 @@ class DiscoverImages(beam.PTransform):
             labels = listed[LABELS]
         elif kind == "glob":
             parsed = (pbegin
-                      | "MatchFiles" >> fileio.MatchFiles(spec.path, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+                      | "MatchFiles" >> fileio.MatchFiles(
+                          spec.path, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
                       | "KeepImageFiles" >> beam.Map(_glob_file, extensions).with_outputs(REJECTED, main="candidates"))
             candidates, rejected = parsed.candidates, parsed[REJECTED]
         else:

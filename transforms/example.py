@@ -156,11 +156,12 @@ def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: Fe
     values: dict[str, FeatureValue] = {
         keys.image: pixels,
         keys.label: fields.label,
-        keys.label_text: fields.label_text.encode("utf-8"),
+        # surrogateescape: a file or folder name that is not UTF-8 keeps its original bytes
+        keys.label_text: fields.label_text.encode("utf-8", "surrogateescape"),
         keys.height: height,
         keys.width: width,
         keys.channels: channels,
-        keys.source_path: fields.source_path.encode("utf-8"),
+        keys.source_path: fields.source_path.encode("utf-8", "surrogateescape"),
         keys.content_hash: fields.content_hash.encode("ascii"),
     }
     chunks, image_offset = _example_chunks({key: value for key, value in values.items() if key}, keys.image)

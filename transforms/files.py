@@ -43,7 +43,8 @@ def create(path: str, gzip: bool = False) -> BinaryIO:
         return open(local, "wb")
     from apache_beam.io.filesystem import CompressionTypes
 
-    return _filesystems().create(path, compression_type=CompressionTypes.GZIP if gzip else CompressionTypes.UNCOMPRESSED)
+    compression = CompressionTypes.GZIP if gzip else CompressionTypes.UNCOMPRESSED
+    return _filesystems().create(path, compression_type=compression)
 
 
 def exists(path: str) -> bool:

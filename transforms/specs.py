@@ -182,7 +182,8 @@ class InputSpec:
         if self.max_file_bytes <= 0:
             raise ValueError(f"max_file_bytes must be positive; got {self.max_file_bytes}")
         if self.manifest_columns is not None and (len(self.manifest_columns) != 2 or not all(self.manifest_columns)):
-            raise ValueError(f"manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; got {self.manifest_columns}")
+            raise ValueError("manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; "
+                             f"got {self.manifest_columns}")
 
     def resolved_kind(self) -> str:
         """`auto` picks by the path: manifests by extension, globs by wildcard, else folders."""
