@@ -72,7 +72,7 @@ def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> O
         check_not_empty(metadata, spec)
         publish(context.output, context.run_dir, metadata, context.previous_run_id, context.previous_files)
     except RunFailed as exc:
-        files.write_atomically(join(context.run_dir, VERDICT_FILE), str(exc).encode("utf-8"))
+        files.write_atomically(join(context.run_dir, VERDICT_FILE), str(exc).encode("utf-8", "backslashreplace"))
         if context.fail_job_on_refusal:
             raise
         return None

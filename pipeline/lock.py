@@ -29,7 +29,7 @@ from typing import Optional
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import OutputLocked, RunFailed
-from pipeline.reaper import driver_alive, driver_marker
+from pipeline.reaper import driver_alive, driver_marker, process_started_at
 from transforms.dataset_format import LOCK_FILE, join
 from transforms.files import local_path
 
@@ -60,6 +60,14 @@ class LockOwner:
 
     def is_stale(self, now: datetime.datetime) -> bool:
         return now - datetime.datetime.fromisoformat(self.heartbeat) > STALE_AFTER
+
+    def alive_here(self) -> bool:
+        """This host's owner process still runs: the same process (pid and start time), or, for
+        a lock that only names a pid, a process with that pid that is older than the lock."""
+        if self.process and ":" in self.process and self.process.split(":")[1]:
+            return driver_alive(self.process)
+        started = process_started_at(self.pid)
+        return started is not None and started <= datetime.datetime.fromisoformat(self.started).timestamp() + 1
 
     def describe(self) -> str:
         return (f"run {self.run_id} (host {self.host}, pid {self.pid}, started {self.started}, "
@@ -118,11 +126,21 @@ class OutputLock:
                 same = os.stat(path).st_ino == os.fstat(descriptor).st_ino
             except FileNotFoundError:
                 same = False
+            if same and self._held_by_another_run():
+                os.close(descriptor)
+                return False
             if same:
                 self._descriptor = descriptor
                 self._write()
                 return True
             os.close(descriptor)
+
+    def _held_by_another_run(self) -> bool:
+        """The flock is ours, but the file may name a live run on this host that holds it some
+        other way (a filesystem without flock, an older imgrec): then it is still taken."""
+        owner = _read(self.path)
+        return (owner is not None and owner.run_id != self._run_id and owner.host == self._host
+                and owner.alive_here() and not owner.is_stale(_now()))
 
     def _lock_remote(self) -> bool:
         owner = _read(self.path)

@@ -35,6 +35,16 @@ def process_start_time(pid: int) -> Optional[str]:
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
+def process_started_at(pid: int) -> Optional[float]:
+    """When a live process started (seconds since the epoch, from /proc), or None."""
+    ticks = process_start_time(pid)
+    if ticks is None:
+        return None
+    with open("/proc/stat") as handle:
+        boot = next(float(line.split()[1]) for line in handle if line.startswith("btime "))
+    return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
+
+
 def driver_marker(pid: Optional[int] = None) -> str:
     pid = os.getpid() if pid is None else pid
     return f"{pid}:{process_start_time(pid) or ''}"

@@ -69,9 +69,15 @@ def skip_reason(name: str, extensions: tuple[str, ...]) -> Optional[str]:
     return None
 
 
+def label_text(name: str) -> str:
+    """A folder name as a label: valid UTF-8 (a name that is not keeps its other characters and
+    shows U+FFFD for the bytes it cannot decode), since labels are text in every record."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def label_from_parent(path: str) -> str:
     """Glob convention: the label is the name of the folder holding the file."""
-    return posixpath.basename(posixpath.dirname(path.replace("\\", "/")))
+    return label_text(posixpath.basename(posixpath.dirname(path.replace("\\", "/"))))
 
 
 def is_excluded(path: str, excluded: tuple[str, ...]) -> bool:
@@ -122,9 +128,17 @@ def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
     yield from _walk_local(folder, label, extensions, excluded, frozenset({(info.st_dev, info.st_ino)}))
 
 
+@dataclasses.dataclass(frozen=True)
+class ClassFolder:
+    """A class folder to walk (a value, not a tuple, so Beam pickles a path that is not UTF-8)."""
+
+    label: str
+    path: str
+
+
 def list_local_root(root: str,
-                    excluded: tuple[str, ...] = ()) -> Iterator[Union[tuple[str, str], beam.pvalue.TaggedOutput]]:
-    """(class name, folder) for each class folder of a local root; other entries as rejections."""
+                    excluded: tuple[str, ...] = ()) -> Iterator[Union[ClassFolder, beam.pvalue.TaggedOutput]]:
+    """A ClassFolder for each class folder of a local root; other entries as rejections."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
@@ -134,7 +148,7 @@ def list_local_root(root: str,
         if is_dir and os.path.realpath(entry.path) in excluded:
             continue
         if is_dir and not entry.name.startswith("."):
-            yield entry.name, entry.path
+            yield ClassFolder(label_text(entry.name), entry.path)
         elif is_dir:
             yield reject(entry.path, SkippedFile("hidden folder, not a class"))
         elif entry.is_symlink() and not os.path.exists(entry.path):
@@ -159,7 +173,7 @@ def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Option
     if hidden:
         return reject(path, SkippedFile(f"inside hidden folder {hidden}"))
     reason = skip_reason(segments[-1], extensions)
-    return reject(path, SkippedFile(reason)) if reason else Candidate(path, segments[0])
+    return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_text(segments[0]))
 
 
 class _ListFolders(beam.DoFn):
@@ -176,7 +190,7 @@ class _ListFolders(beam.DoFn):
                 if isinstance(found, beam.pvalue.TaggedOutput):
                     yield found
                 else:
-                    yield beam.pvalue.TaggedOutput(LABELS, found[0])
+                    yield beam.pvalue.TaggedOutput(LABELS, found.label)
                     yield found
             return
         extensions = tuple(e.lower() for e in self._spec.extensions)
@@ -198,9 +212,8 @@ class _WalkFolder(beam.DoFn):
         self._extensions = tuple(e.lower() for e in spec.extensions)
         self._excluded = excluded
 
-    def process(self, class_folder: tuple[str, str]):
-        label, folder = class_folder
-        yield from walk_class_folder(folder, label, self._extensions, self._excluded)
+    def process(self, folder: ClassFolder):
+        yield from walk_class_folder(folder.path, folder.label, self._extensions, self._excluded)
 
 
 # --------------------------------------------------------------------------------------------

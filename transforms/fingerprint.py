@@ -18,8 +18,8 @@ _MODULUS = 2**256
 POLICY_FIELDS = ("path", "overwrite", "skip_unchanged", "allow_empty", "compare_to", "reuse_from")
 
 
-def row_hash(row: str) -> int:
-    return int.from_bytes(hashlib.sha256(row.encode("utf-8")).digest(), "big")
+def row_hash(row: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(row).digest(), "big")
 
 
 def config_fingerprint(spec: ConversionSpec) -> str:
@@ -40,7 +40,7 @@ class FingerprintFn(beam.CombineFn):
     def create_accumulator(self) -> int:
         return 0
 
-    def add_input(self, accumulator: int, row: str) -> int:
+    def add_input(self, accumulator: int, row: bytes) -> int:
         return (accumulator + row_hash(row)) % _MODULUS
 
     def merge_accumulators(self, accumulators) -> int:
@@ -50,12 +50,13 @@ class FingerprintFn(beam.CombineFn):
         return hashlib.sha256(f"{self._config}:{accumulator:064x}".encode("ascii")).hexdigest()
 
 
-def image_row(path: str, content_hash: str, label: str) -> str:
-    return f"image\t{path}\t{content_hash}\t{label}"
+def image_row(path: str, content_hash: str, label: str) -> bytes:
+    """Rows are bytes: a file name that is not UTF-8 (kept by Python as surrogates) still hashes."""
+    return f"image\t{path}\t{content_hash}\t{label}".encode("utf-8", "surrogateescape")
 
 
-def rejection_row(path: str, error: str, message: str) -> str:
-    return f"rejected\t{path}\t{error}\t{message}"
+def rejection_row(path: str, error: str, message: str) -> bytes:
+    return f"rejected\t{path}\t{error}\t{message}".encode("utf-8", "surrogateescape")
 
 
 class InputFingerprint(beam.PTransform):

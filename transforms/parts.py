@@ -134,7 +134,7 @@ def part_digest(images: Iterable[PlannedImage], record_settings: str) -> str:
     digest = hashlib.sha256(record_settings.encode("ascii"))
     for image in images:
         digest.update(f"{image.source.path}\t{image.source.content_hash}\t{image.label_id}\t"
-                      f"{image.source.label}\n".encode("utf-8"))
+                      f"{image.source.label}\n".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
 
 

@@ -19,7 +19,7 @@ _ENCODED_FRACTION = {"raw": 1.0, "jpeg": 0.12, "png": 0.6}
 
 def stable_hash(*parts: str) -> int:
     """A 64-bit hash that is the same in every process (unlike `hash()`)."""
-    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogateescape")).digest()
     return int.from_bytes(digest[:8], "big")
 
 

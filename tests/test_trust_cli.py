@@ -1,0 +1,75 @@
+"""Issue 8: typos and usage errors are refused with exit code 2 and one line, before any work.
+
+Black-box: `python -m pipeline.run` in a subprocess; the one `imgrec: error: ` line must name the
+bad flag or key and suggest the closest valid one.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from tests.trust_helpers import error_line, make_tree, run_imgrec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def data(tmp_path) -> pathlib.Path:
+    make_tree(tmp_path / "data", {"cat": 2, "dog": 2})
+    return tmp_path / "data"
+
+
+def assert_refused(run, out: pathlib.Path) -> str:
+    assert run.returncode == 2, run.brief()
+    line = error_line(run)
+    assert not out.exists() or not any(out.iterdir()), "a refused run wrote into the output"
+    assert not any(out.parent.glob(f"{out.name}.*")), "a refused run staged beside the output"
+    return line
+
+
+@pytest.mark.parametrize("flag, bad, closest", [
+    ("--num_shard=4", r"num_shard(?!s)", "num_shards"),
+    ("--max_eror_fraction=1", r"max_eror_fraction", "max_error_fraction"),
+    ("--direct_num_wokers=2", r"direct_num_wokers", "direct_num_workers"),
+], ids=["num_shard", "max_eror_fraction", "direct_num_wokers"])
+def test_a_mistyped_flag_is_a_usage_error_naming_the_closest_flag(tmp_path, data, flag, bad, closest):
+    out = tmp_path / "out"
+    line = assert_refused(run_imgrec(data, out, flag), out)
+    assert re.search(bad, line), f"the bad flag is not named: {line}"
+    assert closest in line, f"{closest} is not suggested: {line}"
+
+
+@pytest.mark.parametrize("yaml_text, bad, closest", [
+    ("beam:\n  direct_num_wokers: 2\n", r"direct_num_wokers", "direct_num_workers"),
+    ("output:\n  num_shard: 2\n", r"num_shard(?!s)", "num_shards"),
+    ("image:\n  heigth: 64\n", r"heigth", "height"),
+    ("inptu:\n  kind: auto\n", r"inptu", "input"),
+], ids=["beam.direct_num_wokers", "output.num_shard", "image.heigth", "section_inptu"])
+def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path, data, yaml_text, bad, closest):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml_text)
+    out = tmp_path / "out"
+    line = assert_refused(run_imgrec(data, out, f"--config={config}"), out)
+    assert re.search(bad, line), f"the bad key is not named: {line}"
+    assert re.search(rf"\b{closest}\b", line), f"{closest} is not suggested: {line}"
+
+
+@pytest.mark.parametrize("flags, facts", [
+    (("--split_ratios=0.5,0.6,0.1",), ("ratio",)),
+    (("--encoding=jpg",), ("encoding", "jpg", "jpeg")),
+    (("--num_shards=four",), ("--num_shards", "four")),
+    (("--config=/nonexistent/imgrec.yaml",), ("/nonexistent/imgrec.yaml",)),
+], ids=["split_ratios", "encoding_choice", "int_value", "missing_config"])
+def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts):
+    out = tmp_path / "out"
+    line = assert_refused(run_imgrec(data, out, *flags), out)
+    for fact in facts:
+        assert fact in line, f"{fact!r} missing from {line}"
+
+
+def test_a_missing_input_is_a_usage_error(tmp_path):
+    out = tmp_path / "out"
+    line = assert_refused(run_imgrec(None, out), out)
+    assert "--input" in line, line

@@ -1,0 +1,181 @@
+"""Issue 8, "Empty and malformed inputs must fail loudly": empty inputs, non-UTF-8 manifest lines,
+CSV headers, conflicting labels. Black-box: `python -m pipeline.run` in a subprocess.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import pytest
+
+from tests.trust_helpers import check_complete, error_line, make_tree, nothing_published, run_imgrec, write_csv
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+PERMISSIVE = "--max_error_fraction=1"
+
+
+def names(rows) -> list[str]:
+    return sorted(pathlib.PurePosixPath(r["path"]).name for r in rows)
+
+
+@pytest.fixture
+def images(tmp_path) -> list[pathlib.Path]:
+    """tmp_path/imgs/{cat,dog}/...: 3 + 3 distinct images."""
+    return make_tree(tmp_path / "imgs", {"cat": 3, "dog": 3})
+
+
+def rel(path: pathlib.Path, base: pathlib.Path) -> str:
+    return str(path.relative_to(base))
+
+
+# ------------------------------------------------------------------------------------------
+# Empty inputs
+
+
+def make_empty_input(kind: str, tmp_path: pathlib.Path) -> pathlib.Path:
+    if kind == "empty_folder":
+        (tmp_path / "data").mkdir()
+        return tmp_path / "data"
+    if kind == "empty_class_folders":
+        for name in ("cat", "dog"):
+            (tmp_path / "data" / name).mkdir(parents=True)
+        return tmp_path / "data"
+    if kind == "only_non_images":
+        (tmp_path / "data" / "cat").mkdir(parents=True)
+        (tmp_path / "data" / "cat" / "readme.txt").write_text("no images here")
+        (tmp_path / "data" / "cat" / "labels.csv").write_text("a,b\n")
+        return tmp_path / "data"
+    if kind == "header_only_csv":
+        return write_csv(tmp_path / "list.csv", "path,label", [])
+    if kind == "empty_csv":
+        (tmp_path / "list.csv").write_bytes(b"")
+        return tmp_path / "list.csv"
+    if kind == "empty_jsonl":
+        (tmp_path / "list.jsonl").write_bytes(b"\n")
+        return tmp_path / "list.jsonl"
+    raise AssertionError(kind)
+
+
+EMPTY_KINDS = ["empty_folder", "empty_class_folders", "only_non_images", "header_only_csv", "empty_csv",
+               "empty_jsonl"]
+
+
+@pytest.mark.parametrize("kind", EMPTY_KINDS)
+def test_an_input_without_images_fails_loudly_unless_allow_empty(tmp_path, kind):
+    source = make_empty_input(kind, tmp_path)
+    out = tmp_path / "out"
+    run = run_imgrec(source, out, PERMISSIVE)
+    assert run.returncode == 1, run.brief()
+    line = error_line(run)
+    assert "--allow_empty" in line, line
+    assert nothing_published(out), sorted(p.name for p in out.iterdir())
+    allowed = run_imgrec(source, out, PERMISSIVE, "--allow_empty")
+    assert allowed.returncode == 0, allowed.brief()
+    metadata, records, rows = check_complete(out)
+    assert records == [] and metadata["inputs"]["written"] == 0
+    assert all(r["error"] == "SkippedFile" for r in rows), rows
+
+
+# ------------------------------------------------------------------------------------------
+# Non-UTF-8 manifest lines
+
+
+def test_a_latin1_csv_line_is_a_bad_manifest_line_with_its_line_number(tmp_path, images):
+    rows = [f"{rel(p, tmp_path)},{p.parent.name}".encode() for p in images]
+    # line 1: header; lines 2-6: five images; line 7: Latin-1; line 8: the sixth image
+    lines = [b"path,label", *rows[:5], b"caf\xe9.jpg,cat", rows[5]]
+    manifest = tmp_path / "list.csv"
+    manifest.write_bytes(b"\n".join(lines) + b"\n")
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert [r["error"] for r in dead] == ["BadManifestLine"], dead
+    assert re.search(r"(?<!\d)7(?!\d)", dead[0]["message"]), f"no line number 7 in {dead[0]['message']!r}"
+    assert len(records) == 6 and metadata["inputs"]["total"] == 7
+
+
+def test_a_latin1_jsonl_line_is_a_bad_manifest_line_with_its_line_number(tmp_path, images):
+    rows = [json.dumps({"path": rel(p, tmp_path), "label": p.parent.name}).encode() for p in images]
+    lines = [*rows[:4], b'{"path": "caf\xe9.jpg", "label": "cat"}', *rows[4:]]  # line 5 is Latin-1
+    manifest = tmp_path / "list.jsonl"
+    manifest.write_bytes(b"\n".join(lines) + b"\n")
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert [r["error"] for r in dead] == ["BadManifestLine"], dead
+    assert re.search(r"(?<!\d)5(?!\d)", dead[0]["message"]), f"no line number 5 in {dead[0]['message']!r}"
+    assert len(records) == 6 and metadata["inputs"]["total"] == 7
+
+
+# ------------------------------------------------------------------------------------------
+# CSV headers
+
+
+@pytest.mark.parametrize("header", ["filename,class", "filepath,label", "image,category", "file,label",
+                                    "Filename, Class"])
+def test_common_csv_headers_are_recognised(tmp_path, images, header):
+    manifest = write_csv(tmp_path / "list.csv", header, [(rel(p, tmp_path), p.parent.name) for p in images])
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert metadata["label_map"] == {"cat": 0, "dog": 1}
+    assert dead == [] and len(records) == 6 and metadata["inputs"]["total"] == 6
+
+
+def test_a_recognised_header_does_not_shift_integer_label_ids(tmp_path, images):
+    manifest = write_csv(tmp_path / "list.csv", "image,class",
+                         [(rel(p, tmp_path), "3" if p.parent.name == "cat" else "7") for p in images])
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert dead == []
+    assert sorted({(text, label) for _, text, label in records}) == [("3", 3), ("7", 7)]
+
+
+def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(tmp_path, images):
+    manifest = write_csv(tmp_path / "list.csv", "foo,bar", [(rel(p, tmp_path), p.parent.name) for p in images])
+    out = tmp_path / "out"
+    run = run_imgrec(manifest, out, PERMISSIVE)
+    assert run.returncode == 2, run.brief()
+    line = error_line(run)
+    for accepted in ("path", "filename", "label", "class"):
+        assert re.search(rf"\b{accepted}\b", line), f"{accepted!r} not named in {line}"
+    assert nothing_published(out)
+
+
+@pytest.mark.parametrize("header", ["foo,bar", "bar,foo"])
+def test_manifest_columns_names_the_path_and_label_columns(tmp_path, images, header):
+    rows = [(rel(p, tmp_path), p.parent.name) for p in images]
+    if header == "bar,foo":
+        rows = [(label, path) for path, label in rows]
+    manifest = write_csv(tmp_path / "list.csv", header, rows)
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE, "--manifest_columns=foo,bar")
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert metadata["label_map"] == {"cat": 0, "dog": 1}
+    assert dead == [] and len(records) == 6
+
+
+# ------------------------------------------------------------------------------------------
+# One path, two labels
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_path_listed_with_two_labels_is_rejected_every_time_and_never_written(tmp_path, images, kind):
+    listing = [(rel(p, tmp_path), p.parent.name) for p in images]
+    twice = listing[0][0]  # a cat image, listed again as dog
+    listing.insert(3, (twice, "dog"))
+    if kind == "csv":
+        manifest = write_csv(tmp_path / "list.csv", "path,label", listing)
+    else:
+        manifest = tmp_path / "list.jsonl"
+        manifest.write_text("".join(json.dumps({"path": p, "label": l}) + "\n" for p, l in listing))
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    name = pathlib.PurePosixPath(twice).name
+    assert [(pathlib.PurePosixPath(r["path"]).name, r["error"]) for r in dead] == [(name, "ConflictingLabels")] * 2
+    assert name not in [pathlib.PurePosixPath(p).name for p, _, _ in records]
+    assert len(records) == 5 and metadata["inputs"]["total"] == 7

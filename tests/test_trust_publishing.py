@@ -1,0 +1,447 @@
+"""Issue 8, "Publishing and the output folder": one winner, staging inside the output, foreign
+files untouched, a killed driver publishes nothing, the output is never re-ingested.
+
+Black-box: every run is `python -m pipeline.run` in a subprocess on real files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import signal
+import socket
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.trust_helpers import (MULTI_PROCESSING, Watched, check_complete, error_line,
+                                 finish_all, imgrec_argv, make_tree, metadata_of, nothing_published,
+                                 published_files, run_imgrec, run_inspect, snapshot, tree, write_image)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+LOCK = ".imgrec.lock"
+STAGING = ".imgrec-staging"
+# Raw float32 224x224 records from 400x500 images: several seconds of conversion in memory.
+HEAVY = ("--encoding=raw", "--normalize=unit", "--num_shards=4")
+
+
+@pytest.fixture(scope="module")
+def heavy_input(tmp_path_factory) -> pathlib.Path:
+    root = tmp_path_factory.mktemp("heavy") / "imgs"
+    make_tree(root, {"ant": 150, "bee": 150}, size=(400, 500))
+    return root
+
+
+def lock_json(pid: int, host: str | None = None, age_s: float = 0) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - age_s))
+    return json.dumps({"run_id": "0" * 32, "host": host or socket.gethostname(), "pid": pid,
+                       "started": stamp, "heartbeat": stamp})
+
+
+def wait_for(predicate, timeout: float, watched: Watched | None = None, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if watched is not None:
+            assert watched.sample(), f"the run ended before {what}: {watched.finish(1).brief()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def any_shard_under(root: pathlib.Path) -> bool:
+    """Records being written anywhere under root: a converted part (imgrec writes shards as parts,
+    then concatenates them) or a shard, inside the output or beside it."""
+    return any(root.rglob("*.records")) or \
+        any(p.name.startswith(("ant-", "bee-", "train-", "val-", "test-")) for p in root.rglob("*-of-*"))
+
+
+def read_lock(out: pathlib.Path) -> dict | None:
+    """OUTPUT/.imgrec.lock as JSON, or None when there is none (retries a lock being rewritten)."""
+    for _ in range(50):
+        try:
+            return json.loads((out / LOCK).read_text())
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError:
+            time.sleep(0.02)
+    return json.loads((out / LOCK).read_text())
+
+
+THIS_HOST = {socket.gethostname(), socket.getfqdn(), platform.node()}
+
+
+def assert_lock_message(line: str, out: pathlib.Path) -> None:
+    assert str(out / LOCK) in line, line
+    assert any(word in line.lower() for word in ("remove", "delete", "rm ")), f"does not say how to clear it: {line}"
+
+
+# ------------------------------------------------------------------------------------------
+# Two runs into one output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_two_concurrent_runs_have_exactly_one_winner(heavy_input, tmp_path):
+    out = tmp_path / "out"
+    runs = finish_all([Watched(imgrec_argv(heavy_input, out, *HEAVY)) for _ in range(2)], timeout=180)
+    codes = sorted(r.returncode for r in runs)
+    assert codes == [0, 3], "\n\n".join(r.brief() for r in runs)
+    loser = runs[[r.returncode for r in runs].index(3)]
+    assert_lock_message(error_line(loser), out)
+    metadata, records, _ = check_complete(out)
+    assert metadata["inputs"]["written"] == len(records) == 300
+    listed = {n for s in metadata["splits"].values() for n in s["files"]} | set(metadata["error_files"])
+    assert published_files(out) == listed | {"metadata.json", "index"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_second_run_during_a_conversion_is_refused_and_the_first_completes(heavy_input, tmp_path):
+    """Even with --overwrite, the second run must not touch the running one's lock, staging or output."""
+    out = tmp_path / "out"
+    first = Watched(imgrec_argv(heavy_input, out, *HEAVY))
+    wait_for(lambda: any_shard_under(tmp_path), 120, first, "the first run started writing shards")
+    lock = read_lock(out)
+    frozen = [p for p in tree(first.root)]
+    for p in frozen:  # freeze the first run mid-conversion (its pid stays alive), so it is
+        p.suspend()   # certainly still converting while the second run tries
+    try:
+        second = run_imgrec(heavy_input, out, *HEAVY, "--overwrite", timeout=60)
+    finally:
+        for p in frozen:
+            p.resume()
+    assert second.returncode == 3, second.brief()
+    assert_lock_message(error_line(second), out)
+    assert lock is not None, "no OUTPUT/.imgrec.lock while the first run was converting"
+    assert {"run_id", "host", "pid", "started", "heartbeat"} <= set(lock), lock
+    assert lock["pid"] == first.pid and lock["host"] in THIS_HOST, lock
+    still = read_lock(out)
+    assert still is None or still["pid"] == first.pid, f"the second run replaced the lock: {still}"
+    result = first.finish(180)
+    assert result.returncode == 0, result.brief()
+    metadata, records, _ = check_complete(out)
+    assert len(records) == 300
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_run_whose_lock_was_cleared_rechecks_before_publishing(heavy_input, tmp_path):
+    """An operator follows the message and deletes the lock of a run that is in fact still
+    converting, then starts another run: whichever publishes second must notice (the re-check
+    right before publishing) and refuse, so the output holds one complete dataset."""
+    out = tmp_path / "out"
+    first = Watched(imgrec_argv(heavy_input, out, *HEAVY))
+    wait_for(lambda: (out / LOCK).exists(), 120, first, "the first run took the lock")
+    (out / LOCK).unlink()
+    second = Watched(imgrec_argv(heavy_input, out, *HEAVY, "--num_shards=3"))
+    runs = finish_all([first, second], timeout=180)
+    assert sorted(r.returncode == 0 for r in runs) == [False, True], "\n\n".join(r.brief() for r in runs)
+    metadata, records, _ = check_complete(out)
+    assert len(records) == 300
+    listed = {n for s in metadata["splits"].values() for n in s["files"]} | set(metadata["error_files"])
+    assert published_files(out) == listed | {"metadata.json", "index"}
+
+
+@pytest.mark.slow
+def test_the_stale_lock_of_a_killed_run_is_taken_over(heavy_input, tmp_path):
+    """kill -9 leaves OUTPUT/.imgrec.lock behind with a dead pid on this host: the next run takes over."""
+    out = tmp_path / "out"
+    killed = Watched(imgrec_argv(heavy_input, out, *HEAVY))
+    wait_for(lambda: read_lock(out) is not None, 120, killed, "the run took the lock")
+    dead = read_lock(out)["pid"]
+    killed.kill()  # SIGKILL, every process of that run, by pid
+    assert read_lock(out) is not None and read_lock(out)["pid"] == dead
+    run = run_imgrec(heavy_input, out, *HEAVY, timeout=120)
+    assert run.returncode == 0, run.brief()
+    metadata, records, _ = check_complete(out)
+    assert len(records) == 300
+    lock = read_lock(out)
+    assert lock is None or lock["pid"] != dead, "the dead run's lock is still there"
+
+
+def test_a_lock_held_by_a_live_process_blocks(tmp_path):
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 3, "bee": 3})
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(["sleep", "120"])
+    time.sleep(1.5)  # the lock is younger than its owner, as a real lock is
+    try:
+        text = lock_json(holder.pid, age_s=0)
+        (out / LOCK).write_text(text)
+        run = run_imgrec(root, out)
+        assert run.returncode == 3, run.brief()
+        assert_lock_message(error_line(run), out)
+        assert (out / LOCK).read_text() == text
+        assert nothing_published(out)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_live_lock_blocks_a_republish_and_keeps_the_dataset(tmp_path):
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 3, "bee": 3})
+    out = tmp_path / "out"
+    assert run_imgrec(root, out).returncode == 0
+    before = snapshot(out)
+    holder = subprocess.Popen(["sleep", "120"])
+    time.sleep(1.5)
+    try:
+        (out / LOCK).write_text(lock_json(holder.pid, age_s=0))
+        run = run_imgrec(root, out, "--overwrite")
+        assert run.returncode == 3, run.brief()
+        after = snapshot(out)
+        after.pop(LOCK)
+        assert after == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ------------------------------------------------------------------------------------------
+# Staging inside the output; mount points; unwritable outputs
+
+
+@pytest.mark.slow
+def test_staging_lives_inside_the_output_and_nothing_is_written_beside_it(heavy_input, tmp_path):
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    out = parent / "out"
+    run = Watched(imgrec_argv(heavy_input, out, *HEAVY))
+    beside, staged_inside = set(), False
+    while run.sample():
+        beside |= {p.name for p in parent.iterdir()} - {"out"}
+        staged_inside = staged_inside or any(p.is_file() for p in (out / STAGING).rglob("*"))
+        time.sleep(0.02)
+    result = run.finish(100)
+    assert result.returncode == 0, result.brief()
+    assert not beside, f"staged beside the output: {sorted(beside)}"
+    assert staged_inside, "nothing was ever staged in OUTPUT/.imgrec-staging/"
+    assert not (out / STAGING).exists() or not any((out / STAGING).rglob("*")), "staging left behind"
+    check_complete(out)
+
+
+def _namespace_available(tmp_path: pathlib.Path) -> bool:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    ok = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                         f"mount -t tmpfs -o size=1m tmpfs {probe}"], capture_output=True).returncode == 0
+    probe.rmdir()
+    return ok
+
+
+def in_mount_namespace(script: str, *args: str) -> list[str]:
+    """argv that runs `script` (sh, with "$@" = args) in a private mount namespace, so test mounts
+    vanish with it."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *args]
+
+
+def test_output_on_its_own_mount_point_is_published(tmp_path):
+    """`docker run -v host:/out ... --output=/out`: the output is a mount point; publishing must be a
+    rename inside it (staging on another device fails with EXDEV after the whole conversion)."""
+    if not _namespace_available(tmp_path):
+        pytest.skip("cannot create a private mount namespace with a tmpfs here")
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 4, "bee": 4})
+    parent, copy = tmp_path / "parent", tmp_path / "copy"
+    out = parent / "out"
+    out.mkdir(parents=True)
+    copy.mkdir()
+    script = ('mount -t tmpfs -o size=256m tmpfs "$1" || exit 97; mounted="$1"; copy="$2"; shift 2; '
+              '"$@"; rc=$?; cp -a "$mounted/." "$copy/"; exit $rc')
+    run = Watched(in_mount_namespace(script, str(out), str(copy), *imgrec_argv(root, out))).finish(90)
+    assert run.returncode != 97, run.brief()
+    assert run.returncode == 0, run.brief()
+    assert "EXDEV" not in run.stderr and "Invalid cross-device link" not in run.stderr
+    metadata, records, _ = check_complete(copy)
+    assert len(records) == 8
+    assert {p.name for p in parent.iterdir()} == {"out"}, "staged beside the mounted output"
+
+
+@pytest.mark.parametrize("where", ["read-only parent", "read-only output"])
+def test_unwritable_output_fails_fast_with_one_line(tmp_path, where):
+    if not _namespace_available(tmp_path):
+        pytest.skip("cannot create a private mount namespace with a tmpfs here")
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 4, "bee": 4})
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    if where == "read-only parent":
+        mountpoint, out = parent, parent / "out"        # OUTPUT does not exist and cannot be created
+    else:
+        out = parent / "out"
+        out.mkdir()
+        mountpoint = out                                # OUTPUT exists, empty, not writable
+    script = 'mount -t tmpfs -o ro,size=1m tmpfs "$1" || exit 97; shift; exec "$@"'
+    run = Watched(in_mount_namespace(script, str(mountpoint), *imgrec_argv(root, out))).finish(90)
+    assert run.returncode != 97, run.brief()
+    assert run.returncode == 2, run.brief()
+    line = error_line(run)
+    assert str(parent) in line, line  # names the output (or its parent)
+    assert "writ" in line.lower() or "read-only" in line.lower(), line
+    assert {p.name for p in parent.iterdir()} <= {"out"}
+
+
+# ------------------------------------------------------------------------------------------
+# Files imgrec did not write
+
+
+FOREIGN = {
+    "train-00000-of-00010.tfrecord": b"somebody else's shard",
+    "dataset_info.json": b'{"name": "not imgrec"}',
+    "features.json": b'{"feature": "theirs"}',
+    "notes.txt": b"keep me",
+    "errors-00000-of-00003.jsonl": b'{"not": "ours"}\n',
+    "sub/train-00001-of-00002.tfrecord": b"nested, theirs",
+    "sub/readme.md": b"theirs too",
+}
+
+
+def write_foreign(out: pathlib.Path, names=FOREIGN) -> None:
+    for name, data in names.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+
+
+def assert_foreign_intact(out: pathlib.Path, names=FOREIGN) -> None:
+    for name, data in names.items():
+        assert (out / name).is_file(), f"{name} was deleted"
+        assert (out / name).read_bytes() == data, f"{name} was modified"
+
+
+def test_an_output_that_is_a_regular_file_is_refused_before_converting(tmp_path):
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 3, "bee": 3})
+    out = tmp_path / "out"
+    out.write_bytes(b"somebody's file")
+    run = run_imgrec(root, out, "--overwrite")
+    assert run.returncode == 2, run.brief()
+    assert str(out) in error_line(run)
+    assert out.read_bytes() == b"somebody's file"
+    assert {p.name for p in tmp_path.iterdir()} == {"imgs", "out"}
+
+
+def test_a_non_empty_folder_that_is_not_a_dataset_is_refused(tmp_path):
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 3, "bee": 3})
+    out = tmp_path / "out"
+    write_foreign(out)
+    before = snapshot(out)
+    run = run_imgrec(root, out)
+    assert run.returncode == 2, run.brief()
+    line = error_line(run)
+    assert str(out) in line and "--overwrite" in line, line
+    assert snapshot(out) == before
+
+
+def test_overwrite_into_a_foreign_folder_leaves_foreign_files_alone(tmp_path):
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 3, "bee": 3})
+    out = tmp_path / "out"
+    write_foreign(out)
+    run = run_imgrec(root, out, "--overwrite", "--num_shards=2")
+    assert run.returncode == 0, run.brief()
+    assert_foreign_intact(out)
+    metadata, records, _ = check_complete(out)
+    assert len(records) == 6
+
+
+@pytest.mark.slow
+def test_republish_removes_only_the_files_the_previous_dataset_listed(tmp_path):
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 4, "bee": 4})
+    (root / "bee" / "broken.jpg").write_bytes(b"\xff\xd8\xff not really")
+    out = tmp_path / "out"
+    first = run_imgrec(root, out, "--num_shards=3", "--max_error_fraction=1")
+    assert first.returncode == 0, first.brief()
+    previous = metadata_of(out)
+    previous_files = {n for s in previous["splits"].values() for n in s["files"]} | set(previous["error_files"])
+    foreign = {k: v for k, v in FOREIGN.items() if k not in ("dataset_info.json", "features.json")}
+    write_foreign(out, foreign)
+    second = run_imgrec(root, out, "--num_shards=2", "--max_error_fraction=1", "--overwrite")
+    assert second.returncode == 0, second.brief()
+    assert_foreign_intact(out, foreign)
+    metadata, records, _ = check_complete(out)
+    listed = {n for s in metadata["splits"].values() for n in s["files"]} | set(metadata["error_files"])
+    assert published_files(out) == listed | {"metadata.json", "index"} | {n.split("/")[0] for n in foreign}
+    assert not (previous_files - listed) & published_files(out), "old shards were kept"
+
+
+# ------------------------------------------------------------------------------------------
+# kill -9 of the driver
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("moment", ["workers_started", "shards_being_written"])
+def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input, tmp_path, moment):
+    """kill -9 of `python -m pipeline.run` (multi_processing): its workers must not outlive it and
+    nothing may be published afterwards. On main, a kill just after the workers start leaves them
+    running indefinitely; a kill mid-conversion lets them finish writing every shard."""
+    out = tmp_path / "out"
+    run = Watched(imgrec_argv(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING))
+    try:
+        if moment == "workers_started":
+            wait_for(lambda: len(run.seen) >= 3, 150, run, "worker processes were started")
+            settle = time.monotonic() + 0.5
+        else:
+            wait_for(lambda: any_shard_under(tmp_path) and len(run.seen) >= 3, 150, run,
+                     "workers were started and a shard was being written")
+            settle = time.monotonic() + 0.2
+        while time.monotonic() < settle:  # a last look at the tree, so no descendant is missed
+            run.sample()
+            time.sleep(0.02)
+        descendants = [p for pid, p in run.seen.items() if pid != run.pid]
+        assert run.popen.poll() is None, "the run ended before it could be killed"
+        os.kill(run.pid, signal.SIGKILL)
+        run.popen.wait()
+        killed = time.monotonic()
+        while any(alive(p) for p in descendants) and time.monotonic() < killed + 15:
+            assert nothing_published(out), f"published after the driver died: {sorted(published_files(out))}"
+            time.sleep(0.1)
+        survivors = [(p.pid, " ".join(p.cmdline())[-100:]) for p in descendants if alive(p)]
+        assert not survivors, f"15 s after kill -9 of the driver these still run: {survivors}"
+        while time.monotonic() < killed + 20:
+            assert nothing_published(out), f"published after the driver died: {sorted(published_files(out))}"
+            time.sleep(0.1)
+    finally:
+        run.kill()  # every process of that run we saw, by pid
+    rerun = run_imgrec(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING, timeout=150)
+    assert rerun.returncode == 0, rerun.brief()
+    metadata, records, _ = check_complete(out)
+    assert len(records) == 300
+
+
+# ------------------------------------------------------------------------------------------
+# Output inside the input
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inner", ["out", "cat/out"])
+def test_an_output_inside_the_input_is_not_reingested(tmp_path, inner):
+    data = tmp_path / "data"
+    make_tree(data, {"cat": 4, "dog": 4})
+    out = data / inner
+    first = run_imgrec(data, out, "--max_error_fraction=1")
+    assert first.returncode == 0, first.brief()
+    m1, records1, _ = check_complete(out)
+    # inspect draws PNGs into the output (the issue's "class out"); a user may add any file there
+    assert run_inspect(out, "--samples=2").returncode == 0
+    write_image(out / "extra.jpg", seed=4242)
+    second = run_imgrec(data, out, "--max_error_fraction=1", "--overwrite")
+    assert second.returncode == 0, second.brief()
+    m2, records2, _ = check_complete(out)
+    assert m2["label_map"] == m1["label_map"] == {"cat": 0, "dog": 1}
+    assert m2["inputs"]["total"] == m1["inputs"]["total"] == 8
+    assert sorted(records2) == sorted(records1)
