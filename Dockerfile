@@ -1,4 +1,4 @@
-# imgrec worker image: Beam's Python SDK image with the imgrec package (pipeline/, transforms/)
+# imgrec worker image: Beam's Python SDK image with the imgrec package (pipeline/, transforms/, configs/)
 # and its dependencies installed, so workers need no staged sources.
 #
 #   docker build -t IMAGE .
@@ -15,9 +15,10 @@ ARG BEAM_VERSION
 COPY setup.py /opt/imgrec/setup.py
 COPY pipeline/ /opt/imgrec/pipeline/
 COPY transforms/ /opt/imgrec/transforms/
+COPY configs/ /opt/imgrec/configs/
 
 # setup.py asks for apache-beam>=2.60,<3, which the base image's Beam satisfies, so pip keeps it;
 # the check fails the build if a dependency ever made pip replace it.
 RUN pip install --no-cache-dir /opt/imgrec \
-    && python -c "import apache_beam, cv2, tensorflow, pipeline.run, transforms.write_shards; \
+    && python -c "import apache_beam, cv2, tensorflow, pipeline.run, transforms.write_shards, imgrec_configs; \
 assert apache_beam.__version__ == '${BEAM_VERSION}', apache_beam.__version__"
