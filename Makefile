@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 # Beam's worker pool (portable runner tests) spawns `python` from PATH: the venv must come first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: venv demo test engines test-engines bench clean
+.PHONY: venv demo test test-fast lint engines test-engines bench clean
 
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
@@ -16,8 +16,16 @@ venv: $(VENV)/.installed
 demo: venv
 	$(PY) -m pipeline.run --config=configs/local.yaml --overwrite
 
+# The whole suite CI runs (.ci/run): unit, Beam, end to end and slow tests; not the real engines.
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not engines" tests
+
+# Unit tests and TestPipeline tests only: under a minute, for every edit.
+test-fast: venv
+	$(PY) -m pytest -q -m "unit or beam" tests
+
+lint: venv
+	$(PY) -m ruff check pipeline transforms tests benchmarks data
 
 # Real engines (Prism, a Flink session cluster, a Spark standalone cluster): fetch whatever is not
 # cached yet (Go module cache, pip's cache, ~/.m2, ~/.cache/imgrec-engines), then run their tests.

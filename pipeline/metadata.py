@@ -113,7 +113,7 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
         error_files=tuple(totals.error_files),
         fingerprint=totals.fingerprint,
         pixel_fingerprint=pixel_fingerprint(spec, library_versions),
-        config=spec.to_dict(),
+        config=json.loads(json.dumps(spec.to_dict())),  # as metadata.json holds it (lists, not tuples)
         # How many processes converted images (parts of one shard may be converted by several).
         run={**run, "converter_processes": len({c for shard in totals.shards for c in shard.converters}),
              "resumed_records": sum(shard.resumed for shard in totals.shards)},

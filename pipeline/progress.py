@@ -73,7 +73,7 @@ class ProgressReporter:
     """Polls `read_progress` on a thread and prints a line every `interval` seconds when it
     changed (every few seconds on a terminal, rarely in logs, never with interval 0)."""
 
-    def __init__(self, run_dir: str, interval: float, stream: TextIO = sys.stderr,
+    def __init__(self, run_dir: str, interval: float, stream: Optional[TextIO] = None,
                  clock: Callable[[], float] = time.monotonic):
         self._run_dir, self._interval, self._stream, self._clock = run_dir, interval, stream, clock
         self._stop = threading.Event()
@@ -99,8 +99,8 @@ class ProgressReporter:
     def _print(self, line: Optional[str]) -> None:
         if line and line != self._last_line:
             try:
-                print(f"imgrec: {line}", file=self._stream, flush=True)
-            except OSError:  # the reader went away (a scheduler that stopped reading); keep running
+                print(f"imgrec: {line}", file=self._stream or sys.stderr, flush=True)
+            except (OSError, ValueError):  # the reader went away (a scheduler stopped reading, a closed stream)
                 pass
             self._last_line = line
 

@@ -11,13 +11,14 @@ Its pid-and-start-time helpers also tell the publisher whether the driver is sti
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 DRIVER_ENV = "IMGREC_DRIVER"  # "<pid>:<start time>" of the driver
 _POLL = 0.25
@@ -105,15 +106,32 @@ def reap(marker: str) -> None:
         time.sleep(0.1)
 
 
-def start_reaper() -> None:
-    """Called by the driver before it starts any worker: marks itself and starts the reaper."""
+_started: set[str] = set()
+
+
+@contextlib.contextmanager
+def reaped() -> Iterator[None]:
+    """While the block runs, every process the driver starts carries its marker; one reaper per
+    driver process (a notebook or scheduler that runs many conversions starts one) kills them all
+    if the driver dies. After the block, processes the driver starts are not marked."""
     if not os.path.exists("/proc/self/environ"):
+        yield
         return
     marker = driver_marker()
-    subprocess.Popen([sys.executable, "-m", "pipeline.reaper", marker], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                     env={k: v for k, v in os.environ.items() if k != DRIVER_ENV})
+    if marker not in _started:
+        subprocess.Popen([sys.executable, "-m", "pipeline.reaper", marker], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         env={k: v for k, v in os.environ.items() if k != DRIVER_ENV})
+        _started.add(marker)
+    previous = os.environ.get(DRIVER_ENV)
     os.environ[DRIVER_ENV] = marker
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DRIVER_ENV, None)
+        else:
+            os.environ[DRIVER_ENV] = previous
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
 from pipeline.options import ImgrecOptions, parse_arguments
 from pipeline.prepare import check_output, clear_dead_runs, comparison, inspect_output, list_names, reuse_source
 from pipeline.progress import ProgressReporter, default_interval
-from pipeline.reaper import start_reaper
+from pipeline.reaper import reaped
 from pipeline.summary import format_header, format_summary
 from transforms import files
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
@@ -198,12 +198,11 @@ def convert(argv: Sequence[str]) -> Conversion:
         _say(format_header(spec, runner, parsed.config_file))
         pipeline = beam.Pipeline(options=options)
         _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
-        start_reaper()
         clock = time.monotonic()
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
         reporter = ProgressReporter(this_run, interval)
-        with reporter.running():
+        with reaped(), reporter.running():
             result = _run_to_completion(pipeline, this_run)
         reporter.finish()
         elapsed = time.monotonic() - clock
@@ -260,7 +259,7 @@ def _say(text: str) -> None:
     (Airflow does) must never find stderr full. Best effort: the reader may be gone."""
     try:
         print(text, file=sys.stderr, flush=True)
-    except OSError:
+    except (OSError, ValueError):
         pass
 
 

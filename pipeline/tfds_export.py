@@ -128,7 +128,7 @@ def split_infos(metadata: DatasetMetadata, template: Any) -> tuple[list[Any], li
         if not _SPLIT_NAME.fullmatch(name):
             raise NotExportable(f"split name {name!r} does not fit TFDS file names (letters, digits, _ and - only)")
         split_template = template.replace(split=name)
-        expected = split_template.sharded_filenames(len(split["files"]))
+        expected = split_template.sharded_filenames(len(split.files))
         if list(split.files) != expected:
             raise NotExportable(f"split {name!r}: files {list(split.files)} are not the names TFDS derives "
                                 f"({expected})")

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Iterator, Mapping, Optional, Sequence
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 JOB_SERVICE_MODULE = "apache_beam.runners.portability.local_job_service_main"
 WORKER_POOL_MODULE = "apache_beam.runners.worker.worker_pool_main"

@@ -62,7 +62,7 @@ def test_label_ids_follow_keras_class_names(tmp_path, name):
     keras = tf.keras.utils.image_dataset_from_directory(str(root), image_size=(24, 24), batch_size=4, shuffle=False)
     metadata = run_pipeline(root, tmp_path / "out", "--split_names=train", "--split_ratios=1",
                             "--max_error_fraction=1", "--normalize=none")
-    by_id = sorted(metadata["label_map"].items(), key=lambda item: item[1])
+    by_id = sorted(metadata.label_map.items(), key=lambda item: item[1])
     assert [label for label, _ in by_id] == keras.class_names
     assert [label_id for _, label_id in by_id] == list(range(len(keras.class_names)))
 
@@ -117,7 +117,8 @@ def test_readme_keras_example_trains_one_epoch(demo, tmp_path):
     """The README's model.fit example, run as a user would, on make demo's output."""
     code = readme_block("keras-example").replace('"out/demo"', repr(str(demo)))
     script = tmp_path / "train.py"
-    script.write_text(code + "\nprint('HISTORY', json.dumps({k: [float(x) for x in v] for k, v in history.history.items()}))\n")
+    report = "print('HISTORY', json.dumps({k: [float(x) for x in v] for k, v in history.history.items()}))"
+    script.write_text(f"{code}\n{report}\n")
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run([sys.executable, "-c", "import json; exec(open(%r).read())" % str(script)],
                           capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)

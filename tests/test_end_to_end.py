@@ -1,58 +1,107 @@
-"""The real pipeline on real image files, read back with TensorFlow."""
+"""The real pipeline on the bundled sample (real image files), read back with TensorFlow."""
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 
 import cv2
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.seed_script import seed_example
-from tests.conftest import MULTI_PROCESSING, SAMPLE, read_split_records, records_by_split, run_pipeline
+from tests.helpers import (
+    MULTI_PROCESSING,
+    REPO,
+    SAMPLE,
+    SAMPLE_IMAGES,
+    SAMPLE_MANIFESTS,
+    dead_letters,
+    parse_records,
+    read_split_records,
+    records_by_split,
+    run_pipeline,
+    visible_files,
+)
+from transforms import tfrecord
+from transforms.dataset_format import IndexEntry
+
+pytestmark = pytest.mark.e2e
 
 # Plain 8-bit RGB files without alpha or EXIF rotation: OpenCV's own imread → RGB is the
 # independent reference for their pixels.
-PLAIN_SAMPLES = sorted(p for p in SAMPLE.glob("*/*") if p.suffix in (".jpg", ".png", ".bmp")
-                       and not any(tag in p.stem for tag in ("gray", "exif", "cmyk", "rgba", "png16")))
+PLAIN_SAMPLES = [p for p in SAMPLE_IMAGES if p.suffix in (".jpg", ".png", ".bmp")
+                 and not any(tag in p.stem for tag in ("gray", "exif", "cmyk", "rgba", "png16"))]
 RAW_FLAGS = ("--encoding=raw", "--normalize=none", "--resize_mode=stretch", "--interpolation=area",
              "--height=48", "--width=64", "--num_shards=2")
 
 
-def parse_all(records: list[bytes], metadata: dict) -> list[dict]:
-    spec = {key: tf.io.FixedLenFeature((), tf.string if f["dtype"] == "string" else tf.int64)
-            for key, f in metadata["features"].items()}
-    return [{k: v.numpy() for k, v in tf.io.parse_single_example(r, spec).items()} for r in records]
-
-
 @pytest.fixture(scope="module")
-def raw_run(tmp_path_factory) -> tuple[pathlib.Path, dict]:
+def raw_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("raw") / "out"
     return out, run_pipeline(SAMPLE, out, *RAW_FLAGS)
 
 
 def test_every_sample_is_written_once_with_its_label(raw_run):
     out, metadata = raw_run
-    label_map = metadata["label_map"]
-    assert label_map == {"cat": 0, "coffee": 1, "rocket": 2}
+    assert len(SAMPLE_IMAGES) == 36
+    assert metadata.label_map == {"cat": 0, "coffee": 1, "rocket": 2}
     seen = []
-    for split, info in metadata["splits"].items():
-        rows = parse_all(read_split_records(out, metadata, split), metadata)
-        assert len(rows) == info["num_examples"] == sum(info["shard_lengths"])
-        assert info["num_shards"] == 2 and len(info["files"]) == 2
+    for split, info in metadata.splits.items():
+        rows = parse_records(read_split_records(out, metadata, split), metadata)
+        assert len(rows) == info.num_examples == sum(info.shard_lengths)
+        assert info.num_shards == 2
         for row in rows:
-            path = row["image/source_path"].decode()
-            assert label_map[pathlib.Path(path).parent.name] == row["label"]
-            assert row["label/text"].decode() == pathlib.Path(path).parent.name
+            path = pathlib.Path(row["image/source_path"].decode())
+            assert metadata.label_map[path.parent.name] == row["label"]
+            assert row["label/text"].decode() == path.parent.name
             assert (row["image/height"], row["image/width"], row["image/channels"]) == (48, 64, 3)
-            seen.append(path)
-    assert sorted(seen) == sorted(str(p) for p in SAMPLE.glob("*/*") if p.suffix != ".csv" and p.suffix != ".jsonl")
-    assert metadata["inputs"] == {**metadata["inputs"], "total": 36, "written": 36, "rejected": 0}
+            seen.append(str(path))
+    assert sorted(seen) == [str(p) for p in SAMPLE_IMAGES]
+
+
+def test_the_manifests_at_the_sample_root_are_skipped_and_counted(raw_run):
+    """Class-folder discovery accounts for every path: the two manifests are not inside a class
+    folder, so they are reported (not errors), and 38 inputs = 36 written + 2 rejected."""
+    out, metadata = raw_run
+    inputs = metadata.inputs
+    assert (inputs.total, inputs.written, inputs.rejected, inputs.errors) == (38, 36, 2, 0)
+    assert dict(inputs.rejected_by_error) == {"SkippedFile": 2} and dict(inputs.rejected_by_stage) == {"discover": 2}
+    rows = dead_letters(out, metadata)
+    assert sorted(pathlib.Path(r["path"]).name for r in rows) == sorted(SAMPLE_MANIFESTS)
+    assert {(r["stage"], r["error"], r["message"], r["split"]) for r in rows} == {
+        ("discover", "SkippedFile", "not inside a class folder", None)}
+    assert all(info.rejected == 0 for info in metadata.splits.values())
+
+
+def test_the_output_holds_the_dataset_and_nothing_else(raw_run):
+    out, metadata = raw_run
+    assert visible_files(out) == set(metadata.owned_files())  # no staging, no lock, no temporaries
+    assert metadata.format_version == 2 and metadata.run["runner"] == "DirectRunner"
+
+
+def test_the_record_index_locates_every_record_and_its_pixels(raw_run):
+    out, metadata = raw_run
+    for split, info in metadata.splits.items():
+        records = iter(read_split_records(out, metadata, split))
+        for shard, index in zip(info.files, info.index_files):
+            entries = [IndexEntry.from_line(line) for line in (out / index).read_text().splitlines()]
+            with open(out / shard, "rb") as handle:
+                for entry in entries:
+                    record = tfrecord.read_record_at(handle, entry.offset, entry.length)
+                    assert record == next(records)
+                    feature = tf.train.Example.FromString(record).features.feature
+                    assert feature["image/sha256"].bytes_list.value[0].decode() == entry.sha256
+                    assert record[entry.image_offset:entry.image_offset + entry.image_length] == \
+                        feature["image"].bytes_list.value[0]
+            assert sum(e.length for e in entries) == (out / shard).stat().st_size
+        assert next(records, None) is None
 
 
 def test_pixels_match_opencv_reference(raw_run):
     out, metadata = raw_run
-    rows = [row for split in metadata["splits"] for row in parse_all(read_split_records(out, metadata, split), metadata)]
+    rows = [row for split in metadata.splits for row in parse_records(read_split_records(out, metadata, split),
+                                                                       metadata)]
     by_path = {row["image/source_path"].decode(): row for row in rows}
     assert len(PLAIN_SAMPLES) >= 10
     for path in PLAIN_SAMPLES:
@@ -62,55 +111,61 @@ def test_pixels_match_opencv_reference(raw_run):
         np.testing.assert_array_equal(pixels, expected, err_msg=str(path))
 
 
-def test_multi_processing_writes_identical_shards(raw_run, tmp_path):
+@pytest.mark.slow
+def test_multi_processing_writes_identical_files(raw_run, tmp_path):
     out, metadata = raw_run
     multi = run_pipeline(SAMPLE, tmp_path / "multi", *RAW_FLAGS, runner=MULTI_PROCESSING)
-    for split, info in metadata["splits"].items():
-        assert multi["splits"][split]["files"] == info["files"]
-        for name in info["files"]:
+    assert multi.owned_files() == metadata.owned_files()
+    for name in metadata.owned_files():
+        if name != "metadata.json":
             assert (tmp_path / "multi" / name).read_bytes() == (out / name).read_bytes(), name
 
 
 def test_jpeg_records_decode_to_configured_shape(tmp_path):
     metadata = run_pipeline(SAMPLE, tmp_path, "--encoding=jpeg", "--normalize=none", "--resize_mode=center_crop",
                             "--height=32", "--width=40", "--compression=gzip", "--split_method=stratified")
-    assert all(name.endswith(".tfrecord.gz") for s in metadata["splits"].values() for name in s["files"])
-    counts = {split: len(read_split_records(tmp_path, metadata, split)) for split in metadata["splits"]}
+    assert all(name.endswith(".tfrecord.gz") for name in metadata.shard_files)
+    assert all((tmp_path / name).read_bytes()[:2] == b"\x1f\x8b" for name in metadata.shard_files)
+    counts = {split: len(read_split_records(tmp_path, metadata, split)) for split in metadata.splits}
     assert counts == {"train": 24, "val": 9, "test": 3}  # stratified: exact shares of 12 per class
-    for row in parse_all(read_split_records(tmp_path, metadata, "val"), metadata):
+    for row in parse_records(read_split_records(tmp_path, metadata, "val"), metadata):
         assert tf.io.decode_jpeg(row["image"]).shape == (32, 40, 3)
-    for info in metadata["splits"].values():
-        assert info["label_counts"] == {c: info["num_examples"] // 3 for c in ("cat", "coffee", "rocket")}
+    for info in metadata.splits.values():
+        assert dict(info.label_counts) == {c: info.num_examples // 3 for c in ("cat", "coffee", "rocket")}
 
 
-def test_seed_layout_is_reproduced_exactly(tmp_path):
-    """Our records equal the seed script's records for the same images, parsed the seed's way."""
-    inputs = tmp_path / "plain"
-    for path in PLAIN_SAMPLES:
-        (inputs / path.parent.name).mkdir(parents=True, exist_ok=True)
-        (inputs / path.parent.name / path.name).write_bytes(path.read_bytes())
-    metadata = run_pipeline(inputs, tmp_path / "out", "--config=configs/seed.yaml")
-    ours = [r for split in metadata["splits"] for r in read_split_records(tmp_path / "out", metadata, split)]
+def seed_script_records(tmp_path: pathlib.Path) -> list[bytes]:
+    """What benchmarks/seed_script.py, the users' old script, writes for the sample, as it is run."""
+    output = tmp_path / "seed.tfrecord"
+    subprocess.run([sys.executable, "-m", "benchmarks.seed_script", str(SAMPLE), str(output)], cwd=REPO, check=True,
+                   capture_output=True, timeout=240)
+    return [bytes(r.numpy()) for r in tf.data.TFRecordDataset(str(output))]
+
+
+def test_seed_config_reproduces_the_seed_script_for_every_sample(tmp_path):
+    """configs/seed.yaml gives the seed script's records bit for bit, for all 36 samples: gray, CMYK,
+    EXIF-rotated, RGBA, 16-bit, WebP, TIFF and GIF included (decoder: imread)."""
+    seed = seed_script_records(tmp_path)
+    metadata = run_pipeline(SAMPLE, tmp_path / "out", f"--config={REPO / 'configs' / 'seed.yaml'}")
+    ours = [r for split in metadata.splits for r in read_split_records(tmp_path / "out", metadata, split)]
+    assert len(seed) == len(ours) == 36
+    assert metadata.label_map == {"cat": 0, "coffee": 1, "rocket": 2}  # the seed's sorted class folders
+    assert set(metadata.features) == {"train/image", "train/label"}
+    # The seed serialized with protobuf; the wire bytes of a two-feature Example are canonical.
+    canonical = sorted(tf.train.Example.FromString(r).SerializeToString(deterministic=True) for r in seed)
+    assert sorted(ours) == canonical
     seed_spec = {"train/image": tf.io.FixedLenFeature((), tf.string),
                  "train/label": tf.io.FixedLenFeature((), tf.int64)}
-    classes = sorted(p.name for p in inputs.iterdir())
-    expected = {}
-    for path in sorted(inputs.glob("*/*")):
-        record = seed_example(str(path), classes.index(path.parent.name))
-        expected[tf.train.Example.FromString(record).features.feature["train/image"].bytes_list.value[0]] = record
-    assert len(ours) == len(expected) == len(PLAIN_SAMPLES)
-    for record in ours:
+    for record in ours:  # read the seed's way
         parsed = tf.io.parse_single_example(record, seed_spec)
         image = tf.reshape(tf.io.decode_raw(parsed["train/image"], tf.float32), (224, 224, 3))
-        assert image.dtype == tf.float32 and 0.0 <= float(tf.reduce_min(image)) <= float(tf.reduce_max(image)) <= 1.0
-        seed_record = expected[parsed["train/image"].numpy()]  # KeyError unless pixels are bit-identical
-        assert tf.train.Example.FromString(record) == tf.train.Example.FromString(seed_record)
-        assert record == tf.train.Example.FromString(seed_record).SerializeToString(deterministic=True)
+        assert 0.0 <= float(tf.reduce_min(image)) <= float(tf.reduce_max(image)) <= 1.0
 
 
 def test_manifests_give_the_same_dataset_as_folders(raw_run, tmp_path):
     out, metadata = raw_run
-    for manifest in ("manifest.csv", "manifest.jsonl"):
+    for manifest in SAMPLE_MANIFESTS:
         from_manifest = run_pipeline(SAMPLE / manifest, tmp_path / manifest, *RAW_FLAGS)
-        assert from_manifest["label_map"] == metadata["label_map"]
+        assert from_manifest.label_map == metadata.label_map
+        assert (from_manifest.inputs.total, from_manifest.inputs.rejected) == (36, 0)
         assert records_by_split(tmp_path / manifest, from_manifest) == records_by_split(out, metadata)

@@ -3,6 +3,7 @@ records in the old seed layout."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -13,9 +14,11 @@ import tensorflow as tf
 
 from pipeline import reader
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, load_dataset, load_seed_layout
-from tests.conftest import SAMPLE, written_datasets
+from tests.helpers import SAMPLE, written_datasets
 from transforms.normalize import normalize_image
 from transforms.specs import ImageSpec
+
+pytestmark = pytest.mark.e2e
 
 H, W = 40, 56  # small and non-square, so a transposed reshape would show up
 COMMON = ("--height=40", "--width=56", "--num_shards=2", "--split_method=stratified", "--resize_mode=center_crop")
@@ -48,30 +51,33 @@ def by_hash(output: str, split: str, **kwargs) -> dict[str, np.ndarray]:
                                          ("raw_unit", np.float32), ("png_gzip", np.uint8)])
 def test_every_split_matches_metadata(written, name, dtype):
     output, metadata = written(name)
-    id_to_name = {i: n for n, i in metadata["label_map"].items()}
-    for split, info in metadata["splits"].items():
+    id_to_name = {i: n for n, i in metadata.label_map.items()}
+    total = 0
+    for split, info in metadata.splits.items():
         found = examples(load_dataset(output, split, batch_size=None, with_metadata=True))
-        assert len(found) == info["num_examples"]
+        assert len(found) == info.num_examples
+        total += len(found)
         counts = collections.Counter(id_to_name[int(label)] for _, label, _ in found)
-        assert counts == info["label_counts"]
+        assert counts == info.label_counts
         for image, label, extras in found:
             assert image.shape == (H, W, 3) and image.dtype == dtype
-            assert 0 <= label < len(metadata["label_map"])
-            assert metadata["label_map"][extras["label_text"].decode()] == label
+            assert 0 <= label < len(metadata.label_map)
+            assert metadata.label_map[extras["label_text"].decode()] == label
             assert extras["source_path"].decode().startswith(str(SAMPLE))
             assert (extras["height"], extras["width"], extras["channels"]) == (H, W, 3)
+    assert total == 36
 
 
 def test_empty_split_reads_as_empty(written):
     output, metadata = written("png_gzip")
-    assert metadata["splits"]["test"]["files"] == []
+    assert metadata.splits["test"].files == ()
     assert examples(load_dataset(output, "test")) == []
 
 
 def test_gzip_shards_are_gzip(written):
     output, metadata = written("png_gzip")
-    assert metadata["compression"] == "gzip"
-    for name in metadata["splits"]["train"]["files"]:
+    assert metadata.compression == "gzip"
+    for name in metadata.splits["train"].files:
         assert name.endswith(".tfrecord.gz")
         assert (pathlib.Path(output) / name).read_bytes()[:2] == b"\x1f\x8b"
 
@@ -84,7 +90,7 @@ def test_without_metadata_yields_pairs_only(written):
 
 def test_batching(written):
     output, metadata = written("raw_none")
-    total = metadata["splits"]["train"]["num_examples"]
+    total = metadata.splits["train"].num_examples
     batches = examples(load_dataset(output, "train", batch_size=5))
     assert [len(labels) for _, labels in batches] == [5] * (total // 5) + ([total % 5] if total % 5 else [])
     assert all(images.shape[1:] == (H, W, 3) and labels.shape == (len(images),) for images, labels in batches)
@@ -113,7 +119,7 @@ def test_shuffle_is_deterministic_per_seed(written):
 def test_read_time_normalization_equals_write_time(written, method, stored):
     raw_output, metadata = written("raw_none")
     stored_output, _ = written(stored)
-    for split in metadata["splits"]:
+    for split in metadata.splits:
         at_read = by_hash(raw_output, split, normalize=method)
         at_write = by_hash(stored_output, split)
         assert at_read.keys() == at_write.keys() and at_read
@@ -135,14 +141,15 @@ def test_normalize_images_is_bit_identical_to_the_pipeline(method):
 def test_png_pixels_equal_raw_and_jpeg_pixels_are_close(written):
     """Lossless PNG must give the raw pixels exactly (so channel order and orientation are right)."""
     raw_output, metadata = written("raw_none")
-    raw = {key: image for split in metadata["splits"] for key, image in by_hash(raw_output, split).items()}
+    raw = {key: image for split in metadata.splits for key, image in by_hash(raw_output, split).items()}
     png = by_hash(written("png_gzip")[0], "val")  # split differently (ratios 0.8/0.2/0)
     jpeg = by_hash(written("jpeg")[0], "val")
     assert png and set(png) <= set(raw)
     for key, image in png.items():
         assert np.array_equal(image, raw[key])
     for key, image in jpeg.items():
-        assert np.abs(image.astype(int) - raw[key].astype(int)).mean() < 10  # JPEG loss; a channel swap would be far larger
+        # JPEG loss; a channel swap would be far larger
+        assert np.abs(image.astype(int) - raw[key].astype(int)).mean() < 10
 
 
 def test_refuses_a_folder_without_metadata(tmp_path):
@@ -167,18 +174,22 @@ def test_normalize_is_refused_for_already_normalized_pixels(written):
 
 def test_metadata_problems_are_reported(written, tmp_path):
     _, metadata = written("jpeg")
-    no_label = {**metadata, "features": {k: v for k, v in metadata["features"].items() if v["role"] != "label"}}
+    no_label = dataclasses.replace(metadata, features={k: v for k, v in metadata.features.items()
+                                                       if v["role"] != "label"})
     with pytest.raises(UnsupportedDataset, match="label"):
         reader.layout_from_metadata(no_label)
-    (tmp_path / "metadata.json").write_text(json.dumps({**metadata, "format_version": 99}))
+    (tmp_path / "metadata.json").write_text(json.dumps({**metadata.to_json(), "format_version": 99}))
     with pytest.raises(UnsupportedDataset, match="format_version 99"):
+        load_dataset(str(tmp_path), "train")
+    (tmp_path / "metadata.json").write_text("{not json")
+    with pytest.raises(UnsupportedDataset, match="not valid JSON"):
         load_dataset(str(tmp_path), "train")
 
 
 def test_optional_roles_may_be_absent(written):
     _, metadata = written("jpeg")
-    minimal = {**metadata, "features": {k: v for k, v in metadata["features"].items()
-                                        if v["role"] in ("image", "label")}}
+    minimal = dataclasses.replace(metadata, features={k: v for k, v in metadata.features.items()
+                                                      if v["role"] in ("image", "label")})
     layout = reader.layout_from_metadata(minimal, with_metadata=True)
     assert set(layout.parse_spec) == {"image", "label"} and not layout.extras
 
@@ -187,8 +198,9 @@ def test_wrong_image_shape_fails_loudly(written, tmp_path):
     output, metadata = written("jpeg")
     copy = tmp_path / "copy"
     shutil.copytree(output, copy)
-    metadata["features"]["image"]["shape"] = [W, H, 3]
-    (copy / "metadata.json").write_text(json.dumps(metadata))
+    edited = metadata.to_json()
+    edited["features"]["image"]["shape"] = [W, H, 3]
+    (copy / "metadata.json").write_text(json.dumps(edited))
     with pytest.raises(tf.errors.InvalidArgumentError):
         examples(load_dataset(str(copy), "val"))
 

@@ -7,8 +7,8 @@
 - DataflowRunner with --dry_run=True builds the Dataflow job offline, from configs/local.yaml and
   from configs/imagenet.yaml as shipped: the job graph holds our steps, and --setup_file is built
   into the workflow.tar.gz that Dataflow would stage (or --sdk_container_image names the worker
-  image). Any connection off the loopback fails the test. The output is a local folder: run()
-  checks it before building the graph (prepare_output), and a gs:// one would need GCS.
+  image). Any connection off the loopback fails the test. A dry run leaves the output alone: no
+  folder, no lock, no staging.
 """
 from __future__ import annotations
 
@@ -25,20 +25,24 @@ from typing import Sequence
 
 import pytest
 
-from tests.conftest import IN_MEMORY, MULTI_PROCESSING, REPO, SAMPLE, run_pipeline
+from pipeline import __version__
+from tests.helpers import IN_MEMORY, MULTI_PROCESSING, REPO, SAMPLE, read_split_records, run_pipeline
 from tests.portable import PortableServices, live_group_members, local_portable_services
+from transforms.dataset_format import DatasetMetadata
+
+pytestmark = pytest.mark.e2e
 
 CONFIG = REPO / "configs" / "local.yaml"
 IMGREC_STEPS = ("ConvertToTFRecords", "ConvertToTFRecords/Discover", "ConvertToTFRecords/ReadAndCheck",
                 "ConvertToTFRecords/PlanSplits", "ConvertToTFRecords/WriteShards",
-                "ConvertToTFRecords/WriteShards/WriteShardFiles", "ConvertToTFRecords/WriteDeadLetters",
-                "ConvertToTFRecords/PublishDataset")
+                "ConvertToTFRecords/WriteShards/ConvertParts", "ConvertToTFRecords/WriteShards/ConcatShards",
+                "ConvertToTFRecords/GatherTotals", "ConvertToTFRecords/Publish")
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
     path: pathlib.Path
-    metadata: dict
+    metadata: DatasetMetadata
 
 
 def convert(output: pathlib.Path, runner: Sequence[str]) -> Dataset:
@@ -47,25 +51,20 @@ def convert(output: pathlib.Path, runner: Sequence[str]) -> Dataset:
 
 def split_records(dataset: Dataset) -> dict[str, list[bytes]]:
     """Every split's serialized records, read back with TensorFlow from the files metadata.json lists."""
-    import tensorflow as tf
-
-    compression = "GZIP" if dataset.metadata["compression"] == "gzip" else ""
-    records = {}
-    for split, info in dataset.metadata["splits"].items():
-        files = [str(dataset.path / name) for name in info["files"]]
-        records[split] = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(files, compression_type=compression)]
-    return records
+    return {split: read_split_records(dataset.path, dataset.metadata, split) for split in dataset.metadata.splits}
 
 
 def file_digests(dataset: Dataset) -> dict[str, str]:
-    """sha256 of every file the run published (shards and dead letters), by name."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(dataset.path.iterdir()) if p.name != "metadata.json"}
+    """sha256 of every file the run published (shards, record index, dead letters), by name."""
+    found = {str(p.relative_to(dataset.path)) for p in dataset.path.rglob("*") if p.is_file()}
+    assert found == set(dataset.metadata.owned_files()), "the output holds other files than the dataset's"
+    return {name: hashlib.sha256((dataset.path / name).read_bytes()).hexdigest()
+            for name in sorted(found) if name != "metadata.json"}
 
 
 def comparable_metadata(dataset: Dataset) -> dict:
     """metadata.json less what differs between runs by design: run info and the output path."""
-    metadata = json.loads(json.dumps(dataset.metadata))
+    metadata = json.loads(dataset.metadata.dumps())
     metadata.pop("run")
     metadata["config"]["output"].pop("path")
     return metadata
@@ -113,21 +112,23 @@ def portable(tmp_path_factory, portable_services) -> Dataset:
 def test_direct_in_memory_reference(in_memory):
     metadata = in_memory.metadata
     records = split_records(in_memory)
-    assert metadata["run"]["runner"] == "DirectRunner"
-    assert metadata["inputs"]["written"] > 0
+    assert metadata.run["runner"] == "DirectRunner"
+    assert (metadata.inputs.total, metadata.inputs.written) == (38, 36)
     assert {split: len(r) for split, r in records.items()} == {
-        split: info["num_examples"] for split, info in metadata["splits"].items()}
-    assert sum(map(len, records.values())) == metadata["inputs"]["written"]
+        split: info.num_examples for split, info in metadata.splits.items()}
+    assert sum(map(len, records.values())) == metadata.inputs.written
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_direct_multi_processing_matches_in_memory(multi_processing, in_memory):
     assert_same_dataset(multi_processing, in_memory)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_portable_runner_external_workers_matches_direct(portable, in_memory, multi_processing, portable_services):
-    assert portable.metadata["run"]["runner"] == "PortableRunner"
+    assert portable.metadata.run["runner"] == "PortableRunner"
     # The job ran on the job service, and its user code in workers the pool started.
     assert "Running job" in portable_services.job_service.output()
     assert "Starting worker with command" in portable_services.worker_pool.output()
@@ -160,7 +161,8 @@ def no_network(monkeypatch):
     never creates a Dataflow API client.
     """
     attempts = []
-    real_connect, real_connect_ex, real_getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
 
     def check(address):
         if isinstance(address, tuple) and not _is_loopback(address[0]):
@@ -239,12 +241,11 @@ def assert_dataflow_job(result, output: pathlib.Path) -> tuple[str, object]:
     transforms = job.proto_pipeline.components.transforms
     names = {t.unique_name: t for t in transforms.values()}
     assert set(IMGREC_STEPS) <= set(names), sorted(set(IMGREC_STEPS) - set(names))
-    write = next(t for n, t in names.items() if n.startswith("ConvertToTFRecords/WriteShards/WriteShardFiles/ParDo"))
+    write = names["ConvertToTFRecords/WriteShards/ConvertParts"]
     environments = docker_environments(job.proto_pipeline)
     assert write.environment_id in environments, "Dataflow runs user code in a Docker environment"
-    # Nothing ran: neither the dataset nor its staging folder exists.
+    # Nothing ran: no dataset, no lock, no staging (which would be inside the output).
     assert not output.exists()
-    assert not output.with_name(output.name + ".imgrec-staging").exists()
     return environments[write.environment_id]
 
 
@@ -267,17 +268,18 @@ def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_netw
     staged = staged_files(environment)
     assert "workflow.tar.gz" in staged, staged  # the sdist of setup.py, installed on every worker
     sdist = staged["workflow.tar.gz"]
-    assert sdist.is_relative_to(scratch) and sdist.name == "imgrec-0.1.0.tar.gz"
+    root = f"imgrec-{__version__}"
+    assert sdist.is_relative_to(scratch) and sdist.name == f"{root}.tar.gz"
     with tarfile.open(sdist) as tar:
         members = {m.name for m in tar.getmembers()}
-        assert {"imgrec-0.1.0/setup.py", "imgrec-0.1.0/pipeline/run.py", "imgrec-0.1.0/pipeline/convert.py",
-                "imgrec-0.1.0/transforms/write_shards.py"} <= members
-        assert tar.extractfile("imgrec-0.1.0/setup.py").read() == (REPO / "setup.py").read_bytes()
+        assert {f"{root}/setup.py", f"{root}/pipeline/run.py", f"{root}/pipeline/convert.py",
+                f"{root}/transforms/write_shards.py", f"{root}/configs/local.yaml"} <= members
+        assert tar.extractfile(f"{root}/setup.py").read() == (REPO / "setup.py").read_bytes()
 
 
 @pytest.mark.timeout(120)
 def test_dataflow_dry_run_with_custom_container(tmp_path, monkeypatch, no_network):
-    image_name = "us-central1-docker.pkg.dev/imgrec-test/beam/imgrec-worker:0.1.0"
+    image_name = f"us-central1-docker.pkg.dev/imgrec-test/beam/imgrec-worker:{__version__}"
     result, output, _ = dataflow_dry_run(tmp_path, monkeypatch, f"--sdk_container_image={image_name}")
     image, environment = assert_dataflow_job(result, output)
     assert image == image_name

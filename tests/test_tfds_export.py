@@ -2,18 +2,20 @@
 `tfds.builder_from_directory` and give the same records as our own reader."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import shutil
 
 import numpy as np
 import pytest
-
 import tensorflow_datasets as tfds
 
 from pipeline import tfds_export
 from pipeline.reader import load_dataset
-from tests.conftest import SAMPLE, run_pipeline, written_datasets
+from tests.helpers import SAMPLE, read_metadata, run_pipeline, visible_files, written_datasets
+
+pytestmark = pytest.mark.e2e
 
 COMMON = ("--height=40", "--width=56", "--num_shards=2", "--split_method=stratified")
 LAYOUTS = {
@@ -40,15 +42,15 @@ def theirs(builder, split: str) -> dict[str, tuple[int, np.ndarray]]:
             for example in tfds.as_numpy(builder.as_dataset(split=split))}
 
 
-def assert_same_records(output: str, metadata: dict, builder, dtype) -> None:
+def assert_same_records(output: str, metadata, builder, dtype) -> None:
     info = builder.info
-    exported = {name: split for name, split in metadata["splits"].items() if split["files"]}
+    exported = {name: split for name, split in metadata.splits.items() if split.files}
     assert sorted(info.splits) == sorted(exported)
     for name, split in exported.items():
-        assert info.splits[name].num_examples == split["num_examples"]
-        assert info.splits[name].shard_lengths == split["shard_lengths"]
+        assert info.splits[name].num_examples == split.num_examples
+        assert info.splits[name].shard_lengths == list(split.shard_lengths)
         expected, got = ours(output, name), theirs(builder, name)
-        assert len(got) == split["num_examples"]
+        assert len(got) == split.num_examples
         assert {k: label for k, (label, _) in got.items()} == {k: label for k, (label, _) in expected.items()}
         for key, (_, image) in got.items():
             assert image.dtype == dtype and image.shape == (40, 56, 3)
@@ -57,26 +59,32 @@ def assert_same_records(output: str, metadata: dict, builder, dtype) -> None:
 
 def test_jpeg_dataset_loads_with_tfds(written, tmp_path, capsys):
     output, metadata = written("jpeg")
-    before = (pathlib.Path(output) / "metadata.json").read_bytes()
+    before = set(visible_files(output))
 
     assert tfds_export.main([output, "--name", "sample_jpeg"]) == 0
     assert "split train" in capsys.readouterr().out
 
-    assert (pathlib.Path(output) / "metadata.json").read_bytes() == before, "our metadata.json was replaced"
+    # Our metadata.json stays ours (TFDS must not replace it) and records what the export added.
+    after = read_metadata(output)
+    added = set(visible_files(output)) - before
+    assert {"dataset_info.json", "features.json"} <= added
+    assert set(after.exports) == added
+    assert dataclasses.replace(after, exports=()) == metadata
     builder = tfds.builder_from_directory(output)
     assert builder.info.name == "sample_jpeg"
     label = builder.info.features["label"]
     assert isinstance(label, tfds.features.ClassLabel)
-    assert label.names == sorted(metadata["label_map"], key=metadata["label_map"].get)
+    assert label.names == metadata.class_names()
+    assert (pathlib.Path(output) / "label.labels.txt").read_text().split() == metadata.class_names()
     assert isinstance(builder.info.features["image"], tfds.features.Image)
     assert_same_records(output, metadata, builder, np.uint8)
 
     # Every feature of ours comes back under its own key; as_supervised gives (image, label).
     example = next(iter(tfds.as_numpy(builder.as_dataset(split="train"))))
-    assert sorted(example) == sorted(metadata["features"])
-    assert example["image/height"] == 40 and example["label/text"].decode() in metadata["label_map"]
+    assert sorted(example) == sorted(metadata.features)
+    assert example["image/height"] == 40 and example["label/text"].decode() in metadata.label_map
     image, label = next(iter(tfds.as_numpy(builder.as_dataset(split="train", as_supervised=True))))
-    assert image.shape == (40, 56, 3) and 0 <= label < len(metadata["label_map"])
+    assert image.shape == (40, 56, 3) and 0 <= label < len(metadata.label_map)
 
 
 def test_raw_float32_dataset_loads_with_tfds(written):
@@ -93,7 +101,7 @@ def test_gzip_shards_are_refused(written, tmp_path):
     output, metadata = written("jpeg")
     gzip_dir = tmp_path / "gz"
     gzip_dir.mkdir()
-    (gzip_dir / "metadata.json").write_text(json.dumps({**metadata, "compression": "gzip"}))
+    (gzip_dir / "metadata.json").write_text(json.dumps({**metadata.to_json(), "compression": "gzip"}))
 
     with pytest.raises(tfds_export.NotExportable, match="gzip-compressed.*--compression=none"):
         tfds_export.export(str(gzip_dir))
@@ -108,13 +116,14 @@ def test_label_ids_that_classlabel_cannot_hold_stay_plain_int64(written):
     assert tfds_export.class_names({" a": 0, "b": 1}) is None  # labels.txt strips names
     assert tfds_export.class_names({"a\nb": 0}) is None
 
-    features = tfds_export.feature_connectors({**metadata, "label_map": {"cat": 0, "coffee": 5, "rocket": 7}})
+    features = tfds_export.feature_connectors(dataclasses.replace(metadata, label_map={"cat": 0, "coffee": 5,
+                                                                                        "rocket": 7}))
     assert type(features["label"]) is tfds.features.Scalar and features["label"].dtype == np.int64
 
 
 def test_shard_names_tfds_cannot_derive_are_refused(written, tmp_path):
     output, metadata = written("jpeg")
-    renamed = json.loads(json.dumps(metadata))
+    renamed = metadata.to_json()
     renamed["splits"]["train"]["files"] = ["train-0-of-2.tfrecord", "train-1-of-2.tfrecord"]
     copy = tmp_path / "renamed"
     shutil.copytree(output, copy)
@@ -130,10 +139,11 @@ def test_default_name_is_a_tfds_identifier():
 
 
 def test_a_new_publish_removes_the_tfds_files(tmp_path):
+    """The export's files are listed in metadata.json, so they are imgrec's to replace."""
     output = tmp_path / "out"
     run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS["jpeg"])
     assert tfds_export.main([str(output)]) == 0
     assert (output / "dataset_info.json").exists()
-    run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS["jpeg"], "--overwrite")
-    leftovers = {p.name for p in output.iterdir()} & {"dataset_info.json", "features.json"}
-    assert not leftovers and not list(output.glob("*.labels.txt"))
+    republished = run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS["jpeg"], "--overwrite")
+    assert republished.exports == ()
+    assert visible_files(output) == set(republished.owned_files())

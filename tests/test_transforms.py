@@ -1,28 +1,37 @@
-"""One Beam pipeline per transform, on small real files in tmp_path (in-memory DirectRunner)."""
+"""One Beam pipeline per composite transform, on small real files in tmp_path (TestPipeline on the
+DirectRunner), checked with assert_that and by reading the files they write."""
 from __future__ import annotations
 
 import collections
-import glob
 import json
 import os
-from pathlib import Path
-from typing import Callable, Iterable
+import pathlib
 
 import apache_beam as beam
-import cv2
-import numpy as np
 import pytest
 import tensorflow as tf
 from apache_beam.pvalue import AsSingleton
 from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
+from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, PlannedImage, PlanSplits
-from transforms.discover import REJECTED, Candidate, DiscoverImages
-from transforms.read import ReadAndCheck, SourceImage, content_hash, describe_source
-from transforms.specs import FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
-from transforms.split import order_in_shard, shard_for
+from pipeline.accounting import GatherTotals
+from pipeline.progress import RecordProgress, read_progress
+from tests.helpers import beam_matcher, rejection_tuple, test_pipeline, write_image, write_text
+from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, PlanSplits
+from transforms.dataset_format import DuplicateSummary, IndexEntry, RecordLocation, index_file_name
+from transforms.discover import LABELS, REJECTED, DiscoverImages, ManifestError
+from transforms.files import content_hash
+from transforms.fingerprint import InputFingerprint
+from transforms.parts import ShardResult, WriterSettings, record_digest, shard_order
+from transforms.read import ReadAndCheck, describe_source
+from transforms.refs import Candidate, PlannedImage, SourceImage
+from transforms.rejections import Rejection
+from transforms.reuse import AttachReusableRecords, ReuseSource
+from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
+from transforms.split import shard_for
 from transforms.write_shards import WriteShards
+
+pytestmark = pytest.mark.beam
 
 TestPipeline.__test__ = False  # not a test class, though pytest would try to collect it by name
 
@@ -30,65 +39,79 @@ SPEC = ImageSpec(height=8, width=8, normalize="none")
 LABEL_MAP = {"cat": 0, "dog": 1}
 
 
-def write_image(path: Path, color=(0, 0, 255), size=(6, 10)) -> str:
-    """A small solid-color image at `path` (format from the extension); returns the path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    assert cv2.imwrite(str(path), np.full((*size, 3), color, np.uint8))
-    return str(path)
+def candidate_pairs(found) -> beam.PCollection:
+    return found["candidates"] | "CandidatePairs" >> beam.Map(lambda c: (c.path, c.label))
 
 
-def write_text(path: Path, text: str) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return str(path)
-
-
-def rejection_tuple(rejection) -> tuple:
-    return rejection.path, rejection.stage, rejection.error
-
-
-def matches(check: Callable[[list], None]) -> Callable[[list], None]:
-    """An assert_that matcher from a plain function that asserts on the whole output list."""
-    def matcher(actual):
-        try:
-            check(list(actual))
-        except AssertionError as exc:
-            raise BeamAssertException(str(exc)) from exc
-    return matcher
+def discover(spec: InputSpec, expected_candidates, expected_rejected, expected_labels=None, excluded=()) -> None:
+    with test_pipeline() as p:
+        found = p | DiscoverImages(spec, excluded)
+        assert_that(candidate_pairs(found), equal_to(list(expected_candidates)), label="candidates")
+        assert_that(found[REJECTED] | "R" >> beam.Map(rejection_tuple), equal_to(list(expected_rejected)),
+                    label="rejected")
+        if expected_labels is not None:
+            assert_that(found[LABELS], equal_to(list(expected_labels)), label="labels")
 
 
 # ----------------------------------------------------------------------------- DiscoverImages
 
 @pytest.fixture
-def class_folders(tmp_path) -> Path:
+def class_folders(tmp_path) -> pathlib.Path:
     root = tmp_path / "root"
     write_image(root / "cat" / "a.jpg")
     write_image(root / "cat" / "B.PNG")
-    write_image(root / "dog" / "c.bmp")
-    write_text(root / "dog" / "notes.txt", "not an image")
+    write_image(root / "cat" / "nested" / "n.jpg")  # nested: belongs to cat
+    write_text(root / "cat" / "._a.jpg", "AppleDouble")
+    write_image(tmp_path / "dog_images" / "c.bmp")
+    write_text(tmp_path / "dog_images" / "notes.txt", "not an image")
+    (root / "dog").symlink_to(tmp_path / "dog_images")  # a symlinked class folder is followed
+    (root / "fish").mkdir()  # an empty class still gets a label id
     write_text(root / "README.md", "top-level files are not class members")
+    write_text(root / "dog_images_notes.txt", "x")
     return root
 
 
-def discover(spec: InputSpec, expected_candidates: Iterable[tuple], expected_rejected: Iterable[tuple]) -> None:
-    with TestPipeline() as p:
-        found = p | DiscoverImages(spec)
-        assert_that(found["candidates"] | "C" >> beam.Map(lambda c: (c.path, c.label)),
-                    equal_to(list(expected_candidates)), label="candidates")
-        assert_that(found[REJECTED] | "R" >> beam.Map(rejection_tuple),
-                    equal_to(list(expected_rejected)), label="rejected")
-
-
-def test_discover_class_folders(class_folders):
+def test_discover_class_folders_accounts_for_every_path(class_folders):
     root = str(class_folders)
     discover(InputSpec(root),
-             [(f"{root}/cat/a.jpg", "cat"), (f"{root}/cat/B.PNG", "cat"), (f"{root}/dog/c.bmp", "dog")],
-             [(f"{root}/dog/notes.txt", "discover", "SkippedFile")])
+             [(f"{root}/cat/a.jpg", "cat"), (f"{root}/cat/B.PNG", "cat"), (f"{root}/cat/nested/n.jpg", "cat"),
+              (f"{root}/dog/c.bmp", "dog")],
+             [(f"{root}/cat/._a.jpg", "discover", "SkippedFile"), (f"{root}/dog/notes.txt", "discover", "SkippedFile"),
+              (f"{root}/README.md", "discover", "SkippedFile"),
+              (f"{root}/dog_images_notes.txt", "discover", "SkippedFile")],
+             expected_labels=["cat", "dog", "fish"])
+
+
+def test_discover_leaves_out_an_output_inside_the_input(class_folders):
+    root = str(class_folders)
+    output = class_folders / "cat" / "out"
+    write_image(output / "train" / "contact_sheet.png")
+    discover(InputSpec(root),
+             [(f"{root}/cat/a.jpg", "cat"), (f"{root}/cat/B.PNG", "cat"), (f"{root}/cat/nested/n.jpg", "cat"),
+              (f"{root}/dog/c.bmp", "dog")],
+             [(f"{root}/cat/._a.jpg", "discover", "SkippedFile"), (f"{root}/dog/notes.txt", "discover", "SkippedFile"),
+              (f"{root}/README.md", "discover", "SkippedFile"),
+              (f"{root}/dog_images_notes.txt", "discover", "SkippedFile")],
+             excluded=(os.path.realpath(output),))
 
 
 def test_discover_glob(class_folders):
     root = str(class_folders)
-    discover(InputSpec(f"{root}/*/*.jpg"), [(f"{root}/cat/a.jpg", "cat")], [])
+    cases = {  # pattern: (candidates, rejections); the label is the parent folder's name
+        f"{root}/*/*.jpg": ([(f"{root}/cat/a.jpg", "cat")], [(f"{root}/cat/._a.jpg", "discover", "SkippedFile")]),
+        f"{root}/cat/**": ([(f"{root}/cat/a.jpg", "cat"), (f"{root}/cat/B.PNG", "cat"), (f"{root}/cat/nested/n.jpg",
+                                                                                        "nested")],
+                           [(f"{root}/cat/._a.jpg", "discover", "SkippedFile")]),
+        f"{root}/nothing/*.jpg": ([], []),
+    }
+    with test_pipeline() as p:
+        for i, (pattern, (candidates, rejected)) in enumerate(cases.items()):
+            found = p | f"Discover{i}" >> DiscoverImages(InputSpec(pattern))
+            assert_that(found["candidates"] | f"C{i}" >> beam.Map(lambda c: (c.path, c.label)), equal_to(candidates),
+                        label=f"candidates{i}")
+            assert_that(found[REJECTED] | f"R{i}" >> beam.Map(rejection_tuple), equal_to(rejected),
+                        label=f"rejected{i}")
+            assert_that(found[LABELS], equal_to([label for _, label in candidates]), label=f"labels{i}")
 
 
 def test_discover_csv_manifest(tmp_path):
@@ -97,7 +120,18 @@ def test_discover_csv_manifest(tmp_path):
     folder = str(tmp_path / "m")
     discover(InputSpec(manifest),
              [(f"{folder}/imgs/a.jpg", "cat"), (f"{folder}/imgs/with, comma.jpg", "dog"), ("/abs/x.png", "cat")],
-             [(manifest, "discover", "BadManifestLine")])
+             [(manifest, "discover", "BadManifestLine")], expected_labels=["cat", "dog", "cat"])
+
+
+def test_discover_csv_with_other_header_names_and_columns(tmp_path):
+    manifest = write_text(tmp_path / "list.csv", "id,Filename,Class\n1,a.jpg,cat\n2,b.jpg,dog\n")
+    discover(InputSpec(manifest), [(f"{tmp_path}/a.jpg", "cat"), (f"{tmp_path}/b.jpg", "dog")], [])
+
+
+def test_an_unrecognised_csv_header_is_refused_before_the_pipeline_runs(tmp_path):
+    manifest = write_text(tmp_path / "list.csv", "foo,bar\na.jpg,cat\n")
+    with pytest.raises(ManifestError, match="--manifest_columns"):
+        DiscoverImages(InputSpec(manifest)).expand(TestPipeline() | "Start" >> beam.Impulse())
 
 
 def test_discover_jsonl_manifest(tmp_path):
@@ -107,6 +141,18 @@ def test_discover_jsonl_manifest(tmp_path):
              [(manifest, "discover", "BadManifestLine")])
 
 
+def test_discover_manifest_repeats_conflicts_and_latin1(tmp_path):
+    manifest = tmp_path / "list.csv"
+    manifest.write_bytes(b"path,label\na.jpg,cat\nb.jpg,cat\na.jpg,cat\nb.jpg,dog\ncaf\xe9.jpg,cat\nc.jpg,dog\n")
+    m = str(manifest)
+    discover(InputSpec(m), [(f"{tmp_path}/a.jpg", "cat"), (f"{tmp_path}/c.jpg", "dog")],
+             [(f"{tmp_path}/a.jpg", "discover", "DuplicateListing"),
+              (f"{tmp_path}/b.jpg", "discover", "ConflictingLabels"),
+              (f"{tmp_path}/b.jpg", "discover", "ConflictingLabels"),
+              (m, "discover", "BadManifestLine")],
+             expected_labels=["cat", "dog"])
+
+
 # ----------------------------------------------------------------------------- ReadAndCheck
 
 def test_read_and_check(tmp_path):
@@ -114,28 +160,35 @@ def test_read_and_check(tmp_path):
     empty = write_text(tmp_path / "cat" / "empty.jpg", "")
     missing = str(tmp_path / "cat" / "missing.jpg")
     text = write_text(tmp_path / "cat" / "text.jpg", "this is not an image")
-    candidates = [Candidate(path, "cat") for path in (good, empty, missing, text)]
-    expected = SourceImage(good, "cat", content_hash(Path(good).read_bytes()), "png", width=10, height=6)
-    with TestPipeline() as p:
+    large = write_image(tmp_path / "cat" / "large.bmp", size=(100, 100))  # 30 KB
+    tiny = write_image(tmp_path / "cat" / "tiny.png", size=(1, 1))
+    fifo = str(tmp_path / "cat" / "fifo.jpg")
+    os.mkfifo(fifo)
+    candidates = [Candidate(path, "cat") for path in (good, empty, missing, text, large, tiny, fifo)]
+    expected = SourceImage(good, "cat", content_hash(pathlib.Path(good).read_bytes()), "png", width=10, height=6)
+    with test_pipeline() as p:
         read = (p | beam.Create(candidates)
-                | beam.ParDo(ReadAndCheck(SPEC)).with_outputs(REJECTED, main="images"))
+                | beam.ParDo(ReadAndCheck(ImageSpec(min_side=2), max_file_bytes=20_000)).with_outputs(
+                    REJECTED, main="images"))
         assert_that(read.images, equal_to([expected]), label="images")
         assert_that(read[REJECTED] | beam.Map(rejection_tuple), equal_to([
             (empty, "read", "EmptyFile"), (missing, "read", "UnreadableFile"), (text, "header", "NotAnImage"),
+            (large, "read", "FileTooLarge"), (tiny, "header", "ImageTooSmall"), (fifo, "read", "UnreadableFile"),
         ]), label="rejected")
 
 
 # ----------------------------------------------------------------------------- ComputeLabelMap
 
-@pytest.mark.parametrize("labels,class_names,expected", [
-    (["dog", "cat", "dog", "bird"], None, {"bird": 0, "cat": 1, "dog": 2}),
-    (["3", "10", "3"], None, {"3": 3, "10": 10}),
-    (["dog", "cat"], ("dog", "cat", "fish"), {"dog": 0, "cat": 1, "fish": 2}),
-], ids=["sorted-names", "integers", "class-names"])
-def test_compute_label_map(labels, class_names, expected):
-    with TestPipeline() as p:
-        label_map = (p | beam.Create([Candidate(f"/{i}.jpg", label) for i, label in enumerate(labels)])
-                     | ComputeLabelMap(class_names))
+@pytest.mark.parametrize("labels,class_names,integer_ids,expected", [
+    (["dog", "cat", "dog", "bird"], None, False, {"bird": 0, "cat": 1, "dog": 2}),
+    (["3", "10", "3"], None, True, {"3": 3, "10": 10}),
+    (["3", "10", "3"], None, False, {"10": 0, "3": 1}),
+    (["dog", "cat"], ("dog", "cat", "fish"), False, {"dog": 0, "cat": 1, "fish": 2}),
+    ([], None, False, {}),
+], ids=["sorted-names", "manifest-integers", "folder-integers-as-strings", "class-names", "none"])
+def test_compute_label_map(labels, class_names, integer_ids, expected):
+    with test_pipeline() as p:
+        label_map = p | beam.Create(labels) | ComputeLabelMap(class_names, integer_ids)
         assert_that(label_map, equal_to([expected]))
 
 
@@ -146,14 +199,17 @@ def source(path: str, label: str = "cat", digest: str = "") -> SourceImage:
     return SourceImage(path, label, digest or content_hash(path.encode()), "jpeg", 10, 10)
 
 
-def plan(images: list[SourceImage], splits: SplitSpec = SplitSpec(), drop_duplicates: bool = False,
+DEFAULT_SPLITS = SplitSpec()
+
+
+def plan(images: list[SourceImage], splits: SplitSpec = DEFAULT_SPLITS, drop_duplicates: bool = False,
          label_map: dict = LABEL_MAP, check_planned=None, expected_rejected=(), expected_duplicates=None) -> None:
-    with TestPipeline() as p:
+    with test_pipeline() as p:
         labels = p | "LabelMap" >> beam.Create([label_map])
         planned = p | beam.Create(images) | PlanSplits(splits, AsSingleton(labels), drop_duplicates)
         if check_planned is not None:
             assert_that(planned["planned"] | "P" >> beam.Map(lambda im: (im.source.path, im.label_id, im.split)),
-                        matches(check_planned), label="planned")
+                        beam_matcher(check_planned), label="planned")
         assert_that(planned[REJECTED] | "R" >> beam.Map(rejection_tuple), equal_to(list(expected_rejected)),
                     label="rejected")
         if expected_duplicates is not None:
@@ -178,6 +234,14 @@ def test_copies_share_a_split(salt):
     plan(copies_of(30), SplitSpec(salt=salt), check_planned=check)
 
 
+def test_path_split_key_lets_copies_go_apart():
+    def check(planned):
+        split_of = {path: split for path, _, split in planned}
+        assert any(split_of[f"/cat/{i}.jpg"] != split_of[f"/dog/{i}.jpg"] for i in range(30))
+
+    plan(copies_of(30), SplitSpec(key="path"), check_planned=check)
+
+
 def test_duplicates_reported_and_dropped():
     images = [*copies_of(2), source("/cat/unique.jpg")]
     groups = [DuplicateGroup(f"{i:064x}", (f"/cat/{i}.jpg", f"/dog/{i}.jpg"), ("cat", "dog")) for i in range(2)]
@@ -187,6 +251,15 @@ def test_duplicates_reported_and_dropped():
 
     plan(images, drop_duplicates=True, check_planned=check, expected_duplicates=groups,
          expected_rejected=[(f"/dog/{i}.jpg", "dedup", "DuplicateImage") for i in range(2)])
+
+
+def test_duplicates_reported_and_kept():
+    def check(planned):
+        assert len(planned) == 4
+
+    plan(copies_of(2), check_planned=check, expected_rejected=[],
+         expected_duplicates=[DuplicateGroup(f"{i:064x}", (f"/cat/{i}.jpg", f"/dog/{i}.jpg"), ("cat", "dog"))
+                              for i in range(2)])
 
 
 def test_unknown_label_rejected():
@@ -211,57 +284,100 @@ def test_stratified_exact_counts_per_label():
 # ----------------------------------------------------------------------------- WriteShards
 
 COLORS = {"cat": (0, 0, 255), "dog": (255, 0, 0)}
-
-
-def planned_image(path: str, label: str, split: str) -> PlannedImage:
-    data = Path(path).read_bytes()
-    return PlannedImage(describe_source(Candidate(path, label), data, SPEC), LABEL_MAP[label], split)
-
-
-def read_shards(pattern: str) -> dict[str, list[tuple[str, int]]]:
-    """{shard file name: [(source path, label id), ...] in file order}, read with tf.data."""
-    shards = {}
-    for path in sorted(glob.glob(pattern)):
-        compression = "GZIP" if path.endswith(".gz") else ""
-        records = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path, compression)]
-        shards[os.path.basename(path)] = [(e.features.feature["image/source_path"].bytes_list.value[0].decode(),
-                                           e.features.feature["label"].int64_list.value[0]) for e in records]
-    return shards
-
-
 SEED = 5
 # 12 cats and 12 dogs in train, 3 dogs in val.
 PLAN = [(label, split, i) for split, labels, n in (("train", ("cat", "dog"), 12), ("val", ("dog",), 3))
         for label in labels for i in range(n)]
 
 
-def shard_name(split: str, index: int, suffix: str) -> str:
-    return f"{split}-{index:05d}-of-00002{suffix}"
+def planned_image(path: str, label: str, split: str) -> PlannedImage:
+    data = pathlib.Path(path).read_bytes()
+    return PlannedImage(describe_source(Candidate(path, label), data, SPEC), LABEL_MAP[label], split)
+
+
+def writer_settings(tmp_path: pathlib.Path, run: str = "run", num_shards: int = 2, compression: str = "none",
+                    part_images: int = 64, local_processes: int = 0, parts: str = "parts") -> WriterSettings:
+    output = OutputSpec(str(tmp_path / "out"), num_shards=num_shards, shuffle_seed=SEED, compression=compression)
+    return WriterSettings(image=SPEC, keys=FeatureKeys(), output=output, max_file_bytes=2**20,
+                          run_dir=str(tmp_path / run), parts_dir=str(tmp_path / parts),
+                          record_digest=record_digest(SPEC, FeatureKeys(), {"imgrec": "test"}),
+                          part_images=part_images, local_processes=local_processes)
+
+
+def read_shards(folder: pathlib.Path) -> dict[str, list[tuple[str, int]]]:
+    """{shard file name: [(source path, label id), ...] in file order}, read with tf.data."""
+    shards = {}
+    for path in sorted(folder.glob("*.tfrecord*")):
+        compression = "GZIP" if path.name.endswith(".gz") else ""
+        records = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(path), compression)]
+        shards[path.name] = [(e.features.feature["image/source_path"].bytes_list.value[0].decode(),
+                              e.features.feature["label"].int64_list.value[0]) for e in records]
+    return shards
+
+
+@pytest.fixture
+def plan_images(tmp_path) -> list[PlannedImage]:
+    return [planned_image(write_image(tmp_path / "in" / split / label / f"{i}.png", COLORS[label]), label, split)
+            for label, split, i in PLAN]
+
+
+def write_shards(images, settings, expected_shards=None, expected_rejected=()) -> None:
+    with test_pipeline() as p:
+        written = p | beam.Create(images) | WriteShards(settings)
+        if expected_shards is not None:
+            assert_that(written["shards"] | "S" >> beam.Map(lambda s: (s.file, s.num_examples)),
+                        equal_to(expected_shards), label="shards")
+        assert_that(written["planned_counts"], equal_to([dict(collections.Counter(im.split for im in images))]),
+                    label="planned_counts")
+        assert_that(written[REJECTED] | beam.Map(lambda r: (*rejection_tuple(r), r.split)),
+                    equal_to(list(expected_rejected)), label="rejected")
 
 
 @pytest.mark.parametrize("compression,suffix", [("none", ".tfrecord"), ("gzip", ".tfrecord.gz")])
-def test_write_shards(tmp_path, compression, suffix):
-    images = [planned_image(write_image(tmp_path / "in" / split / label / f"{i}.png", COLORS[label]), label, split)
-              for label, split, i in PLAN]
-    staging = tmp_path / "staging"
-    output = OutputSpec(str(tmp_path / "out"), num_shards=2, shuffle_seed=SEED, compression=compression)
-    # Each image goes to the shard its path hashes to; a shard no image hashes to has no file yet.
-    expected = collections.defaultdict(list)
-    for im in images:
-        expected[shard_name(im.split, shard_for(im.source.path, SEED, 2), suffix)].append(im.source.path)
-    with TestPipeline() as p:
-        written = p | beam.Create(images) | WriteShards(SPEC, FeatureKeys(), output, str(staging))
-        assert_that(written["shards"] | "S" >> beam.Map(lambda s: (os.path.basename(s.path), s.num_examples)),
-                    equal_to([(name, len(paths)) for name, paths in expected.items()]), label="shards")
-        assert_that(written["planned_counts"], equal_to([{"train": 24, "val": 3}]), label="planned_counts")
-        assert_that(written[REJECTED], equal_to([]), label="rejected")
+def test_write_shards(tmp_path, plan_images, compression, suffix):
+    settings = writer_settings(tmp_path, compression=compression)
+    # Each image goes to the shard its path hashes to; every shard of a split exists, even an empty one.
+    expected = {f"{split}-{i:05d}-of-00002{suffix}": [] for split in ("train", "val") for i in range(2)}
+    for im in plan_images:
+        expected[f"{im.split}-{shard_for(im.source.path, SEED, 2):05d}-of-00002{suffix}"].append(im.source.path)
+    write_shards(plan_images, settings, expected_shards=[(name, len(paths)) for name, paths in expected.items()])
 
-    shards = read_shards(str(staging / "*"))
-    assert set(shards) == set(expected)  # and no attempt files are left
-    label_of = {im.source.path: im.label_id for im in images}
+    run = tmp_path / "run"
+    shards = read_shards(run)
+    assert set(shards) == set(expected)  # and no temporary files are left
+    assert sorted(p.name for p in (run / "index").iterdir()) == sorted(f"{name}.idx" for name in expected)
+    label_of = {im.source.path: im.label_id for im in plan_images}
+    by_path = {im.source.path: im for im in plan_images}
     for name, records in shards.items():  # each shard in the seeded order, with the right labels
-        assert [path for path, _ in records] == sorted(expected[name], key=lambda path: order_in_shard(path, SEED))
+        assert [path for path, _ in records] == [im.source.path for im in shard_order(
+            [by_path[path] for path in expected[name]], SEED)]
         assert all(label == label_of[path] for path, label in records)
+        index = [IndexEntry.from_line(line) for line in (run / index_file_name(name)).read_text().splitlines()]
+        assert [e.sha256 for e in index] == [by_path[path].source.content_hash for path, _ in records]
+
+
+def test_shards_are_the_same_bytes_however_they_are_cut_and_converted(tmp_path, plan_images):
+    """One part per shard, parts of 2 images, parts on a pool of processes: byte-identical shards."""
+    layouts = {"whole": dict(part_images=64), "small_parts": dict(part_images=2),
+               "processes": dict(part_images=3, local_processes=2)}
+    for name, kwargs in layouts.items():
+        write_shards(plan_images, writer_settings(tmp_path, run=name, parts=f"parts_{name}", **kwargs))
+    files = {name: {p.relative_to(tmp_path / name): p.read_bytes() for p in (tmp_path / name).rglob("*") if p.is_file()}
+             for name in layouts}
+    assert len(files["whole"]) == 8  # 4 shards + 4 index files
+    assert files["small_parts"] == files["whole"] and files["processes"] == files["whole"]
+    per_shard = collections.Counter((im.split, shard_for(im.source.path, SEED, 2)) for im in plan_images)
+    assert len(list((tmp_path / "parts_small_parts").glob("*.records"))) == sum(-(-n // 2) for n in per_shard.values())
+
+
+def test_a_restarted_write_takes_the_finished_parts(tmp_path, plan_images):
+    settings = writer_settings(tmp_path, part_images=4)
+    write_shards(plan_images, settings)
+    first = {p.name: p.read_bytes() for p in (tmp_path / "run").glob("*.tfrecord")}
+    for image in plan_images:  # the images are gone: only the parts can give the records now
+        pathlib.Path(image.source.path).unlink()
+    write_shards(plan_images, writer_settings(tmp_path, run="restarted", part_images=4))
+    assert {p.name: p.read_bytes() for p in (tmp_path / "restarted").glob("*.tfrecord")} == first
 
 
 def test_write_shards_rejects_a_file_changed_after_planning(tmp_path):
@@ -269,11 +385,113 @@ def test_write_shards_rejects_a_file_changed_after_planning(tmp_path):
     changed_path = write_image(tmp_path / "cat" / "changed.png")
     changed = planned_image(changed_path, "cat", "train")
     write_image(tmp_path / "cat" / "changed.png", color=(1, 2, 3))  # rewritten after planning
-    with TestPipeline() as p:
-        written = (p | beam.Create([kept, changed])
-                   | WriteShards(SPEC, FeatureKeys(), OutputSpec("unused", num_shards=1), str(tmp_path / "staging")))
+    with test_pipeline() as p:
+        written = p | beam.Create([kept, changed]) | WriteShards(writer_settings(tmp_path, num_shards=1))
         assert_that(written[REJECTED] | beam.Map(lambda r: (*rejection_tuple(r), r.split)),
                     equal_to([(changed_path, "read", "FileChanged", "train")]), label="rejected")
         assert_that(written["shards"] | "S" >> beam.Map(lambda s: (s.num_examples, s.label_counts)),
                     equal_to([(1, (("cat", 1),))]), label="shards")
-    assert read_shards(str(tmp_path / "staging" / "*")) == {"train-00000-of-00001.tfrecord": [(kept.source.path, 0)]}
+    assert read_shards(tmp_path / "run") == {"train-00000-of-00001.tfrecord": [(kept.source.path, 0)]}
+
+
+# ----------------------------------------------------------------------------- AttachReusableRecords
+
+def test_attach_reusable_records_joins_on_content(tmp_path):
+    index = tmp_path / "old" / "index" / "train-00000-of-00001.tfrecord.idx"
+    entries = [IndexEntry(0, 100, "a" * 64, 10, 50), IndexEntry(100, 100, "b" * 64, 10, 50)]
+    write_text(index, "".join(e.to_line() for e in entries))
+    shard = str(tmp_path / "old" / "train-00000-of-00001.tfrecord")
+    images = [PlannedImage(source(f"/{name}.jpg", digest=name * 64), 0, "train") for name in ("a", "b", "c")]
+    expected = [("/a.jpg", RecordLocation(shard, entries[0])), ("/b.jpg", RecordLocation(shard, entries[1])),
+                ("/c.jpg", None)]
+    with test_pipeline() as p:
+        attached = p | beam.Create(images) | AttachReusableRecords(ReuseSource(str(tmp_path / "old"),
+                                                                               ((shard, str(index)),)))
+        assert_that(attached | beam.Map(lambda im: (im.source.path, im.reuse)), equal_to(expected))
+
+
+# ----------------------------------------------------------------------------- accounting
+
+REJECTIONS = [Rejection("/b.jpg", "decode", "CorruptImage", "bad", "train"),
+              Rejection("/a.txt", "discover", "SkippedFile", "extension", None),
+              Rejection("/c.jpg", "read", "EmptyFile", "empty", None),
+              Rejection("/d.txt", "discover", "SkippedFile", "extension", None)]
+
+
+def test_gather_totals_combines_every_fact_once():
+    shards = [ShardResult("train", 0, 1, "train-00000-of-00001.tfrecord", 3, 30, (("cat", 3),))]
+    groups = [DuplicateGroup(f"{i:064x}", tuple(f"/{i}/{n}.jpg" for n in range(i + 2)), ("cat",) * (i + 2))
+              for i in range(3)]
+    with test_pipeline() as p:
+        facts = {"inputs": p | "Inputs" >> beam.Create(range(7)),
+                 "rejected": p | "Rejected" >> beam.Create(REJECTIONS),
+                 "shards": p | "Shards" >> beam.Create(shards),
+                 "planned_counts": p | "Planned" >> beam.Create([{"train": 4}]),
+                 "duplicates": p | "Duplicates" >> beam.Create(groups),
+                 "label_map": p | "LabelMap" >> beam.Create([{"cat": 0}]),
+                 "fingerprint": p | "Fingerprint" >> beam.Create(["f" * 64])}
+        gathered = facts | GatherTotals()
+
+        def check(found):
+            (one,) = found
+            totals = one.totals(dropped_duplicates=True, error_files=["errors-00000-of-00001.jsonl"])
+            assert totals.num_inputs == 7 and totals.shards == tuple(shards)
+            assert totals.planned_counts == {"train": 4} and totals.label_map == {"cat": 0}
+            assert dict(totals.rejection_counts) == {
+                ("train", "decode", "CorruptImage", True): 1, (None, "discover", "SkippedFile", False): 2,
+                (None, "read", "EmptyFile", True): 1}
+            assert totals.duplicates == DuplicateSummary(3, 1 + 2 + 3, True, tuple(
+                {"sha256": g.content_hash, "paths": list(g.paths), "labels": list(g.labels)} for g in groups))
+            assert totals.fingerprint == "f" * 64 and totals.error_files == ("errors-00000-of-00001.jsonl",)
+            assert sorted(one.rejections, key=lambda r: r.path) == sorted(REJECTIONS, key=lambda r: r.path)
+
+        assert_that(gathered, beam_matcher(check))
+
+
+def test_gather_totals_of_nothing():
+    with test_pipeline() as p:
+        empty = {name: p | name >> beam.Create([]) for name in ("inputs", "rejected", "shards", "planned_counts",
+                                                                "duplicates", "label_map", "fingerprint")}
+
+        def check(found):
+            (one,) = found
+            assert (one.num_inputs, one.rejections, one.shards, one.duplicate_groups) == (0, [], [], 0)
+            assert one.duplicates(False) == DuplicateSummary()
+
+        assert_that(empty | GatherTotals(), beam_matcher(check))
+
+
+# ----------------------------------------------------------------------------- InputFingerprint
+
+def test_input_fingerprint_ignores_order_and_follows_content():
+    spec = ConversionSpec(InputSpec("in"), OutputSpec("out"))
+    images = [source(f"/cat/{i}.jpg") for i in range(20)]
+    rejections = REJECTIONS[:2]
+    with test_pipeline() as p:
+        def fingerprint(name, imgs, rejected):
+            return ((p | f"{name}Images" >> beam.Create(imgs), p | f"{name}Rejections" >> beam.Create(rejected))
+                    | f"{name}Fingerprint" >> InputFingerprint(spec))
+        forward = fingerprint("Forward", images, rejections)
+        backward = fingerprint("Backward", images[::-1], rejections[::-1])
+        fewer = fingerprint("Fewer", images[1:], rejections)
+        all_three = ((forward, backward, fewer) | beam.Flatten() | beam.combiners.ToList())
+        assert_that(all_three, beam_matcher(lambda found: (
+            _check(len(found[0]) == 3 and len(set(found[0])) == 2 and all(len(f) == 64 for f in found[0])))))
+
+
+def _check(condition: bool) -> None:
+    assert condition
+
+
+# ----------------------------------------------------------------------------- RecordProgress
+
+def test_record_progress_markers(tmp_path):
+    from transforms.parts import PartResult
+
+    parts = [PartResult(shard=("train", 0, 1), index=i, digest=f"{i:064x}", images=n, records=n, num_bytes=0,
+                        label_counts=(), reused=0, converted_by="host:1", resumed=False)
+             for i, n in enumerate((64, 64, 2))]
+    with test_pipeline() as p:
+        _ = (p | "Counts" >> beam.Create([{"train": 130, "val": 0}]), p | "Parts" >> beam.Create(parts)) | \
+            RecordProgress(str(tmp_path))
+    assert read_progress(str(tmp_path)) == (130, 130)

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.trust_helpers import (GiB, check_complete, make_tree, run_imgrec, write_image, write_png_rows)
+from tests.trust_helpers import GiB, check_complete, make_tree, run_imgrec, write_image, write_png_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -171,7 +171,7 @@ def test_a_path_listed_with_two_labels_is_rejected_every_time_and_never_written(
         manifest = write_csv(tmp_path / "list.csv", "path,label", listing)
     else:
         manifest = tmp_path / "list.jsonl"
-        manifest.write_text("".join(json.dumps({"path": p, "label": l}) + "\n" for p, l in listing))
+        manifest.write_text("".join(json.dumps({"path": p, "label": label}) + "\n" for p, label in listing))
     run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")

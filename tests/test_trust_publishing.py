@@ -17,9 +17,23 @@ import time
 import psutil
 import pytest
 
-from tests.trust_helpers import (MULTI_PROCESSING, Watched, check_complete, error_line,
-                                 finish_all, imgrec_argv, make_tree, metadata_of, nothing_published,
-                                 published_files, run_imgrec, run_inspect, snapshot, tree, write_image)
+from tests.trust_helpers import (
+    MULTI_PROCESSING,
+    Watched,
+    check_complete,
+    error_line,
+    finish_all,
+    imgrec_argv,
+    make_tree,
+    metadata_of,
+    nothing_published,
+    published_files,
+    run_imgrec,
+    run_inspect,
+    snapshot,
+    tree,
+    write_image,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

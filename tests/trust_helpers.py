@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import signal
 import struct
 import subprocess
 import sys
@@ -46,7 +45,8 @@ def write_image(path: pathlib.Path, seed: int, size: tuple[int, int] = (32, 32))
     """A small distinct image, encoded by the path's suffix (.jpg/.png/...); returns its bytes."""
     rng = np.random.default_rng(seed)
     base = cv2.resize(rng.integers(0, 256, (4, 4, 3), dtype=np.uint8), size[::-1], interpolation=cv2.INTER_CUBIC)
-    suffix = path.suffix if path.suffix.lower() in (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff") else ".png"
+    encodable = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+    suffix = path.suffix if path.suffix.lower() in encodable else ".png"
     ok, buf = cv2.imencode(suffix, base)
     assert ok
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,11 +88,12 @@ def write_png_rows(path: pathlib.Path, width: int, height: int, bit_depth: int, 
         parts.append(compressor.compress(row))
     parts.append(compressor.flush())
     ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"".join(parts)) + chunk(b"IEND", b""))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"".join(parts))
+                     + chunk(b"IEND", b""))
 
 
 def write_csv(path: pathlib.Path, header: Optional[str], rows: Iterable[tuple[str, str]]) -> pathlib.Path:
-    lines = ([header] if header is not None else []) + [f"{p},{l}" for p, l in rows]
+    lines = ([header] if header is not None else []) + [f"{p},{label}" for p, label in rows]
     path.write_text("".join(line + "\n" for line in lines))
     return path
 

@@ -363,14 +363,24 @@ class DatasetMetadata:
         return cls.from_json(value)
 
 
+def _inside(name: object) -> bool:
+    """A relative name that stays inside the dataset folder (a listed `../x` must never let a
+    republish delete files elsewhere)."""
+    if not isinstance(name, str) or not name or "://" in name or name.startswith("/"):
+        return False
+    normal = posixpath.normpath(name)
+    return normal not in (".", "..") and not normal.startswith("../")
+
+
 def listed_files(value: Mapping) -> list[str]:
     """The files a metadata.json of any format version says its dataset consists of (so an
     older imgrec's dataset can be replaced without touching anything else)."""
-    files = [f for split in (value.get("splits") or {}).values() for f in split.get("files", [])]
+    shards = [f for split in (value.get("splits") or {}).values() for f in split.get("files", []) if _inside(f)]
+    files = list(shards)
     if value.get("format_version", 0) >= 2:
-        files += [index_file_name(f) for f in list(files)]
-    files += list(value.get("error_files") or []) + list(value.get("exports") or [])
-    return [f for f in files if isinstance(f, str) and f and not f.startswith(("/", "..")) and "://" not in f]
+        files += [index_file_name(f) for f in shards if "/" not in f]
+    files += [f for f in [*(value.get("error_files") or []), *(value.get("exports") or [])] if _inside(f)]
+    return [posixpath.normpath(f) for f in files]
 
 
 def error_file_names(names: Iterable[str]) -> list[str]:

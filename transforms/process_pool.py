@@ -55,12 +55,13 @@ def _receive(stream: BinaryIO) -> Any:
 class _Worker:
     """One process and the thread that feeds it tasks from the shared queue."""
 
-    def __init__(self, tasks: "queue.Queue", initializer: Optional[Callable[[], None]]):
+    def __init__(self, tasks: "queue.Queue", initializer: Optional[Callable[[], None]], lock: threading.Lock):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.process = subprocess.Popen([sys.executable, "-m", "transforms.process_pool"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=env)
         _send(self.process.stdin, initializer)
-        self._tasks = tasks
+        self._tasks, self._lock = tasks, lock
+        self.alive = True
         self.thread = threading.Thread(target=self._serve, name="imgrec-pool", daemon=True)
         self.thread.start()
 
@@ -76,9 +77,12 @@ class _Worker:
                 _send(self.process.stdin, (function, args))
                 ok, value = _receive(self.process.stdout)
             except (EOFError, OSError, pickle.PickleError) as exc:
+                code = self.process.wait()
                 future.set_exception(WorkerDied(f"converter process {self.process.pid} died "
-                                                f"(exit code {self.process.poll()}): {exc!r}"))
-                self._fail_rest()
+                                                f"(exit code {code}): {exc!r}"))
+                with self._lock:  # no task can be queued between this death and the drain
+                    self.alive = False
+                    self._fail_rest()
                 return
             (future.set_result if ok else future.set_exception)(value)
         self.process.stdin.close()
@@ -99,11 +103,16 @@ class _Worker:
 class SubprocessPool(concurrent.futures.Executor):
     def __init__(self, workers: int, initializer: Optional[Callable[[], None]] = None):
         self._tasks: "queue.Queue" = queue.Queue()
-        self._workers = [_Worker(self._tasks, initializer) for _ in range(workers)]
+        self._lock = threading.Lock()
+        self._workers = [_Worker(self._tasks, initializer, self._lock) for _ in range(workers)]
 
     def submit(self, function: Callable, /, *args: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._tasks.put((future, function, args))
+        with self._lock:
+            if not all(worker.alive for worker in self._workers):
+                future.set_exception(WorkerDied("a converter process of the pool has died"))
+                return future
+            self._tasks.put((future, function, args))
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

@@ -15,9 +15,9 @@ from typing import Callable, Optional
 
 import pytest
 
-from tests.helpers import REPO, SAMPLE
 from tests.engines import data
 from tests.engines.engines import PipelineRun, run_imgrec
+from tests.helpers import REPO, SAMPLE
 
 CONFIG = REPO / "configs" / "local.yaml"
 DATASETS = ("sample", "generated")
@@ -36,7 +36,8 @@ _timings: dict[str, dict] = {"tests": {}, "phases": {}}
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "engines: starts a real Beam engine (Prism, Flink, Spark); run by make test-engines")
+    config.addinivalue_line(
+        "markers", "engines: starts a real Beam engine (Prism, Flink, Spark); run by make test-engines")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -31,8 +31,17 @@ import yaml
 from apache_beam.version import __version__ as BEAM_VERSION
 
 from tests.helpers import REPO
-from tests.portable import (WORKER_POOL_MODULE, Service, ServiceFailed, accepts_connections, free_port,
-                            live_group_members, stop_service, subprocess_env, wait_for_group_exit)
+from tests.portable import (
+    WORKER_POOL_MODULE,
+    Service,
+    ServiceFailed,
+    accepts_connections,
+    free_port,
+    live_group_members,
+    stop_service,
+    subprocess_env,
+    wait_for_group_exit,
+)
 
 CACHE = pathlib.Path(os.environ.get("IMGREC_ENGINES_CACHE", "~/.cache/imgrec-engines")).expanduser()
 

@@ -34,9 +34,19 @@ import tempfile
 import time
 import zipfile
 
-from tests.engines.engines import (BEAM_VERSION, CACHE, FLINK_JOB_SERVER, FLINK_VERSION, PRISM_PACKAGE,
-                                   SPARK_JOB_SERVER, SPARK_VERSION, flink_home, maven_jar_path, prism_binary,
-                                   spark_home)
+from tests.engines.engines import (
+    BEAM_VERSION,
+    CACHE,
+    FLINK_JOB_SERVER,
+    FLINK_VERSION,
+    PRISM_PACKAGE,
+    SPARK_JOB_SERVER,
+    SPARK_VERSION,
+    flink_home,
+    maven_jar_path,
+    prism_binary,
+    spark_home,
+)
 
 
 class FetchFailed(RuntimeError):
@@ -136,7 +146,8 @@ def fetch_flink(downloads: pathlib.Path) -> dict:
     # Only bin/ and conf/ of the wheel are used, and they are the same in every wheel: ask for
     # one fixed wheel rather than whatever matches this interpreter (cp38-cp311 only).
     wheel = pip_download(downloads, "--only-binary=:all:", "--platform=manylinux2014_x86_64",
-                         "--python-version=3.11", "--implementation=cp", "--abi=cp311", f"apache-flink=={FLINK_VERSION}")
+                         "--python-version=3.11", "--implementation=cp", "--abi=cp311",
+                         f"apache-flink=={FLINK_VERSION}")
 
     def build(staging: pathlib.Path) -> None:
         root = f"apache_flink_libraries-{FLINK_VERSION}/deps/"
@@ -181,7 +192,8 @@ def fetch_jar(coordinates: str) -> dict:
         return {**info, "status": "cached"}
     if not shutil.which("mvn"):
         return {**info, "status": "unavailable", "error": "`mvn` is not on PATH"}
-    argv = ["mvn", "-B", "-q", "-U", "dependency:copy", f"-Dartifact={coordinates}", f"-DoutputDirectory={target.parent}"]
+    argv = ["mvn", "-B", "-q", "-U", "dependency:copy", f"-Dartifact={coordinates}",
+            f"-DoutputDirectory={target.parent}"]
     try:
         with tempfile.TemporaryDirectory() as empty:  # no pom.xml around: Maven's standalone project
             run(argv, cwd=pathlib.Path(empty))
@@ -200,7 +212,8 @@ def main(argv: list[str]) -> int:
     report_path = CACHE / "versions.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     report.update({"apache_beam": BEAM_VERSION, "python": platform.python_version(),
-                   "java": tool_version(["java", "-version"]), "maven": re.sub(r"\x1b\[[0-9;]*m", "", tool_version(["mvn", "-v"])),
+                   "java": tool_version(["java", "-version"]),
+                   "maven": re.sub(r"\x1b\[[0-9;]*m", "", tool_version(["mvn", "-v"])),
                    "cache": str(CACHE)})
     failures = []
     with tempfile.TemporaryDirectory(prefix=".downloads-", dir=CACHE) as tmp:

@@ -17,10 +17,18 @@ import psutil
 import pytest
 import yaml
 
-from tests.helpers import REPO
-from tests.engines.conftest import (CHECKS, CONFIG, DATASETS, Timer, assert_run_ok, check_against_reference,
-                                    expect_known_bug, imgrec_flags)
+from tests.engines.conftest import (
+    CHECKS,
+    CONFIG,
+    DATASETS,
+    Timer,
+    assert_run_ok,
+    check_against_reference,
+    expect_known_bug,
+    imgrec_flags,
+)
 from tests.engines.engines import cluster, fetch_report, job_server, job_server_jar, run_imgrec
+from tests.helpers import REPO
 from tests.portable import live_group_members
 
 ENGINES = ("flink", "spark")

@@ -16,10 +16,16 @@ import pathlib
 
 import pytest
 
-from tests.engines.conftest import (CHECKS, DATASETS, Timer, assert_run_ok, check_against_reference,
-                                    expect_known_bug, imgrec_flags)
-from tests.engines.engines import (PipelineRun, PrismEngine, install_prism_in_beam_cache, prism_engine,
-                                   run_imgrec)
+from tests.engines.conftest import (
+    CHECKS,
+    DATASETS,
+    Timer,
+    assert_run_ok,
+    check_against_reference,
+    expect_known_bug,
+    imgrec_flags,
+)
+from tests.engines.engines import PipelineRun, PrismEngine, install_prism_in_beam_cache, prism_engine, run_imgrec
 from tests.portable import live_group_members, subprocess_env
 
 ENVIRONMENTS = ("loopback", "external", "direct")

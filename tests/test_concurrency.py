@@ -1,0 +1,155 @@
+"""transforms.concurrency.InflightDoFn (inline, threads, converter processes) in real pipelines, and
+transforms.process_pool.SubprocessPool: input problems become rejections, anything else fails loudly."""
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline import reaper
+from tests.helpers import REPO, test_pipeline
+from transforms.concurrency import InflightDoFn
+from transforms.files import read_input
+from transforms.process_pool import SubprocessPool, WorkerDied
+
+pytestmark = [pytest.mark.beam, pytest.mark.timeout(120)]
+
+REJECTED = "rejected"
+
+
+class ReadFiles(InflightDoFn):
+    """path → (name, size); a missing file → a rejection; anything else must fail the bundle."""
+
+    def task(self, path):
+        return read_input, (path, 1000)
+
+    def emit(self, path, data):
+        yield pathlib.Path(path).name, len(data)
+
+    def reject(self, path, exc):
+        yield beam.pvalue.TaggedOutput(REJECTED, (pathlib.Path(path).name, type(exc).__name__))
+
+
+def files(tmp_path: pathlib.Path, count: int = 12) -> list[str]:
+    paths = []
+    for i in range(count):
+        path = tmp_path / f"{i:02d}.bin"
+        path.write_bytes(b"x" * (i + 1))
+        paths.append(str(path))
+    return paths
+
+
+MODES = {"inline": (0, False), "threads": (2, False), "processes": (2, True)}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_results_and_rejections_in_every_mode(tmp_path, mode):
+    paths = [*files(tmp_path), str(tmp_path / "missing.bin"), str(tmp_path / "empty.bin")]
+    (tmp_path / "empty.bin").write_bytes(b"")
+    workers, processes = MODES[mode]
+    with test_pipeline() as p:
+        out = p | beam.Create(paths) | beam.ParDo(ReadFiles(workers, processes)).with_outputs(REJECTED, main="read")
+        assert_that(out.read, equal_to([(f"{i:02d}.bin", i + 1) for i in range(12)]), label="read")
+        assert_that(out[REJECTED], equal_to([("missing.bin", "UnreadableFile"), ("empty.bin", "EmptyFile")]),
+                    label="rejected")
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_programming_error_fails_the_pipeline(tmp_path, mode):
+    """Only InputRejected may become a dead letter; a bug (here: a path that is not a string) must
+    fail the run, not be counted as a bad input."""
+    workers, processes = MODES[mode]
+    with pytest.raises(AttributeError, match="'int' object has no attribute 'startswith'"):
+        with test_pipeline() as p:
+            _ = p | beam.Create([*files(tmp_path, 3), 42]) | beam.ParDo(ReadFiles(workers, processes)).with_outputs(
+                REJECTED, main="read")
+
+
+def test_subprocess_pool_runs_tasks_in_other_processes():
+    pool = SubprocessPool(2)
+    try:
+        pids = {pool.submit(os.getpid).result(timeout=60) for _ in range(8)}
+        assert os.getpid() not in pids and 1 <= len(pids) <= 2
+        assert pool.submit(pow, 3, 4).result(timeout=60) == 81
+        with pytest.raises(ZeroDivisionError):
+            pool.submit(divmod, 1, 0).result(timeout=60)
+        assert pool.submit(sum, [1, 2, 3]).result(timeout=60) == 6  # the worker survived the exception
+    finally:
+        pool.shutdown(wait=True)
+
+
+def test_a_worker_that_dies_fails_its_task_instead_of_hanging():
+    pool = SubprocessPool(1)
+    try:
+        with pytest.raises(WorkerDied, match=r"converter process \d+ died"):
+            pool.submit(os._exit, 7).result(timeout=60)
+    finally:
+        pool.shutdown(wait=True)
+
+
+def test_tasks_submitted_after_the_pool_lost_its_workers_fail():
+    pool = SubprocessPool(1)
+    try:
+        with pytest.raises(WorkerDied):
+            pool.submit(os._exit, 7).result(timeout=60)
+        with pytest.raises(WorkerDied):
+            pool.submit(pow, 2, 2).result(timeout=2)  # a healthy pool answers in milliseconds
+    finally:
+        pool.shutdown(wait=True)
+
+
+# ----------------------------------------------------------------------------- the reaper
+
+def test_driver_markers_tell_a_live_driver_from_a_gone_or_reused_pid():
+    marker = reaper.driver_marker()
+    pid, _, started = marker.partition(":")
+    assert int(pid) == os.getpid() and started == reaper.process_start_time(os.getpid())
+    assert reaper.driver_alive(marker)
+    assert not reaper.driver_alive(f"{os.getpid()}:{int(started) + 1}")  # the pid, reused later
+    assert reaper.process_start_time(2**22 + 12345) is None
+    assert not reaper.driver_alive(f"{2**22 + 12345}:")
+    import psutil
+
+    assert abs(reaper.process_started_at(os.getpid()) - psutil.Process().create_time()) < 0.05
+
+
+def test_processes_a_killed_driver_leaves_behind_are_reaped():
+    """A stand-in driver starts the reaper and two processes, one carrying its marker (as every
+    process a driver starts does), one not, then dies: only the marked one must not outlive it."""
+    driver = (
+        "import os, subprocess, sys\n"
+        "from pipeline.reaper import reaped\n"
+        "sleep = [sys.executable, '-c', 'import time; time.sleep(60)']\n"
+        "quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)\n"
+        "with reaped():\n"
+        "    marked = subprocess.Popen(sleep, **quiet)\n"
+        "unmarked = subprocess.Popen(sleep, **quiet)  # started after the run: not the run's\n"
+        "print(marked.pid, unmarked.pid, flush=True)\n"
+        "with reaped():\n"
+        "    os.kill(os.getpid(), 9)\n")
+    env = {k: v for k, v in os.environ.items() if k != reaper.DRIVER_ENV}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run([sys.executable, "-c", driver], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    marked, unmarked = (int(pid) for pid in done.stdout.split())
+    try:
+        for _ in range(200):
+            if reaper.process_start_time(marked) is None:
+                break
+            time.sleep(0.05)
+        assert reaper.process_start_time(marked) is None, "a process of the killed run outlived its driver"
+        assert reaper.process_start_time(unmarked) is not None, "the reaper killed a process it did not own"
+    finally:
+        for pid in (marked, unmarked):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

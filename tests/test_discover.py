@@ -1,0 +1,265 @@
+"""transforms.discover without a pipeline: which names are inputs, manifest headers and lines, and
+walking local class folders (nested, symlinked, hidden, broken) so that every path is accounted for.
+DiscoverImages itself runs in tests/test_transforms.py."""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from tests.helpers import split_found, write_image, write_text
+from transforms.discover import (
+    LABEL_COLUMNS,
+    PATH_COLUMNS,
+    ClassFolder,
+    ManifestError,
+    ManifestLayout,
+    classify_remote,
+    csv_layout,
+    is_excluded,
+    jsonl_layout,
+    label_from_parent,
+    list_local_root,
+    manifest_rows,
+    parse_manifest_line,
+    resolve_listings,
+    skip_reason,
+    walk_class_folder,
+)
+from transforms.refs import Candidate
+from transforms.rejections import BadManifestLine
+from transforms.specs import InputSpec
+
+pytestmark = pytest.mark.unit
+
+EXTENSIONS = tuple(InputSpec("x").extensions)
+MANIFEST = "/data/manifests/train.csv"
+CSV = ManifestLayout("csv", 0, 1)
+JSONL = jsonl_layout(None)
+
+
+@pytest.mark.parametrize("name,reason", [
+    ("a.jpg", None), ("B.PNG", None), ("c.JpEg", None), ("d.tiff", None), ("e.gif", None),
+    ("._a.jpg", "macOS AppleDouble metadata file, not an image"),
+    (".hidden.jpg", "hidden file"), (".DS_Store", "hidden file"),
+    ("README.md", "extension not in"), ("photo.jpg.txt", "extension not in"), ("jpg", "extension not in"),
+])
+def test_skip_reason(name, reason):
+    found = skip_reason(name, EXTENSIONS)
+    assert found == reason if reason is None else found.startswith(reason)
+
+
+@pytest.mark.parametrize("path,label", [
+    ("/data/cat/1.jpg", "cat"), ("gs://b/root/dog/x.png", "dog"), ("C:\\data\\bird\\1.jpg", "bird"),
+    ("rel/fish/2.jpg", "fish"),
+])
+def test_label_from_parent(path, label):
+    assert label_from_parent(path) == label
+
+
+def test_is_excluded():
+    assert is_excluded("/data/out", ("/data/out",))
+    assert is_excluded("/data/out/cat/x.jpg", ("/data/out/",))
+    assert not is_excluded("/data/outside/x.jpg", ("/data/out",))
+    assert not is_excluded("/data/cat/x.jpg", ())
+
+
+# ----------------------------------------------------------------------------- manifests
+
+@pytest.mark.parametrize("first_line,expected", [
+    (None, ManifestLayout("csv", 0, 1)),  # empty file
+    ("cat/1.jpg,cat", ManifestLayout("csv", 0, 1)),  # no header: data from the first line
+    ("path,label", ManifestLayout("csv", 0, 1, header=True)),
+    ("filename,class", ManifestLayout("csv", 0, 1, header=True)),
+    ("\ufeffFile_Path , Category", ManifestLayout("csv", 0, 1, header=True)),  # BOM, case, blanks
+    ("label,path", ManifestLayout("csv", 1, 0, header=True)),
+    ("id,image,width,class_name", ManifestLayout("csv", 1, 3, header=True)),
+])
+def test_csv_layout_recognises_headers(first_line, expected):
+    assert csv_layout(first_line, None, EXTENSIONS) == expected
+
+
+@pytest.mark.parametrize("first_line", ["foo,bar", "path,name", "a.txt,cat", "x"])
+def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(first_line):
+    with pytest.raises(ManifestError) as info:
+        csv_layout(first_line, None, EXTENSIONS)
+    message = str(info.value)
+    assert "not recognised" in message and "--manifest_columns" in message
+    assert all(name in message for name in (*PATH_COLUMNS, *LABEL_COLUMNS))
+
+
+def test_manifest_columns_pick_named_columns():
+    assert csv_layout("a,Pic,b,Kind", ("pic", "kind"), EXTENSIONS) == ManifestLayout("csv", 1, 3, header=True)
+    with pytest.raises(ManifestError, match="has no column kind"):
+        csv_layout("a,pic,b", ("pic", "kind"), EXTENSIONS)
+    assert jsonl_layout(("file", "y")) == ManifestLayout("jsonl", "file", "y")
+
+
+@pytest.mark.parametrize("layout,line,expected", [
+    (CSV, "cat/1.jpg,cat", Candidate("/data/manifests/cat/1.jpg", "cat")),
+    (CSV, "../img/1.jpg, dog ", Candidate("/data/img/1.jpg", "dog")),  # normalized
+    (CSV, "/abs/1.jpg,cat", Candidate("/abs/1.jpg", "cat")),
+    (CSV, "gs://bucket/a/1.jpg,cat", Candidate("gs://bucket/a/1.jpg", "cat")),
+    (CSV, '"my dir/a,b.jpg",cat', Candidate("/data/manifests/my dir/a,b.jpg", "cat")),
+    (CSV, '"q.jpg","lab,el"', Candidate("/data/manifests/q.jpg", "lab,el")),
+    (ManifestLayout("csv", 2, 0, header=True), "dog,7,x.jpg,extra", Candidate("/data/manifests/x.jpg", "dog")),
+    (JSONL, '{"path": "cat/1.jpg", "label": "cat"}', Candidate("/data/manifests/cat/1.jpg", "cat")),
+    (JSONL, '{"path": "/abs/1.jpg", "label": 0}', Candidate("/abs/1.jpg", "0")),
+    (JSONL, '{"path": "gs://b/1.jpg", "label": 12, "x": 1}', Candidate("gs://b/1.jpg", "12")),
+    (JSONL, '{"path": "a,b.jpg", "label": "猫"}', Candidate("/data/manifests/a,b.jpg", "猫")),
+    (JSONL, '{"Filename": "a.jpg", "Class": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
+    (jsonl_layout(("file", "y")), '{"file": "a.jpg", "y": "cat", "label": "no"}',
+     Candidate("/data/manifests/a.jpg", "cat")),
+])
+def test_parse_manifest_line(layout, line, expected):
+    assert parse_manifest_line(line, layout, MANIFEST) == expected
+
+
+def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
+    assert parse_manifest_line("cat/1.jpg,cat", CSV, "gs://bucket/lists/train.csv") == Candidate(
+        "gs://bucket/lists/cat/1.jpg", "cat")
+
+
+@pytest.mark.parametrize("layout,line", [
+    (CSV, "only_a_path.jpg"),
+    (CSV, "a.jpg,cat,extra"),  # without a header, exactly two columns
+    (CSV, ",cat"),
+    (CSV, "a.jpg,  "),
+    (ManifestLayout("csv", 0, 3, header=True), "a.jpg,cat"),  # too few columns for the header
+    (JSONL, "not json"),
+    (JSONL, '["a.jpg", "cat"]'),
+    (JSONL, '{"path": "a.jpg"}'),
+    (JSONL, '{"label": "cat"}'),
+    (JSONL, '{"path": "", "label": "cat"}'),
+    (JSONL, '{"path": "a.jpg", "label": ""}'),
+])
+def test_bad_manifest_lines(layout, line):
+    with pytest.raises(BadManifestLine):
+        parse_manifest_line(line, layout, MANIFEST)
+
+
+def test_manifest_rows_number_lines_and_report_bad_ones():
+    lines = [b"path,label\n", b"cat/a.jpg,cat\n", b"\n", b"caf\xe9/b.jpg,cat\n",  # Latin-1, not UTF-8
+             b"\xef\xbb\xbfdog/c.jpg,dog\n", b"broken\n", b"dog/d.jpg,dog"]
+    rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=True), MANIFEST))
+    assert rows == [(f"/data/manifests/{p}", (label, n, f"/data/manifests/{p}"))
+                    for p, label, n in (("cat/a.jpg", "cat", 2), ("dog/c.jpg", "dog", 5), ("dog/d.jpg", "dog", 7))]
+    assert [(path, error) for path, error, _ in rejected] == [(MANIFEST, "BadManifestLine")] * 2
+    assert rejected[0][2].startswith("line 4 is not UTF-8") and "caf\\xe9" in rejected[0][2]
+    assert rejected[1][2].startswith("line 6: expected a path and a label")
+
+
+def test_manifest_rows_skip_only_the_first_nonblank_line_as_header():
+    lines = [b"\n", b"path,label\n", b"path,label\n"]
+    rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=True), MANIFEST))
+    assert rows == [("/data/manifests/path", ("label", 3, "/data/manifests/path"))] and rejected == []
+
+
+def test_manifest_rows_key_one_file_by_one_spelling(tmp_path):
+    """`imgs/a.jpg`, `./imgs/a.jpg`, the absolute path and a path through a symlinked folder are
+    one file: keyed alike, so repeats and conflicts are found; each line keeps its own path."""
+    write_image(tmp_path / "imgs" / "a.jpg")
+    (tmp_path / "link").symlink_to(tmp_path / "imgs")
+    manifest = str(tmp_path / "list.csv")
+    lines = [b"imgs/a.jpg,cat\n", b"./imgs/a.jpg,cat\n", f"{tmp_path}/imgs/a.jpg,cat\n".encode(),
+             b"link/a.jpg,dog\n"]
+    rows, _ = split_found(manifest_rows(lines, CSV, manifest))
+    assert {key for key, _ in rows} == {str(tmp_path / "imgs" / "a.jpg")}
+    assert [path for _, (_, _, path) in rows] == [f"{tmp_path}/imgs/a.jpg"] * 3 + [f"{tmp_path}/link/a.jpg"]
+
+
+def test_a_path_listed_twice_with_one_label_is_one_candidate():
+    listings = [("cat", 9, "/x/./a.jpg"), ("cat", 2, "/x/a.jpg"), ("cat", 5, "/y/a.jpg")]
+    found, rejected = split_found(resolve_listings("/x/a.jpg", listings))
+    assert found == [Candidate("/x/a.jpg", "cat")]  # the first listing's path
+    assert rejected == [("/y/a.jpg", "DuplicateListing", "listed again on line 5 (first on line 2)"),
+                        ("/x/./a.jpg", "DuplicateListing", "listed again on line 9 (first on line 2)")]
+
+
+def test_a_path_listed_with_two_labels_is_rejected_on_every_line():
+    found, rejected = split_found(resolve_listings("/x/a.jpg", [("dog", 7, "/x/a.jpg"), ("cat", 3, "/l/a.jpg")]))
+    assert found == []
+    message = "listed with different labels (line 3: 'cat', line 7: 'dog')"
+    assert rejected == [("/l/a.jpg", "ConflictingLabels", message), ("/x/a.jpg", "ConflictingLabels", message)]
+
+
+# ----------------------------------------------------------------------------- local class folders
+
+@pytest.fixture
+def tree(tmp_path) -> pathlib.Path:
+    """A class-folder tree with every kind of entry discovery must account for."""
+    root = tmp_path / "root"
+    write_image(root / "cat" / "a.jpg")
+    write_image(root / "cat" / "sub" / "deeper" / "b.png")  # nested: belongs to cat (as in Keras)
+    write_image(root / "cat" / "folder.jpg" / "c.jpg")  # a folder named like an image
+    write_text(root / "cat" / "notes.txt", "x")
+    write_text(root / "cat" / "._a.jpg", "AppleDouble")
+    write_text(root / "cat" / ".secret.jpg", "hidden")
+    write_image(root / "cat" / ".thumbs" / "t.jpg")  # hidden folder: not walked
+    (root / "cat" / "dangling.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    (root / "cat" / "loop").symlink_to(root / "cat")  # a folder that contains itself
+    write_image(tmp_path / "elsewhere" / "dog" / "d.jpg")
+    (root / "dog").symlink_to(tmp_path / "elsewhere" / "dog")  # symlinked class folder: followed
+    (root / "empty").mkdir()  # an empty class still gets an id
+    write_image(root / "top.jpg")  # outside any class folder
+    write_text(root / ".hidden" / "x.jpg", "x")
+    (root / "broken").symlink_to(tmp_path / "gone")
+    return root
+
+
+def test_list_local_root(tree):
+    classes, rejected = split_found(list_local_root(str(tree)))
+    assert classes == [ClassFolder("cat", f"{tree}/cat"), ClassFolder("dog", f"{tree}/dog"),
+                       ClassFolder("empty", f"{tree}/empty")]
+    assert rejected == [(f"{tree}/.hidden", "SkippedFile", "hidden folder, not a class"),
+                        (f"{tree}/broken", "UnreadableFile", f"{tree}/broken is a broken symlink"),
+                        (f"{tree}/top.jpg", "SkippedFile", "not inside a class folder")]
+
+
+def test_walk_class_folder_accounts_for_every_entry(tree):
+    cat = f"{tree}/cat"
+    found, rejected = split_found(walk_class_folder(cat, "cat", EXTENSIONS))
+    assert sorted(found, key=lambda c: c.path) == [Candidate(f"{cat}/a.jpg", "cat"),
+                                                   Candidate(f"{cat}/folder.jpg/c.jpg", "cat"),
+                                                   Candidate(f"{cat}/sub/deeper/b.png", "cat")]
+    reasons = {pathlib.Path(path).name: (error, message) for path, error, message in rejected}
+    assert reasons.keys() == {"._a.jpg", ".secret.jpg", ".thumbs", "dangling.jpg", "loop", "notes.txt"}
+    assert reasons["._a.jpg"] == ("SkippedFile", "macOS AppleDouble metadata file, not an image")
+    assert reasons[".secret.jpg"] == ("SkippedFile", "hidden file")
+    assert reasons[".thumbs"] == ("SkippedFile", "hidden folder, not walked")
+    assert reasons["dangling.jpg"][0] == "UnreadableFile" and "broken symlink" in reasons["dangling.jpg"][1]
+    assert reasons["loop"] == ("SkippedFile", "symlink loop: the folder contains itself")
+    assert reasons["notes.txt"][0] == "SkippedFile" and reasons["notes.txt"][1].startswith("extension not in")
+
+
+def test_walk_follows_a_symlinked_class_folder(tree):
+    found, rejected = split_found(walk_class_folder(f"{tree}/dog", "dog", EXTENSIONS))
+    assert found == [Candidate(f"{tree}/dog/d.jpg", "dog")] and rejected == []
+
+
+def test_walk_skips_the_excluded_output(tree):
+    output = tree / "cat" / "out"
+    write_image(output / "cat" / "contact_sheet.png")
+    found, _ = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS, excluded=(os.path.realpath(output),)))
+    assert not any("/out/" in c.path for c in found)
+    classes, _ = split_found(list_local_root(str(tree), excluded=(os.path.realpath(tree / "cat"),)))
+    assert [folder.label for folder in classes] == ["dog", "empty"]
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("gs://b/root/cat/1.jpg", Candidate("gs://b/root/cat/1.jpg", "cat")),
+    ("gs://b/root/cat/sub/2.png", Candidate("gs://b/root/cat/sub/2.png", "cat")),
+    ("gs://b/root/cat/", None),  # a folder placeholder object
+    ("gs://b/root/top.jpg", ("SkippedFile", "not inside a class folder")),
+    ("gs://b/root/cat/.cache/x.jpg", ("SkippedFile", "inside hidden folder .cache")),
+    ("gs://b/root/cat/._x.jpg", ("SkippedFile", "macOS AppleDouble metadata file, not an image")),
+    ("gs://b/root/cat/notes.txt", ("SkippedFile", "extension not in")),
+])
+def test_classify_remote(path, expected):
+    found = classify_remote("gs://b/root/", path, EXTENSIONS)
+    if expected is None or isinstance(expected, Candidate):
+        assert found == expected
+    else:
+        (_, error, message), = split_found([found])[1]
+        assert error == expected[0] and message.startswith(expected[1])

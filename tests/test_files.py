@@ -1,0 +1,98 @@
+"""transforms.files: reading inputs (regular files only, size-capped) and writing atomically."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+
+import pytest
+
+from transforms import files
+from transforms.rejections import EmptyFile, FileTooLarge, InputRejected, UnreadableFile
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]  # a FIFO that is opened would hang
+
+
+def test_read_input_reads_a_regular_file_whole(tmp_path):
+    path = tmp_path / "a.jpg"
+    path.write_bytes(b"\xff\xd8" + bytes(range(256)) * 10)
+    assert files.read_input(str(path), 10_000) == path.read_bytes()
+    assert files.read_input(f"file://{path}", 10_000) == path.read_bytes()
+    assert files.read_input(str(path), len(path.read_bytes())) == path.read_bytes()  # exactly the cap
+
+
+def test_a_file_over_the_cap_is_refused_from_its_size(tmp_path):
+    path = tmp_path / "big.jpg"
+    path.write_bytes(b"x" * 1001)
+    with pytest.raises(FileTooLarge, match="1001 bytes, more than max_file_bytes=1000"):
+        files.read_input(str(path), 1000)
+
+
+def test_a_symlink_to_dev_zero_is_refused_not_read(tmp_path):
+    link = tmp_path / "zero.jpg"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(UnreadableFile, match="a character device, not a regular file"):
+        files.read_input(str(link), 2**30)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "x.jpg"
+    os.mkfifo(fifo)
+    with pytest.raises(UnreadableFile, match="a FIFO, not a regular file"):
+        files.read_input(str(fifo), 2**20)
+
+
+@pytest.mark.parametrize("make,error,message", [
+    (lambda p: None, UnreadableFile, "No such file"),
+    (lambda p: p.mkdir(), UnreadableFile, "a folder, not a regular file"),
+    (lambda p: p.write_bytes(b""), EmptyFile, "is empty"),
+    (lambda p: p.symlink_to(p.parent / "gone.jpg"), UnreadableFile, "No such file"),
+])
+def test_unreadable_inputs_are_rejections(tmp_path, make, error, message):
+    path = tmp_path / "input.jpg"
+    make(path)
+    with pytest.raises(error, match=message) as info:
+        files.read_input(str(path), 2**20)
+    assert isinstance(info.value, InputRejected) and info.value.stage == "read"
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_a_file_without_read_permission(tmp_path):
+    path = tmp_path / "secret.jpg"
+    path.write_bytes(b"data")
+    path.chmod(0)
+    with pytest.raises(UnreadableFile, match="Permission denied"):
+        files.read_input(str(path), 100)
+
+
+@pytest.mark.parametrize("path,local", [
+    ("/data/x.jpg", "/data/x.jpg"), ("rel/x.jpg", "rel/x.jpg"), ("file:///data/x.jpg", "/data/x.jpg"),
+    ("gs://bucket/x.jpg", None), ("s3://b/x", None),
+])
+def test_local_path(path, local):
+    assert files.local_path(path) == local
+
+
+def test_write_atomically_creates_folders_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "a" / "b" / "data.json"
+    files.write_atomically(str(target), b"first")
+    files.write_atomically(str(target), b"second")
+    assert target.read_bytes() == b"second"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["data.json"]
+
+
+def test_create_rename_exists_and_gzip(tmp_path):
+    plain, packed = tmp_path / "sub" / "x.bin", tmp_path / "y.gz"
+    with files.create(str(plain)) as handle:
+        handle.write(b"hello")
+    with files.create(str(packed), gzip=True) as handle:
+        handle.write(b"hello" * 100)
+    assert files.exists(str(plain)) and not files.exists(str(tmp_path / "nothing"))
+    assert gzip.decompress(packed.read_bytes()) == b"hello" * 100
+    files.rename(str(plain), str(tmp_path / "moved.bin"))
+    assert files.read_bytes(str(tmp_path / "moved.bin")) == b"hello" and not plain.exists()
+
+
+def test_content_hash_is_sha256():
+    assert files.content_hash(b"abc") == hashlib.sha256(b"abc").hexdigest()

@@ -1,0 +1,294 @@
+"""transforms.parts without Beam: part digests, cutting shards into parts, converting a part
+(records, outcome, record index, resumption, reuse) and concatenating parts into a shard."""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import pathlib
+import socket
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.helpers import write_photo
+from transforms import tfrecord
+from transforms.dataset_format import IndexEntry, RecordLocation
+from transforms.example import RecordFields
+from transforms.parts import (
+    PartOutcome,
+    PartResult,
+    ShardPlan,
+    WriterSettings,
+    concat_shard,
+    convert_image,
+    convert_part,
+    cut_into_parts,
+    part_digest,
+    record_digest,
+    shard_keys,
+    shard_order,
+)
+from transforms.process import image_to_record
+from transforms.read import describe_source
+from transforms.refs import Candidate, PlannedImage, SourceImage
+from transforms.reuse import attach, read_index
+from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
+from transforms.split import order_in_shard
+
+pytestmark = pytest.mark.unit
+
+SPEC = ImageSpec(height=8, width=12, normalize="unit")
+KEYS = FeatureKeys()
+VERSIONS = {"imgrec": "0.1.0", "opencv": "5", "numpy": "2"}
+SHARD = ("train", 0, 1)
+
+
+def settings_for(tmp_path: pathlib.Path, name: str = "run", part_images: int = 3, compression: str = "none",
+                 parts: str = "parts") -> WriterSettings:
+    return WriterSettings(image=SPEC, keys=KEYS, output=OutputSpec(str(tmp_path / "out"), compression=compression),
+                          max_file_bytes=2**20, run_dir=str(tmp_path / name), parts_dir=str(tmp_path / parts),
+                          record_digest=record_digest(SPEC, KEYS, VERSIONS), part_images=part_images)
+
+
+def planned(path: pathlib.Path, label_id: int = 0, split: str = "train") -> PlannedImage:
+    source = describe_source(Candidate(str(path), path.parent.name), path.read_bytes(), SPEC)
+    return PlannedImage(source, label_id, split)
+
+
+@pytest.fixture
+def images(tmp_path) -> list[PlannedImage]:
+    paths = []
+    for i in range(8):
+        path = tmp_path / "in" / ("cat" if i % 2 else "dog") / f"{i}{'.png' if i % 3 == 0 else '.jpg'}"
+        write_photo(path, seed=i, size=(10 + i, 14))
+        paths.append(path)
+    return [planned(p, label_id=int(p.parent.name == "cat")) for p in paths]
+
+
+def read_records(path: pathlib.Path) -> list[bytes]:
+    return [bytes(r.numpy()) for r in tf.data.TFRecordDataset(str(path))]
+
+
+# ----------------------------------------------------------------------------- digests and plans
+
+def source(path: str = "/in/cat/1.jpg", **changes) -> PlannedImage:
+    values = dict(path=path, label="cat", content_hash="ab" * 32, format="jpeg", width=10, height=10)
+    label_id = changes.pop("label_id", 0)
+    return PlannedImage(SourceImage(**{**values, **changes}), label_id, "train")
+
+
+def test_part_digest_changes_with_every_field_that_decides_the_records():
+    base = [source(), source("/in/cat/2.jpg")]
+    digest = part_digest(base, "settings")
+    assert part_digest([source(), source("/in/cat/2.jpg")], "settings") == digest  # equal values, equal digest
+    changed = [
+        part_digest(base, "other settings"),
+        part_digest(base[::-1], "settings"),  # the order of records in the part
+        part_digest(base[:1], "settings"),
+        part_digest([source("/in/cat/1b.jpg"), base[1]], "settings"),
+        part_digest([source(content_hash="cd" * 32), base[1]], "settings"),
+        part_digest([source(label_id=1), base[1]], "settings"),
+        part_digest([source(label="kitten"), base[1]], "settings"),
+    ]
+    assert digest not in changed and len(set(changed)) == len(changed)
+    # Not part of the records: the header's format and size, the split.
+    assert part_digest([source(format="png", width=3, height=4), base[1]], "settings") == digest
+    assert part_digest([dataclasses.replace(base[0], split="val"), base[1]], "settings") == digest
+
+
+def test_record_digest_changes_with_image_settings_keys_and_versions():
+    digest = record_digest(SPEC, KEYS, VERSIONS)
+    assert record_digest(ImageSpec(height=8, width=12, normalize="unit"), FeatureKeys(), dict(VERSIONS)) == digest
+    others = {record_digest(dataclasses.replace(SPEC, interpolation="area"), KEYS, VERSIONS),
+              record_digest(SPEC, FeatureKeys(label_text=""), VERSIONS),
+              record_digest(SPEC, KEYS, {**VERSIONS, "opencv": "6"})}
+    assert digest not in others and len(others) == 3
+
+
+def test_cut_into_parts(tmp_path):
+    settings = settings_for(tmp_path, part_images=64)
+    images = [source(f"/in/{i:03d}.jpg") for i in range(130)]
+    parts = cut_into_parts(SHARD, images, settings)
+    assert [len(p.images) for p in parts] == [64, 64, 2] and [p.index for p in parts] == [0, 1, 2]
+    assert [im for p in parts for im in p.images] == images  # consecutive, in shard order
+    assert all(p.shard == SHARD and p.digest == part_digest(p.images, settings.record_digest) for p in parts)
+    assert cut_into_parts(SHARD, [], settings) == []
+
+
+def test_shard_order_is_a_seeded_shuffle_independent_of_arrival():
+    images = [source(f"/in/{i:03d}.jpg") for i in range(40)]
+    ordered = shard_order(images, seed=3)
+    assert [im.source.path for im in ordered] == sorted((im.source.path for im in images),
+                                                        key=lambda p: order_in_shard(p, 3))
+    assert shard_order(images[::-1], seed=3) == ordered
+    assert shard_order(images, seed=4) != ordered
+
+
+def test_shard_keys_cover_every_shard_of_every_split():
+    image = ImageSpec()
+    assert shard_keys({"val": 5, "train": 100}, image, OutputSpec("o", num_shards=2)) == [
+        ("train", 0, 2), ("train", 1, 2), ("val", 0, 2), ("val", 1, 2)]
+    # num_shards 0: from the size; 1000 float32 224x224 records are 575 MiB → 3 shards of 256 MiB
+    assert shard_keys({"train": 1000}, image, OutputSpec("o")) == [("train", i, 3) for i in range(3)]
+    assert shard_keys({}, image, OutputSpec("o", num_shards=2)) == []
+
+
+# ----------------------------------------------------------------------------- converting a part
+
+def test_convert_part_writes_records_and_their_index(tmp_path, images):
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    outcome = convert_part(task, settings)
+    records = read_records(tmp_path / "parts" / f"{task.digest}.records")
+    assert outcome.records == len(records) == 8 and outcome.rejections == () and outcome.reused == 0
+    assert outcome.num_bytes == sum(map(len, records))
+    assert dict(outcome.label_counts) == {"cat": 4, "dog": 4}
+    assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == [f"{task.digest}.json", f"{task.digest}.records"]
+    assert PartOutcome.from_json((tmp_path / "parts" / f"{task.digest}.json").read_text()) == outcome
+    data = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    offset = 0
+    for entry, record, image in zip(outcome.index, records, task.images):
+        assert (entry.offset, entry.length, entry.sha256) == (offset, len(record) + 16, image.source.content_hash)
+        assert tfrecord.parse_framed(data[entry.offset:entry.offset + entry.length]) == record
+        fields = RecordFields(image.label_id, image.source.label, image.source.path, image.source.content_hash)
+        expected = image_to_record(pathlib.Path(image.source.path).read_bytes(), fields, SPEC, KEYS)
+        assert record == expected.data
+        pixels = record[entry.image_offset:entry.image_offset + entry.image_length]
+        assert pixels == tf.train.Example.FromString(record).features.feature["image"].bytes_list.value[0]
+        offset += entry.length
+
+
+def test_bad_images_in_a_part_become_rejections_with_their_split(tmp_path, images):
+    corrupt = tmp_path / "in" / "cat" / "corrupt.jpg"
+    corrupt.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:200])
+    changed = images[3]
+    pathlib.Path(changed.source.path).write_bytes(pathlib.Path(images[5].source.path).read_bytes())
+    gone = images[4]
+    pathlib.Path(gone.source.path).unlink()
+    task_images = [images[0], planned(corrupt, 1, "val"), changed, gone, images[6]]
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(("val", 0, 1), task_images, settings)
+    outcome = convert_part(task, settings)
+    assert outcome.records == 2 == len(outcome.index)
+    assert [(pathlib.Path(r.path).name, r.stage, r.error, r.split) for r in outcome.rejections] == [
+        ("corrupt.jpg", "decode", "CorruptImage", "val"),
+        (pathlib.Path(changed.source.path).name, "read", "FileChanged", "val"),
+        (pathlib.Path(gone.source.path).name, "read", "UnreadableFile", "val")]
+    assert [e.sha256 for e in outcome.index] == [images[0].source.content_hash, images[6].source.content_hash]
+
+
+def test_a_finished_part_is_taken_as_it_is(tmp_path, images):
+    """A restarted run finds finished parts by digest and does not read the images again."""
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    first = convert_part(task, settings)
+    records = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    for image in images:
+        pathlib.Path(image.source.path).unlink()
+    again = convert_part(task, settings)
+    assert again.resumed and not first.resumed
+    assert dataclasses.replace(again, resumed=False) == first
+    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == records
+
+
+def test_a_part_without_its_outcome_is_converted_again(tmp_path, images):
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    first = convert_part(task, settings)
+    (tmp_path / "parts" / f"{task.digest}.json").unlink()  # killed after the records, before the outcome
+    (tmp_path / "parts" / f"{task.digest}.records").write_bytes(b"half written")
+    again = convert_part(task, settings)
+    assert again == first and not again.resumed
+
+
+# ----------------------------------------------------------------------------- concatenating a shard
+
+def part_result(task, outcome: PartOutcome) -> PartResult:
+    """What the writer passes on for a converted part: the task's place, the outcome's counts."""
+    values = {**{f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome)},
+              "shard": task.shard, "index": task.index, "images": len(task.images)}
+    return PartResult(**{f.name: values[f.name] for f in dataclasses.fields(PartResult)})
+
+
+def convert_all(images, settings) -> list[PartResult]:
+    return [part_result(task, convert_part(task, settings)) for task in cut_into_parts(SHARD, images, settings)]
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_concatenated_parts_equal_writing_the_shard_in_one_pass(tmp_path, images, compression):
+    in_parts = settings_for(tmp_path, "parts_run", part_images=3, compression=compression, parts="p3")
+    results = convert_all(images, in_parts)
+    assert [r.images for r in results] == [3, 3, 2]
+    shard = concat_shard(ShardPlan(SHARD, 3), results[::-1], in_parts)  # parts arrive in any order
+    name = "train-00000-of-00001.tfrecord" + (".gz" if compression == "gzip" else "")
+    assert (shard.file, shard.num_examples, shard.split, shard.index, shard.num_shards) == (name, 8, "train", 0, 1)
+    assert dict(shard.label_counts) == {"cat": 4, "dog": 4}
+    assert shard.converters == (f"{socket.gethostname()}:{os.getpid()}",)  # converted in this process
+
+    one_pass = settings_for(tmp_path, "one_pass_run", part_images=100, parts="p100")
+    (single,) = convert_all(images, one_pass)
+    expected = (tmp_path / "p100" / f"{single.digest}.records").read_bytes()
+    written = (tmp_path / "parts_run" / name).read_bytes()
+    assert (gzip.decompress(written) if compression == "gzip" else written) == expected
+    assert shard.num_bytes == single.num_bytes
+    index = (tmp_path / "parts_run" / "index" / f"{name}.idx").read_text()
+    outcome = PartOutcome.from_json((tmp_path / "p100" / f"{single.digest}.json").read_text())
+    assert index == "".join(entry.to_line() for entry in outcome.index)
+    assert sorted(p.name for p in (tmp_path / "parts_run").iterdir()) == ["index", name]  # no temporaries
+
+
+def test_a_missing_part_fails_the_shard(tmp_path, images):
+    settings = settings_for(tmp_path, part_images=3)
+    results = convert_all(images, settings)
+    with pytest.raises(RuntimeError, match=r"parts \[0, 2\] != 0..2"):
+        concat_shard(ShardPlan(SHARD, 3), [results[0], results[2]], settings)
+
+
+# ----------------------------------------------------------------------------- reuse
+
+def test_a_reused_record_equals_a_fresh_one_and_a_damaged_source_is_converted_again(tmp_path, images):
+    settings = settings_for(tmp_path, part_images=3)
+    concat_shard(ShardPlan(SHARD, 3), convert_all(images, settings), settings)
+    shard = str(tmp_path / "run" / "train-00000-of-00001.tfrecord")
+    locations = dict(read_index(shard, str(tmp_path / "run" / "index" / "train-00000-of-00001.tfrecord.idx")))
+    assert set(locations) == {im.source.content_hash for im in images}
+    image = images[2]
+    fresh, reused = convert_image(image, settings)
+    assert reused is False
+    with_reuse = dataclasses.replace(image, reuse=locations[image.source.content_hash])
+    assert convert_image(with_reuse, settings) == (fresh, True)
+    # Another label around the same pixels: the record is rebuilt, the pixel bytes copied.
+    record, was_reused = convert_image(dataclasses.replace(with_reuse, label_id=7), settings)
+    assert was_reused and tf.train.Example.FromString(record.data).features.feature["label"].int64_list.value == [7]
+    pixels = fresh.data[fresh.image_offset:fresh.image_offset + fresh.image_length]
+    assert record.data[record.image_offset:record.image_offset + record.image_length] == pixels
+
+    data = bytearray(pathlib.Path(shard).read_bytes())
+    entry = locations[image.source.content_hash].entry
+    data[entry.offset + entry.image_offset + 5] ^= 0xFF
+    pathlib.Path(shard).write_bytes(bytes(data))
+    assert convert_image(with_reuse, settings) == (fresh, False)  # CRC fails: converted from the file
+
+
+def test_attach_takes_the_first_record_of_a_content():
+    first = RecordLocation("/d/train-00000-of-00002.tfrecord", IndexEntry(100, 50, "h", 10, 20))
+    later = RecordLocation("/d/train-00001-of-00002.tfrecord", IndexEntry(0, 50, "h", 10, 20))
+    images = [source("/a.jpg"), source("/b.jpg")]
+    attached = list(attach(("h", {"images": images, "records": [later, first]})))
+    assert [im.reuse for im in attached] == [first, first] and [im.source for im in attached] == [
+        im.source for im in images]
+    assert [im.reuse for im in attach(("h", {"images": images, "records": []}))] == [None, None]
+
+
+def test_reuse_needs_no_pixels_of_a_changed_source(tmp_path, images):
+    """A reused image's file is not read at all, so its bytes cost nothing (the digest covers it)."""
+    settings = settings_for(tmp_path, part_images=3)
+    concat_shard(ShardPlan(SHARD, 3), convert_all(images, settings), settings)
+    shard = str(tmp_path / "run" / "train-00000-of-00001.tfrecord")
+    locations = dict(read_index(shard, str(tmp_path / "run" / "index" / "train-00000-of-00001.tfrecord.idx")))
+    image = images[0]
+    pathlib.Path(image.source.path).unlink()
+    record, reused = convert_image(dataclasses.replace(image, reuse=locations[image.source.content_hash]), settings)
+    assert reused and np.frombuffer(record.data[record.image_offset:][:record.image_length], "<f4").size == 8 * 12 * 3

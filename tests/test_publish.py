@@ -1,0 +1,272 @@
+"""The output folder without a pipeline: driver-side checks (pipeline.prepare), the output lock
+(pipeline.lock) and worker-side publishing (pipeline.publish) on real local folders."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+
+import pytest
+
+from pipeline.errors import OutputLocked, RunFailed, UsageError
+from pipeline.lock import LockOwner, OutputLock, check_publisher
+from pipeline.prepare import check_output, clear_dead_runs, inspect_output, latest_sibling, sibling_pattern
+from pipeline.publish import JOURNAL_FILE, publish
+from pipeline.reaper import process_start_time
+from transforms.dataset_format import (
+    LOCK_FILE,
+    DatasetMetadata,
+    DuplicateSummary,
+    InputAccounting,
+    SplitInfo,
+    parts_dir,
+    run_dir,
+    staging_dir,
+)
+from transforms.specs import OutputSpec
+
+pytestmark = pytest.mark.unit
+
+
+def dataset(run_id: str, num_shards: int) -> DatasetMetadata:
+    files = tuple(f"train-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards))
+    split = SplitInfo(num_shards, 10 * num_shards, files, (1,) * num_shards, {"cat": num_shards}, 0)
+    return DatasetMetadata(
+        splits={"train": split}, features={}, image={}, compression="none", label_map={"cat": 0},
+        inputs=InputAccounting(num_shards, num_shards, 0, 0, {}, {}), duplicates=DuplicateSummary(),
+        error_files=("errors-00000-of-00001.jsonl",), fingerprint=run_id, pixel_fingerprint="p", config={},
+        run={"run_id": run_id}, versions={})
+
+
+def stage(output: pathlib.Path, metadata: DatasetMetadata) -> str:
+    """Writes the files of `metadata` into its run's staging folder, each holding its own name + run."""
+    folder = pathlib.Path(run_dir(str(output), metadata.run["run_id"]))
+    for name in metadata.owned_files():
+        if name != "metadata.json":
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(f"{metadata.run['run_id']}:{name}")
+    return str(folder)
+
+
+def write(folder: pathlib.Path, names, text: str = "foreign") -> None:
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
+def publish_run(output: pathlib.Path, metadata: DatasetMetadata, previous_run_id=None, previous_files=()):
+    staged = stage(output, metadata)
+    with OutputLock(str(output), metadata.run["run_id"]):
+        publish(str(output), staged, metadata, previous_run_id, previous_files)
+
+
+def dead_pid() -> int:
+    pid = int(pathlib.Path("/proc/sys/kernel/pid_max").read_text()) - 1
+    while pid > 1:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pass
+        pid -= 1
+    raise AssertionError("no free pid")
+
+
+def files_under(folder: pathlib.Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+# ----------------------------------------------------------------------------- inspect_output / check_output
+
+def test_an_empty_or_missing_output_holds_nothing(tmp_path):
+    for folder in (tmp_path / "missing", tmp_path):
+        state = inspect_output(str(folder))
+        assert (state.previous, state.owned, state.foreign, state.previous_run_id) == (None, (), (), None)
+        check_output(str(folder), OutputSpec(str(folder)), state)
+
+
+def test_a_finished_dataset_is_owned_and_needs_overwrite(tmp_path):
+    first = dataset("r1", 2)
+    publish_run(tmp_path, first)
+    write(tmp_path, ["notes.txt"])
+    state = inspect_output(str(tmp_path))
+    assert state.previous_run_id == "r1" and state.previous == first.to_json()
+    assert set(state.owned) == set(first.owned_files()) - {"metadata.json"}
+    assert state.foreign == ("notes.txt",)
+    with pytest.raises(UsageError, match="already holds a finished dataset .*--overwrite.*--skip_unchanged"):
+        check_output(str(tmp_path), OutputSpec(str(tmp_path)), state)
+    check_output(str(tmp_path), OutputSpec(str(tmp_path), overwrite=True), state)
+    check_output(str(tmp_path), OutputSpec(str(tmp_path), skip_unchanged=True), state)
+
+
+def test_a_folder_that_is_not_a_dataset_needs_overwrite(tmp_path):
+    names = ["train-00000-of-00010.tfrecord", "dataset_info.json", "a", "b", "c", "d"]
+    write(tmp_path, names)
+    state = inspect_output(str(tmp_path))
+    assert state.previous is None and state.owned == () and set(state.foreign) == set(names)
+    with pytest.raises(UsageError, match=r"is not empty and not an imgrec dataset \(it holds .*, \.\.\.\)"):
+        check_output(str(tmp_path), OutputSpec(str(tmp_path)), state)
+    check_output(str(tmp_path), OutputSpec(str(tmp_path), overwrite=True), state)
+
+
+def test_imgrecs_own_hidden_entries_are_not_foreign(tmp_path):
+    write(tmp_path, [LOCK_FILE, ".imgrec-staging/parts/x.records", "metadata.json.tmp-123"])
+    assert inspect_output(str(tmp_path)).foreign == ()
+
+
+def test_an_interrupted_publish_makes_its_journal_files_imgrecs(tmp_path):
+    write(tmp_path, ["train-00000-of-00001.tfrecord", "old-00000-of-00001.tfrecord", "notes.txt"])
+    write(tmp_path, [f".imgrec-staging/{JOURNAL_FILE}"], json.dumps(
+        {"old": ["old-00000-of-00001.tfrecord"], "new": ["train-00000-of-00001.tfrecord"]}))
+    state = inspect_output(str(tmp_path))
+    assert state.owned == ("old-00000-of-00001.tfrecord", "train-00000-of-00001.tfrecord")
+    assert state.foreign == ("notes.txt",)
+
+
+def test_an_unreadable_metadata_json_is_a_usage_error(tmp_path):
+    (tmp_path / "metadata.json").write_text("{broken")
+    with pytest.raises(UsageError, match="is not valid JSON .*fix or remove it"):
+        inspect_output(str(tmp_path))
+
+
+def test_clear_dead_runs_keeps_finished_parts(tmp_path):
+    write(tmp_path, [".imgrec-staging/run-dead/train-00000-of-00001.tfrecord", ".imgrec-staging/run-dead2/x",
+                     ".imgrec-staging/parts/abc.records", ".imgrec-staging/parts/abc.json",
+                     f".imgrec-staging/{JOURNAL_FILE}"])
+    clear_dead_runs(str(tmp_path))
+    assert files_under(tmp_path) == {".imgrec-staging/parts/abc.records", ".imgrec-staging/parts/abc.json",
+                                     f".imgrec-staging/{JOURNAL_FILE}"}
+    clear_dead_runs(str(tmp_path / "never-written"))  # nothing to clear
+
+
+def test_latest_sibling_of_a_dated_output(tmp_path):
+    template = str(tmp_path / "{date}")
+    assert sibling_pattern(str(tmp_path / "fixed")) is None
+    for name, finished in (("2026-12-01", True), ("2026-12-03", False), ("2026-11-30", True), ("notes", True)):
+        write(tmp_path / name, ["metadata.json"] if finished else ["x"])
+    assert latest_sibling(template, str(tmp_path / "2026-12-02")) == str(tmp_path / "2026-12-01")
+    assert latest_sibling(template, str(tmp_path / "2026-12-01")) == str(tmp_path / "2026-11-30")
+    with pytest.raises(UsageError, match=r"'latest' needs an output template with \{date\}"):
+        latest_sibling(str(tmp_path / "fixed"), str(tmp_path / "fixed"))
+
+
+# ----------------------------------------------------------------------------- publish
+
+def test_publish_into_a_new_output(tmp_path):
+    metadata = dataset("r1", 2)
+    publish_run(tmp_path, metadata)
+    assert files_under(tmp_path) == set(metadata.owned_files())
+    for name in metadata.owned_files():
+        if name != "metadata.json":
+            assert (tmp_path / name).read_text() == f"r1:{name}"
+    assert DatasetMetadata.loads((tmp_path / "metadata.json").read_text()) == metadata
+    assert not pathlib.Path(staging_dir(str(tmp_path))).exists()
+
+
+def test_republishing_replaces_only_imgrecs_own_files(tmp_path):
+    first = dataset("r1", 3)
+    publish_run(tmp_path, first)
+    foreign = ["notes.txt", "train-00000-of-00010.tfrecord", "dataset_info.json", "features.json",
+               "index/mine.idx", "train-1-of-2.tfrecord"]
+    write(tmp_path, foreign)
+    write(tmp_path, [".imgrec-staging/parts/kept.records"])  # a finished part from a dead run
+    state = inspect_output(str(tmp_path))
+    second = dataset("r2", 1)
+    publish_run(tmp_path, second, state.previous_run_id, state.owned)
+    assert files_under(tmp_path) == set(second.owned_files()) | set(foreign)
+    assert all((tmp_path / name).read_text() == "foreign" for name in foreign)
+    assert (tmp_path / "train-00000-of-00001.tfrecord").read_text() == "r2:train-00000-of-00001.tfrecord"
+    assert DatasetMetadata.loads((tmp_path / "metadata.json").read_text()).run["run_id"] == "r2"
+
+
+def test_publish_refuses_when_the_dataset_changed_meanwhile(tmp_path):
+    publish_run(tmp_path, dataset("r1", 1))
+    before = {name: (tmp_path / name).read_bytes() for name in files_under(tmp_path)}
+    late = dataset("r3", 2)
+    with pytest.raises(RunFailed, match="changed while this run converted .*run r1.*nothing was published"):
+        publish_run(tmp_path, late, previous_run_id=None)  # it saw an empty output
+    assert {name: (tmp_path / name).read_bytes() for name in files_under(tmp_path)
+            if not name.startswith(".imgrec-staging")} == before
+
+
+def test_publish_needs_the_lock(tmp_path):
+    metadata = dataset("r1", 1)
+    staged = stage(tmp_path, metadata)
+    with pytest.raises(RunFailed, match=r"no longer belongs to this run \(now: nobody\)"):
+        publish(str(tmp_path), staged, metadata, None, ())
+    with OutputLock(str(tmp_path), "someone-else"):
+        with pytest.raises(RunFailed, match="no longer belongs to this run .*run someone-else"):
+            publish(str(tmp_path), staged, metadata, None, ())
+    assert not (tmp_path / "metadata.json").exists()
+
+
+def test_nothing_is_published_once_the_driver_is_gone(tmp_path):
+    owner = LockOwner("r1", socket.gethostname(), dead_pid(), "2026-12-02T00:00:00+00:00",
+                      "2026-12-02T00:00:00+00:00")
+    (tmp_path / LOCK_FILE).write_text(owner.to_json())
+    with pytest.raises(RunFailed, match=f"the driver of run r1 \\(pid {owner.pid}\\) is gone"):
+        check_publisher(str(tmp_path), "r1")
+    # The driver's pid taken by a later process (another start time) is not the driver.
+    started = process_start_time(os.getpid())
+    reused = LockOwner("r1", socket.gethostname(), os.getpid(), owner.started, owner.heartbeat,
+                       process=f"{os.getpid()}:{int(started) - 1}")
+    (tmp_path / LOCK_FILE).write_text(reused.to_json())
+    with pytest.raises(RunFailed, match="is gone"):
+        check_publisher(str(tmp_path), "r1")
+    # A driver on another host (Dataflow's launcher) cannot be seen: the lock alone decides.
+    elsewhere = LockOwner("r1", "another-host", owner.pid, owner.started, owner.heartbeat)
+    (tmp_path / LOCK_FILE).write_text(elsewhere.to_json())
+    check_publisher(str(tmp_path), "r1")
+
+
+# ----------------------------------------------------------------------------- the lock
+
+def test_the_lock_records_its_owner_and_is_removed_on_release(tmp_path):
+    lock = OutputLock(str(tmp_path), "r1").acquire()
+    owner = LockOwner.from_json((tmp_path / LOCK_FILE).read_text())
+    assert (owner.run_id, owner.host, owner.pid) == ("r1", socket.gethostname(), os.getpid())
+    assert lock.holds()
+    lock.release()
+    assert not (tmp_path / LOCK_FILE).exists() and not lock.holds()
+
+
+def test_a_second_run_is_refused_while_the_first_holds_the_lock(tmp_path):
+    with OutputLock(str(tmp_path), "first"):
+        second = OutputLock(str(tmp_path), "second")
+        with pytest.raises(OutputLocked) as info:
+            second.acquire()
+        message = str(info.value)
+        assert info.value.exit_code == 3
+        assert "held by run first" in message and f"pid {os.getpid()}" in message
+        assert f"delete {tmp_path / LOCK_FILE}" in message
+        assert LockOwner.from_json((tmp_path / LOCK_FILE).read_text()).run_id == "first"  # untouched
+    with OutputLock(str(tmp_path), "second"):
+        assert LockOwner.from_json((tmp_path / LOCK_FILE).read_text()).run_id == "second"
+
+
+def test_a_lock_file_left_by_a_killed_run_does_not_block(tmp_path):
+    """On local folders the kernel drops a dead process's flock; the file alone blocks nothing."""
+    owner = LockOwner("killed", socket.gethostname(), dead_pid(), "2026-12-02T00:00:00+00:00",
+                      "2026-12-02T00:00:00+00:00")
+    (tmp_path / LOCK_FILE).write_text(owner.to_json())
+    with OutputLock(str(tmp_path), "next"):
+        assert LockOwner.from_json((tmp_path / LOCK_FILE).read_text()).run_id == "next"
+
+
+def test_lock_owner_staleness():
+    import datetime
+
+    owner = LockOwner("r", "h", 1, "2026-12-02T10:00:00+00:00", "2026-12-02T10:00:00+00:00")
+    at = datetime.datetime.fromisoformat("2026-12-02T10:09:59+00:00")
+    assert not owner.is_stale(at)
+    assert owner.is_stale(at + datetime.timedelta(seconds=2))
+    assert LockOwner.from_json(owner.to_json()) == owner
+    assert "run r (host h, pid 1" in owner.describe()
+
+
+def test_parts_and_runs_are_staged_inside_the_output(tmp_path):
+    assert parts_dir(str(tmp_path)).startswith(staging_dir(str(tmp_path)) + "/")
+    assert run_dir(str(tmp_path), "x").startswith(staging_dir(str(tmp_path)) + "/")
+    assert os.path.dirname(staging_dir(str(tmp_path))) == str(tmp_path)

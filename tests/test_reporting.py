@@ -1,0 +1,196 @@
+"""What the terminal shows: pipeline.tables, pipeline.summary and pipeline.progress."""
+from __future__ import annotations
+
+import io
+import pathlib
+import time
+
+import pytest
+
+from pipeline.progress import (
+    PROGRESS_DIR,
+    TOTAL_FILE,
+    ProgressReporter,
+    default_interval,
+    format_progress,
+    read_progress,
+)
+from pipeline.summary import format_header, format_summary
+from pipeline.tables import format_bytes, format_table
+from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAccounting, ReuseSummary, SplitInfo
+from transforms.specs import ConversionSpec, ImageSpec, InputSpec, OutputSpec
+
+pytestmark = pytest.mark.unit
+
+
+# ----------------------------------------------------------------------------- tables
+
+def test_format_table_aligns_columns():
+    table = format_table(["split", "examples", "bytes"], [["train", 24, "1.0 KiB"], ["validation", 3, "12 B"]],
+                         indent="  ")
+    assert table.splitlines() == [
+        "  split       examples    bytes",
+        "  ----------  --------  -------",
+        "  train             24  1.0 KiB",
+        "  validation         3     12 B",
+    ]
+
+
+def test_format_table_strips_trailing_blanks_and_handles_no_rows():
+    table = format_table(["a", "b"], [["x", ""]])
+    assert all(line == line.rstrip() for line in table.splitlines())
+    assert format_table(["name", "n"], []).splitlines() == ["name  n", "----  -"]
+
+
+@pytest.mark.parametrize("num_bytes,text", [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (5.5 * 2**20, "5.5 MiB"),
+    (3 * 2**30, "3.0 GiB"), (2**40, "1024.0 GiB"),
+])
+def test_format_bytes(num_bytes, text):
+    assert format_bytes(num_bytes) == text
+
+
+# ----------------------------------------------------------------------------- summary
+
+def summary_metadata(classes: list[str], rejected_by_error=None, duplicates=None, reuse=None) -> DatasetMetadata:
+    rejected_by_error = rejected_by_error or {}
+    rejected = sum(rejected_by_error.values())
+    n = 2 * len(classes)
+    split = SplitInfo(num_examples=n, num_bytes=2048, files=("train-00000-of-00001.tfrecord",), shard_lengths=(n,),
+                      label_counts={c: 2 for c in classes}, rejected=0)
+    return DatasetMetadata(
+        splits={"train": split}, features={}, image={}, compression="none",
+        label_map={c: i for i, c in enumerate(classes)},
+        inputs=InputAccounting(n + rejected, n, rejected, rejected, rejected_by_error, {}),
+        duplicates=duplicates or DuplicateSummary(), error_files=("errors-00000-of-00001.jsonl",), fingerprint="",
+        pixel_fingerprint="",
+        config={}, run={}, versions={}, reuse=reuse)
+
+
+def test_summary_has_a_column_per_class_when_there_are_few():
+    text = format_summary(summary_metadata(["cat", "dog"]), "out")
+    lines = text.splitlines()
+    assert lines[0].split() == ["split", "examples", "cat", "dog", "shards", "bytes", "rejected"]
+    assert lines[2].split() == ["train", "4", "2", "2", "1", "2.0", "KiB", "0"]
+    assert lines[3].split() == ["total", "4", "0"]
+    assert "inputs: 4 = 4 written + 0 rejected" in lines
+    assert lines[-1] == "output: out (metadata.json, 1 shards)"
+    assert not any(line.startswith(("dead letters", "duplicates", "reused", "time")) for line in lines)
+
+
+def test_summary_shows_the_class_spread_when_there_are_many():
+    text = format_summary(summary_metadata([f"n{i:08d}" for i in range(1000)]), "out")
+    header, _, train, *_ = text.splitlines()
+    assert header.split() == ["split", "examples", "classes", "min/class", "max/class", "shards", "bytes", "rejected"]
+    assert train.split()[:5] == ["train", "2000", "1000", "2", "2"]
+    assert max(len(line) for line in text.splitlines()) < 120
+
+
+def test_summary_reports_rejections_duplicates_reuse_and_time():
+    metadata = summary_metadata(["cat"], rejected_by_error={"SkippedFile": 2, "CorruptImage": 1},
+                                duplicates=DuplicateSummary(groups=2, extra_copies=3, dropped=True),
+                                reuse=ReuseSummary("/data/old", reused=1, converted=1))
+    lines = format_summary(metadata, "out", elapsed=2.5, engine="DirectRunner (FnApiRunner)").splitlines()
+    assert "inputs: 5 = 2 written + 3 rejected" in lines
+    assert lines[lines.index("inputs: 5 = 2 written + 3 rejected") + 1:][:2] == [
+        "  rejected CorruptImage: 1", "  rejected SkippedFile: 2"]
+    assert "duplicates: 2 groups, 3 extra copies (dropped)" in lines
+    assert "reused: 1 images from /data/old, converted 1" in lines
+    assert "dead letters: errors-00000-of-00001.jsonl" in lines
+    assert "time: 2.5 s, 2 images/s on DirectRunner (FnApiRunner)" in lines
+
+
+def test_header_names_input_output_and_pixels():
+    spec = ConversionSpec(InputSpec("data/sample"), OutputSpec("out/x"),
+                          ImageSpec(height=32, width=48, resize_mode="pad", normalize="none", encoding="jpeg"))
+    assert format_header(spec, "DirectRunner", "configs/local.yaml").splitlines() == [
+        "imgrec: data/sample -> out/x",
+        "  32x48 pad (cubic), jpeg uint8, runner DirectRunner, config configs/local.yaml"]
+    unit = ConversionSpec(InputSpec("i"), OutputSpec("o"))
+    assert format_header(unit, "PrismRunner", None).splitlines()[1] == (
+        "  224x224 stretch (cubic), raw float32 (unit), runner PrismRunner")
+
+
+# ----------------------------------------------------------------------------- progress
+
+@pytest.mark.parametrize("done,total,elapsed,rate,line", [
+    (0, None, 12.4, None, "reading and planning inputs (12 s)"),
+    (50, 200, 3, 10.0, "converted 50/200 images (25%), 10 images/s, ETA 15 s"),
+    (1234, 5678, 3, None, "converted 1,234/5,678 images (22%)"),
+    (0, 0, 3, None, "converted 0/0 images (100%)"),
+])
+def test_format_progress(done, total, elapsed, rate, line):
+    assert format_progress(done, total, elapsed, rate) == line
+
+
+def mark(run_dir: pathlib.Path, name: str, text: str = "") -> None:
+    folder = run_dir / PROGRESS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+
+
+def test_read_progress_sums_finished_parts(tmp_path):
+    assert read_progress(str(tmp_path)) == (None, 0)  # nothing planned yet
+    mark(tmp_path, f"{'a' * 64}-64")
+    assert read_progress(str(tmp_path)) == (None, 64)
+    mark(tmp_path, TOTAL_FILE, "130")
+    mark(tmp_path, f"{'b' * 64}-2")
+    mark(tmp_path, ".hidden-5")  # a filesystem's temporary, not a part
+    assert read_progress(str(tmp_path)) == (130, 66)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_reporter_rate_and_eta_come_from_counts_and_its_clock(tmp_path):
+    clock = FakeClock()
+    reporter = ProgressReporter(str(tmp_path), interval=1.0, stream=io.StringIO(), clock=clock)
+    clock.now = 104.0
+    assert reporter.poll_once() == "reading and planning inputs (4 s)"
+    mark(tmp_path, TOTAL_FILE, "200")
+    mark(tmp_path, "p1-20")
+    clock.now = 110.0
+    assert reporter.poll_once() == "converted 20/200 images (10%)"  # no rate from one observation
+    mark(tmp_path, "p2-40")
+    clock.now = 114.0
+    assert reporter.poll_once() == "converted 60/200 images (30%), 10 images/s, ETA 14 s"  # 40 images in 4 s
+
+
+def test_reporter_prints_changed_lines_only(tmp_path):
+    mark(tmp_path, TOTAL_FILE, "10")
+    stream = io.StringIO()
+    with ProgressReporter(str(tmp_path), interval=0.01, stream=stream).running():
+        for _ in range(1000):
+            if "converted 0/10" in stream.getvalue():
+                break
+            time.sleep(0.005)
+        time.sleep(0.2)  # about 20 more polls of unchanged progress
+        mark(tmp_path, "p1-4")
+        for _ in range(1000):
+            if "converted 4/10" in stream.getvalue():
+                break
+            time.sleep(0.005)
+    assert stream.getvalue().splitlines() == ["imgrec: converted 0/10 images (0%)",
+                                              "imgrec: converted 4/10 images (40%)"]
+
+
+def test_interval_zero_prints_nothing(tmp_path):
+    mark(tmp_path, TOTAL_FILE, "10")
+    stream = io.StringIO()
+    with ProgressReporter(str(tmp_path), interval=0, stream=stream).running():
+        pass
+    assert stream.getvalue() == ""
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_default_interval():
+    assert default_interval(Terminal()) == 5.0 and default_interval(io.StringIO()) == 30.0

@@ -1,0 +1,270 @@
+"""transforms.specs validation and pipeline.options: YAML + flags → one frozen ConversionSpec, and
+every usage problem (unknown flag or key, bad value) → a one-line UsageError naming the fix."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pipeline.errors import ImgrecError, OutputLocked, RunFailed, UsageError
+from pipeline.options import (
+    FLAGS,
+    SECTIONS,
+    ImgrecOptions,
+    beam_args_from_config,
+    build_spec,
+    config_path,
+    parse_arguments,
+    read_config,
+)
+from tests.helpers import REPO
+from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
+
+pytestmark = pytest.mark.unit
+
+IO = ("--input=i", "--output=o")
+
+
+def spec_from(config: dict, *flags: str) -> ConversionSpec:
+    return build_spec(config, ImgrecOptions(list(flags)))
+
+
+def write_config(tmp_path, text: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- specs
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: ImageSpec(resize_mode="squash"), "resize_mode must be one of stretch, center_crop, pad"),
+    (lambda: ImageSpec(interpolation="bilinear"), "interpolation must be one of"),
+    (lambda: ImageSpec(normalize="imagenet"), "normalize must be one of"),
+    (lambda: ImageSpec(encoding="gif"), "encoding must be one of raw, jpeg, png"),
+    (lambda: ImageSpec(alpha="keep"), "alpha must be one of composite, drop"),
+    (lambda: ImageSpec(decoder="pillow"), "decoder must be one of imgrec, imread"),
+    (lambda: ImageSpec(reduced_decode="on"), "reduced_decode must be one of auto, off"),
+    (lambda: ImageSpec(height=0), "height and width must be positive"),
+    (lambda: ImageSpec(min_side=0), "min_side at least 1"),
+    (lambda: ImageSpec(max_decoded_bytes=0), "max_decoded_bytes"),
+    (lambda: ImageSpec(encoding="jpeg"), "use normalize=none"),
+    (lambda: ImageSpec(normalize="mean_std", mean=(0.5,)), "three means"),
+    (lambda: ImageSpec(quality=0, encoding="jpeg", normalize="none"), "quality must be in 1..100"),
+    (lambda: FeatureKeys(image=""), "image and label are required"),
+    (lambda: FeatureKeys(label="image"), "must be distinct"),
+    (lambda: SplitSpec(ratios=(0.5, 0.5)), "one ratio per name"),
+    (lambda: SplitSpec(names=("a", "a"), ratios=(0.5, 0.5)), "distinct"),
+    (lambda: SplitSpec(ratios=(0.7, 0.2, 0.2)), "sum to 1"),
+    (lambda: SplitSpec(ratios=(1.2, -0.1, -0.1)), ">= 0"),
+    (lambda: SplitSpec(method="random"), "split method must be one of hash, stratified"),
+    (lambda: SplitSpec(key="name"), "split key must be one of content, path"),
+    (lambda: OutputSpec("o", compression="zip"), "compression must be one of none, gzip"),
+    (lambda: OutputSpec("o", num_shards=-1), "num_shards must be >= 0"),
+    (lambda: OutputSpec("o", max_error_fraction=1.5), r"max_error_fraction must be in \[0, 1\]"),
+    (lambda: InputSpec("i", kind="tsv"), "input kind must be one of folders, glob, csv, jsonl"),
+    (lambda: InputSpec("i", max_file_bytes=0), "max_file_bytes must be positive"),
+    (lambda: InputSpec("i", manifest_columns=("path",)), "two names"),
+])
+def test_invalid_specs(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+@pytest.mark.parametrize("path,kind", [
+    ("data/list.csv", "csv"), ("gs://b/LIST.CSV", "csv"), ("m.jsonl", "jsonl"), ("m.json", "jsonl"),
+    ("data/*/*.jpg", "glob"), ("img?.png", "glob"), ("data/[ab]", "glob"), ("data/sample", "folders"),
+    ("gs://bucket/images/", "folders"),
+])
+def test_input_kind_auto(path, kind):
+    assert InputSpec(path).resolved_kind() == kind
+    assert InputSpec(path, kind="folders").resolved_kind() == "folders"
+
+
+def test_pixel_settings_leave_out_the_acceptance_limits():
+    settings = ImageSpec().pixel_settings()
+    assert not {"min_side", "max_pixels", "max_decoded_bytes"} & set(settings)
+    assert {"height", "width", "resize_mode", "interpolation", "normalize", "encoding", "decoder"} <= set(settings)
+    assert ImageSpec(min_side=9, max_pixels=10**6).pixel_settings() == settings
+    assert ImageSpec(interpolation="area").pixel_settings() != settings
+
+
+# ----------------------------------------------------------------------------- flags and YAML
+
+def test_every_flag_sets_a_spec_field():
+    for flag in FLAGS:
+        fields = {f.name for f in dataclasses.fields(SECTIONS[flag.section])}
+        assert flag.field in fields, flag
+    assert len({flag.name for flag in FLAGS}) == len(FLAGS)
+
+
+def test_build_spec_merges_config_and_flags():
+    config = {"input": {"path": "from/yaml"}, "output": {"path": "out", "num_shards": 3},
+              "image": {"height": 32, "width": 16, "mean": [0.1, 0.2, 0.3]},
+              "splits": {"names": ["a", "b"], "ratios": [0.5, 0.5]}}
+    spec = spec_from(config, "--input=from/flag", "--height=8", "--class_names=cat, dog,",
+                     "--target_shard_mb=0.5", "--overwrite", "--manifest_columns=file,class")
+    assert spec.input.path == "from/flag" and spec.output.path == "out"
+    assert (spec.image.height, spec.image.width, spec.output.num_shards) == (8, 16, 3)
+    assert spec.input.class_names == ("cat", "dog")
+    assert spec.input.manifest_columns == ("file", "class")
+    assert spec.image.mean == (0.1, 0.2, 0.3)
+    assert spec.splits.names == ("a", "b") and spec.splits.ratios == (0.5, 0.5)
+    assert spec.output.target_shard_bytes == 2**19 and spec.output.overwrite is True
+    assert spec_from(config).output.overwrite is False  # an absent store_true flag does not override
+
+
+def test_split_flags_are_comma_separated_tuples():
+    spec = spec_from({}, *IO, "--split_names=tr,te", "--split_ratios=0.75,0.25")
+    assert spec.splits.names == ("tr", "te") and spec.splits.ratios == (0.75, 0.25)
+
+
+@pytest.mark.parametrize("section,field,value,expected", [
+    ("splits", "salt", 2024, "2024"),
+    ("input", "class_names", [0, 1], ("0", "1")),
+    ("input", "class_names", "cat, dog", ("cat", "dog")),
+    ("image", "mean", [1, 0, 0], (1.0, 0.0, 0.0)),
+    ("output", "max_error_fraction", 1, 1.0),
+    ("output", "compare_to", None, None),
+])
+def test_yaml_values_get_the_field_type(section, field, value, expected):
+    typed = getattr(getattr(spec_from({section: {field: value}}, *IO), section), field)
+    assert typed == expected and type(typed) is type(expected)
+    if isinstance(expected, tuple):
+        assert all(type(t) is type(e) for t, e in zip(typed, expected))
+
+
+@pytest.mark.parametrize("config,flags,message", [
+    ({}, ["--output=o"], "--input"),
+    ({"input": {"path": "i"}}, [], "--output"),
+    ({"image": {"colour": "red"}}, IO, "unknown image setting 'colour'"),
+    ({"image": {"hieght": 3}}, IO, "unknown image setting 'hieght'; did you mean height?"),
+    ({"output": {"num_shard": 3}}, IO, "did you mean num_shards?"),
+    ({}, [*IO, "--resize_mode=squash"], "resize_mode must be one of"),
+    ({"output": {"overwrite": "maybe"}}, IO, "output.overwrite must be true or false, got 'maybe'"),
+    ({"output": {"num_shards": "many"}}, IO, "output.num_shards must be int, got 'many'"),
+    ({"image": {"height": None}}, IO, "image.height must not be empty"),
+    ({"image": {"mean": 0.5}}, IO, "image.mean must be a list"),
+    ({}, [*IO, "--split_ratios=0.5,0.2,0.1"], "sum to 1"),
+])
+def test_build_spec_usage_errors(config, flags, message):
+    with pytest.raises(UsageError, match=message):
+        spec_from(config, *flags)
+
+
+def test_read_config(tmp_path):
+    assert read_config(write_config(tmp_path, "beam: {runner: DirectRunner}\nimage: {height: 3}\n")) == {
+        "beam": {"runner": "DirectRunner"}, "image": {"height": 3}}
+    assert read_config(write_config(tmp_path, "")) == {}
+    assert read_config(None) == {}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("input: {path: x}\nimages: {height: 3}\n", "unknown section 'images'; did you mean image?"),
+    ("image: [1, 2]\n", "section 'image' must be a mapping"),
+    ("[1, 2]\n", "must be a mapping of sections"),
+    ("image: {height: 3\n", "is not valid YAML"),
+])
+def test_read_config_refusals(tmp_path, text, message):
+    with pytest.raises(UsageError, match=message):
+        read_config(write_config(tmp_path, text))
+
+
+def test_a_missing_config_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="cannot read config .*nothing.yaml"):
+        read_config(str(tmp_path / "nothing.yaml"))
+
+
+@pytest.mark.parametrize("name", ["local", "seed", "imagenet"])
+def test_shipped_configs_by_name_and_path(name):
+    assert config_path(name) == str(REPO / "configs" / f"{name}.yaml")
+    assert read_config(name) == read_config(str(REPO / "configs" / f"{name}.yaml"))
+
+
+def test_repo_configs_build():
+    local = spec_from(read_config(str(REPO / "configs" / "local.yaml")), "--output=elsewhere")
+    assert local.output.path == "elsewhere" and local.splits.method == "stratified"
+    assert local.splits.names == ("train", "val", "test")
+    seed = spec_from(read_config("seed"))
+    assert (seed.image.decoder, seed.image.alpha, seed.image.normalize, seed.image.encoding) == (
+        "imread", "drop", "unit", "raw")
+    assert (seed.features.image, seed.features.label, seed.features.label_text) == ("train/image", "train/label", "")
+    imagenet = parse_arguments(["--config=imagenet", *IO])
+    assert imagenet.spec.image.encoding == "jpeg" and imagenet.spec.output.drop_duplicates is True
+    assert imagenet.config_file == "imagenet"
+
+
+def test_beam_args_from_config():
+    config = {"beam": {"runner": "DirectRunner", "direct_num_workers": 2, "save_main_session": True,
+                       "use_public_ips": False}}
+    assert beam_args_from_config(config) == ["--runner=DirectRunner", "--direct_num_workers=2",
+                                             "--save_main_session", "--no_use_public_ips"]
+    assert beam_args_from_config({}) == [] and beam_args_from_config({"beam": None}) == []
+
+
+def test_parse_arguments_passes_beam_flags_through(tmp_path):
+    config = write_config(tmp_path, "beam: {runner: DirectRunner, direct_num_workers: 3}\noutput: {num_shards: 2}\n")
+    parsed = parse_arguments([f"--config={config}", *IO, "--direct_num_workers=2", "--convert_processes=auto"])
+    options = parsed.options.get_all_options()
+    assert options["runner"] == "DirectRunner"
+    assert options["direct_num_workers"] == 2  # the command line overrides the config's beam: section
+    assert parsed.spec.output.num_shards == 2 and parsed.config_file == config
+
+
+@pytest.mark.parametrize("argv,message", [
+    ([*IO, "--num_shard=4"], "unknown option --num_shard on the command line; did you mean --num_shards?"),
+    ([*IO, "--max_eror_fraction=1"], "did you mean --max_error_fraction?"),
+    ([*IO, "--direct_runing_mode=in_memory"], "did you mean --direct_running_mode?"),
+    ([*IO, "-x"], "unknown option -x"),
+    ([*IO, "stray"], "unknown option stray"),
+    ([*IO, "--num_shards=abc"], "argument --num_shards: invalid int value: 'abc'"),
+    ([*IO, "--direct_num_workers=two"], "argument --direct_num_workers: invalid int value"),
+    ([*IO, "--overwrite=yes"], "argument --overwrite"),
+    ([*IO, "--compression=zip"], "compression must be one of none, gzip"),
+    ([*IO, "--max_error_fraction=2"], r"max_error_fraction must be in \[0, 1\]"),
+    ([*IO, "--input_kind=tsv"], "input kind must be one of"),
+])
+def test_parse_arguments_usage_errors(argv, message):
+    with pytest.raises(UsageError, match=message):
+        parse_arguments(argv)
+
+
+def test_a_typo_in_the_configs_beam_section_is_a_usage_error(tmp_path):
+    config = write_config(tmp_path, "beam: {direct_num_wokers: 2}\n")
+    with pytest.raises(UsageError, match=r"--direct_num_wokers on the config's beam: section .*"
+                                         r"did you mean --direct_num_workers\?"):
+        parse_arguments([f"--config={config}", *IO])
+
+
+# ----------------------------------------------------------------------------- the command line
+
+@pytest.mark.parametrize("argv,message", [
+    (["--output=o"], "--input (or input.path in the config) is required"),
+    ([*IO, "--num_shard=4"], "did you mean --num_shards?"),
+    ([*IO, "--resize_mode=squash"], "resize_mode must be one of"),
+    (["--input=/nonexistent/imgrec-input", "--output=o"], "no such folder"),
+    (["--input=/nonexistent/list.csv", "--output=o"], "no such manifest"),
+    ([*IO, "--runner=DaskRunner"], "--runner=DaskRunner is not supported"),
+])
+def test_usage_errors_exit_2_with_one_line(argv, message, capsys):
+    from pipeline.run import main
+
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("imgrec: error: ") and message in lines[0], captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_help_lists_every_flag_and_the_exit_codes(capsys):
+    from pipeline.run import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"--{flag.name}" in out for flag in FLAGS)
+    assert "--config" in out and "3 output locked" in " ".join(out.split())
+
+
+def test_exit_codes():
+    assert (UsageError.exit_code, RunFailed.exit_code, OutputLocked.exit_code, ImgrecError.exit_code) == (2, 1, 3, 1)
+    assert all(issubclass(cls, ImgrecError) for cls in (UsageError, RunFailed, OutputLocked))

@@ -1,0 +1,184 @@
+"""pipeline.verify (and its old name, pipeline.inspect): passes on datasets the real pipeline wrote;
+fails naming the file when a shard is damaged, missing or miscounted, or when the accounting in
+metadata.json was edited; refuses folders that are not readable datasets."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+
+from pipeline import verify
+from tests.helpers import REPO, written_datasets
+
+pytestmark = pytest.mark.e2e
+
+COMMON = ("--height=40", "--width=56", "--num_shards=2", "--split_method=stratified")
+LAYOUTS = {
+    "jpeg": ("--encoding=jpeg", "--normalize=none"),
+    "gzip_mean_std": ("--encoding=raw", "--normalize=mean_std", "--compression=gzip"),
+}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """name → output dir; tests that damage a dataset copy it first."""
+    get = written_datasets(tmp_path_factory, COMMON, LAYOUTS)
+    return lambda name: pathlib.Path(get(name)[0])
+
+
+def copy_of(written, name: str, tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict]:
+    copy = tmp_path / "dataset"
+    shutil.copytree(written(name), copy)
+    return copy, json.loads((copy / "metadata.json").read_text())
+
+
+def run_verify(*argv: str) -> tuple[int, str]:
+    stream = io.StringIO()
+    code = verify.main(list(argv), stream=stream)
+    return code, stream.getvalue()
+
+
+def failed_lines(report: str) -> list[str]:
+    return [line.strip() for line in report.splitlines() if line.strip().startswith("FAILED")]
+
+
+def largest_train_shard(output: pathlib.Path, metadata: dict) -> str:
+    return max(metadata["splits"]["train"]["files"], key=lambda name: (output / name).stat().st_size)
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_good_dataset_passes_and_draws(written, name, tmp_path):
+    code, report = run_verify(str(written(name)), "--samples", "5", "--out", str(tmp_path))
+    assert code == 0, report
+    assert not failed_lines(report) and "OK: all" in report
+    for split in ("train", "val", "test"):
+        assert f"split {split}:" in report
+    assert "inputs: 38 = written + rejected" in report and "format 2" in report
+    sheet = cv2.imread(str(tmp_path / verify.CONTACT_SHEET))
+    chart = cv2.imread(str(tmp_path / verify.CLASS_COUNTS))
+    assert sheet is not None and chart is not None
+    assert sheet.shape[1] >= 5 * 160 and sheet.shape[0] >= 3 * (160 + 22)  # 5 columns, 3 splits
+    assert sheet.std() > 20  # pictures, not a blank page
+    assert chart.shape[0] >= 100 and chart.shape[1] >= 3 * 220
+
+
+def test_mean_std_samples_are_shown_denormalized(written, tmp_path):
+    """The contact sheet of a mean_std dataset looks like the jpeg one, not like noise."""
+    run_verify(str(written("gzip_mean_std")), "--samples", "3", "--out", str(tmp_path / "raw"))
+    run_verify(str(written("jpeg")), "--samples", "3", "--out", str(tmp_path / "jpeg"))
+    raw = cv2.imread(str(tmp_path / "raw" / verify.CONTACT_SHEET)).astype(int)
+    jpeg = cv2.imread(str(tmp_path / "jpeg" / verify.CONTACT_SHEET)).astype(int)
+    assert raw.shape == jpeg.shape and np.abs(raw - jpeg).mean() < 8
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_a_flipped_byte_fails_naming_the_file(written, name, tmp_path):
+    output, metadata = copy_of(written, name, tmp_path)
+    shard = largest_train_shard(output, metadata)
+    data = bytearray((output / shard).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (output / shard).write_bytes(bytes(data))
+    code, report = run_verify(str(output), "--out", str(tmp_path / "pictures"))
+    assert code == 1, report
+    failed = [line for line in failed_lines(report) if shard in line]
+    assert failed, report
+    assert "DataLossError" in failed[0] or "InvalidArgumentError" in failed[0]
+    assert (tmp_path / "pictures" / verify.CLASS_COUNTS).exists()  # still drawn
+
+
+def test_a_deleted_shard_fails_naming_the_file(written, tmp_path):
+    output, metadata = copy_of(written, "jpeg", tmp_path)
+    shard = metadata["splits"]["val"]["files"][-1]
+    (output / shard).unlink()
+    code, report = run_verify(str(output))
+    assert code == 1
+    assert any(shard in line and "missing" in line for line in failed_lines(report)), report
+    assert (output / verify.CONTACT_SHEET).exists()  # --out defaults to the dataset folder
+
+
+def test_counts_that_disagree_with_metadata_fail(written, tmp_path):
+    output, metadata = copy_of(written, "jpeg", tmp_path)
+    train = metadata["splits"]["train"]
+    shard = train["files"][0]
+    train["shard_lengths"][0] += 1
+    train["num_examples"] += 1
+    first_class = sorted(train["label_counts"])[0]
+    train["label_counts"][first_class] += 1
+    (output / "metadata.json").write_text(json.dumps(metadata))
+    code, report = run_verify(str(output), "--samples", "0")
+    assert code == 1
+    failed = failed_lines(report)
+    assert any(shard in line and "metadata says" in line for line in failed), report
+    assert any("train: label counts" in line and first_class in line for line in failed), report
+    assert not (output / verify.CONTACT_SHEET).exists()  # --samples 0: no contact sheet
+
+
+@pytest.mark.parametrize("edit,check", [
+    (lambda m: m["inputs"].update(total=m["inputs"]["total"] + 1), "= written + rejected"),
+    (lambda m: m["inputs"].update(written=m["inputs"]["written"] - 1, rejected=m["inputs"]["rejected"] + 1),
+     "written = examples in the splits"),
+    (lambda m: m["inputs"]["rejected_by_error"].update(SkippedFile=3), "rejected_by_error"),
+    (lambda m: m["splits"]["val"].update(rejected=1), "val: 1 rejected = dead letters"),
+], ids=["total", "written", "by-error", "split-rejected"])
+def test_edited_accounting_fails(written, tmp_path, edit, check):
+    output, metadata = copy_of(written, "jpeg", tmp_path)
+    edit(metadata)
+    (output / "metadata.json").write_text(json.dumps(metadata))
+    code, report = run_verify(str(output), "--samples", "0")
+    assert code == 1, report
+    assert any(check in line for line in failed_lines(report)), report
+
+
+def test_a_deleted_dead_letter_file_fails(written, tmp_path):
+    output, metadata = copy_of(written, "jpeg", tmp_path)
+    (output / metadata["error_files"][0]).unlink()
+    code, report = run_verify(str(output), "--samples", "0")
+    assert code == 1
+    assert any("listed in metadata.json but missing" in line for line in failed_lines(report)), report
+
+
+def test_unlisted_shards_are_warned_about(written, tmp_path):
+    output, _ = copy_of(written, "jpeg", tmp_path)
+    (output / "train-00007-of-00009.tfrecord").write_bytes(b"")
+    code, report = run_verify(str(output), "--samples", "0")
+    assert code == 0 and "WARNING shard files not listed in metadata.json" in report
+    assert "train-00007-of-00009.tfrecord" in report
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "not a finished imgrec dataset"),
+    ("{broken", "not valid JSON"),
+    (json.dumps({"format_version": 1}), "format_version 1 is not supported"),
+])
+def test_a_folder_that_is_not_a_readable_dataset_is_refused(tmp_path, capsys, content, message):
+    if content is not None:
+        (tmp_path / "metadata.json").write_text(content)
+    code, report = run_verify(str(tmp_path))
+    assert code == 2 and message in report
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("imgrec: error: ") and message in err[0]
+
+
+def test_label_map_ids_must_be_distinct_but_not_contiguous():
+    assert verify.label_map_check({"3": 3, "7": 7}).ok  # integer labels from a manifest
+    assert not verify.label_map_check({"cat": 0, "dog": 0}).ok
+
+
+@pytest.mark.parametrize("command", [["-m", "pipeline.verify"], ["-m", "pipeline.inspect"],
+                                     ["-m", "pipeline.cli", "verify"]], ids=["verify", "inspect", "imgrec"])
+def test_command_line_entry_points(written, tmp_path, command):
+    output, _ = copy_of(written, "jpeg", tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, *command, str(output), "--samples", "2"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "OK: all" in done.stdout
+    assert (output / verify.CONTACT_SHEET).exists() and (output / verify.CLASS_COUNTS).exists()
