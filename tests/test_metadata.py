@@ -74,7 +74,7 @@ def test_build_metadata_counts():
     assert meta.duplicates == DUPLICATES and meta.error_files == ("errors-00000-of-00001.jsonl",)
     assert meta.features == feature_spec(SPEC.image, SPEC.features)
     assert meta.image == {"height": 224, "width": 224, "channels": 3, "dtype": "float32", "encoding": "raw"}
-    assert meta.config == SPEC.to_dict() and meta.versions == VERSIONS
+    assert meta.config == json.loads(json.dumps(SPEC.to_dict())) and meta.versions == VERSIONS
     assert meta.run == {"run_id": "x", "runner": "DirectRunner", "converter_processes": 3, "resumed_records": 1}
     assert meta.fingerprint == "f" * 64 and meta.pixel_fingerprint == pixel_fingerprint(SPEC, VERSIONS)
     assert meta.reuse is None and meta.format_version == 2
