@@ -59,3 +59,8 @@ def written_datasets(tmp_path_factory, common: Sequence[str],
             cache[name] = (str(output), run_pipeline(SAMPLE, output, *common, *layouts[name]))
         return cache[name]
     return get
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "unit: cheap pure-function tests (no pipeline, no subprocess)")
+    config.addinivalue_line("markers", "slow: runs real programs for a minute or more (deselect with -m 'not slow')")
