@@ -122,4 +122,5 @@ def summarize(runs: Sequence[Mapping]) -> dict:
     return {"images": images, "rounds": len(runs), "seconds": seconds, "median_seconds": median,
             "images_per_s": images / median, "cpu_seconds": cpu, "cpu_ms_per_image": 1e3 * cpu / images,
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
-            "output_mib": max(r["output_bytes"] for r in runs) / 2**20}
+            "output_mib": max(r["output_bytes"] for r in runs) / 2**20,
+            "background_max": max(r.get("background_cpu_share", 0.0) for r in runs)}

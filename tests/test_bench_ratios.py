@@ -101,7 +101,7 @@ def test_bench_smoke_run(tmp_path):
                PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "benchmarks.run", "--images", "400", "--rounds", "1",
-                           "--quiet_wait", "0", "--baseline_rev", "HEAD", "--out", str(out)],
+                           "--quiet_wait", "0", "--rerun_above", "1", "--baseline_rev", "HEAD", "--out", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
