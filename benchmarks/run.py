@@ -51,6 +51,7 @@ import os
 import pathlib
 import platform
 import shutil
+import signal
 import statistics
 import struct
 import subprocess
@@ -479,6 +480,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", default=str(RESULTS / "latest.json"))
     parser.add_argument("--list", action="store_true", help="print the contenders and their commands, then exit")
     args = parser.parse_args(argv)
+    # A killed harness still removes its baseline worktree and scratch outputs (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     known = catalogue(args.imgrec_flags.split())
     if args.list:
@@ -550,6 +553,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if baseline_dir is not None:
             remove_checkout(baseline_dir)
+        shutil.rmtree(SCRATCH, ignore_errors=True)
     results["harness_seconds"] = round(time.perf_counter() - started, 1)
     results["summary"] = {n: summarize(results["runs"][n]) for n in names}
     results["steady"] = steady_pairs(results["runs"])
