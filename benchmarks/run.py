@@ -4,6 +4,7 @@ revision of itself, interleaved on one machine (issue 10's targets).
     python -m benchmarks.run [--images 10000] [--rounds 2] [--photos 300] [--baseline_rev SHA]
                              [--contenders PATTERNS] [--skip PATTERNS] [--list]
                              [--out benchmarks/results/latest.json]
+    python -m benchmarks.run --merge A.json B.json --out C.json   # pool earlier runs' rounds
 
 Contenders (`--list` prints each one's command). Peers are written as a user would, with no
 imgrec imports; all write 224x224 RGB, bicubic stretch, tf.train.Example (image bytes + label):
@@ -453,6 +454,34 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
+def finish(results: dict, out: pathlib.Path) -> None:
+    results["summary"] = {n: summarize(runs) for n, runs in results["runs"].items() if runs}
+    results["steady"] = steady_pairs(results["runs"])
+    results["targets"] = evaluate(TARGETS, results["runs"])
+    text = report(results)
+    results["table"] = text
+    print("\n" + text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\nwrote {out}")
+
+
+def merge_results(paths: Sequence[str], out: str) -> int:
+    """Pools earlier runs: rounds are renumbered file after file, so pairs never cross files."""
+    merged: dict = {"merged_from": [], "runs": {}, "rounds": 0}
+    for path in paths:
+        data = json.loads(pathlib.Path(path).read_text())
+        offset = merged["rounds"]
+        merged["merged_from"].append({"path": str(path), "date": data.get("date"), "command": data.get("command"),
+                                      "head": data.get("head"), "baseline": data.get("baseline")})
+        for name, runs in data["runs"].items():
+            merged["runs"].setdefault(name, []).extend(dict(r, round=r["round"] + offset) for r in runs)
+        merged["rounds"] += data["rounds"]
+        merged.setdefault("machine", data.get("machine"))
+    finish(merged, pathlib.Path(out))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -479,7 +508,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max_reruns", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS / "latest.json"))
     parser.add_argument("--list", action="store_true", help="print the contenders and their commands, then exit")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="RESULTS_JSON",
+                        help="run nothing: pool the rounds of earlier result files (each file's rounds stay paired) "
+                             "and report them together")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge_results(args.merge, args.out)
     # A killed harness still removes its baseline worktree and scratch outputs (the finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -555,16 +589,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             remove_checkout(baseline_dir)
         shutil.rmtree(SCRATCH, ignore_errors=True)
     results["harness_seconds"] = round(time.perf_counter() - started, 1)
-    results["summary"] = {n: summarize(results["runs"][n]) for n in names}
-    results["steady"] = steady_pairs(results["runs"])
-    results["targets"] = evaluate(TARGETS, results["runs"])
-    text = report(results)
-    results["table"] = text
-    print("\n" + text)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nwrote {out} ({results['harness_seconds']:.0f} s of runs)")
+    finish(results, pathlib.Path(args.out))
+    print(f"({results['harness_seconds']:.0f} s of runs)")
     shutil.rmtree(SCRATCH, ignore_errors=True)
     return 0
 
