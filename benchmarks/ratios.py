@@ -64,13 +64,17 @@ def memory_growth(small_peak: float, big_peak: float) -> float:
     return big_peak / small_peak
 
 
-def per_round(target: Target, runs: Runs) -> list[float]:
-    """The target's value in every round where all the runs it needs are present."""
+def per_round(target: Target, runs: Runs, max_background: Optional[float] = None) -> list[float]:
+    """The target's value in every round where all the runs it needs are present (and, with
+    `max_background`, none of them saw more background load than that share of the CPUs)."""
     rounds = [by_round(runs.get(name, ())) for name in target.needs()]
     common = sorted(set.intersection(*(set(r) for r in rounds))) if rounds else []
     values = []
     for rnd in common:
         get = {name: by_round(runs[name])[rnd] for name in target.needs()}
+        if max_background is not None and any(r.get("background_cpu_share", 0.0) > max_background
+                                              for r in get.values()):
+            continue
         a = get[target.a]
         if target.kind == "speedup":
             values.append(speedup(get[target.b]["seconds"], a["seconds"]))
@@ -97,8 +101,13 @@ def verdict(value: float, limit: Optional[float], at_least: bool) -> str:
     return "met" if (value >= limit if at_least else value <= limit) else "NOT met"
 
 
-def evaluate(targets: Sequence[Target], runs: Runs) -> list[dict]:
-    """One row per target whose runs were measured: median over rounds, worst round, verdict."""
+QUIET = 0.25  # background share of the CPUs up to which a run counts as undisturbed
+
+
+def evaluate(targets: Sequence[Target], runs: Runs, quiet: float = QUIET) -> list[dict]:
+    """One row per target whose runs were measured: median over rounds, worst round, verdict;
+    and the median over the "quiet" rounds only, those where no run involved saw more than
+    `quiet` background load (None if there is no such round)."""
     rows = []
     for target in targets:
         values = per_round(target, runs)
@@ -106,8 +115,11 @@ def evaluate(targets: Sequence[Target], runs: Runs) -> list[dict]:
             continue
         median = statistics.median(values)
         worst = min(values) if target.at_least else max(values)
+        quiet_values = per_round(target, runs, quiet)
         rows.append({"label": target.label, "kind": target.kind, "value": median, "worst": worst,
                      "per_round": values, "rounds": len(values),
+                     "quiet_value": statistics.median(quiet_values) if quiet_values else None,
+                     "quiet_rounds": len(quiet_values),
                      "target": None if target.limit is None else f"{'>=' if target.at_least else '<='} {target.limit:g}",
                      "verdict": verdict(median, target.limit, target.at_least)})
     return rows

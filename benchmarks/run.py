@@ -28,8 +28,9 @@ imgrec imports; all write 224x224 RGB, bicubic stretch, tf.train.Example (image 
   baseline_*                          imgrec at --baseline_rev, checked out into a temporary git
                                       worktree, same commands
 
-Every round runs every selected contender once (round-robin, the starting contender rotating
-each round), each as a whole process tree from start-up to exit: wall seconds, CPU seconds of the
+Every round runs every selected contender once (round-robin, in a seeded random order per round,
+so no contender always follows the same neighbour; outputs are deleted and synced between runs,
+so a float32 run's writeback does not land in the next run), each as a whole process tree from start-up to exit: wall seconds, CPU seconds of the
 tree (rusage of the reaped tree, or the sum of its polled processes if larger), peak summed RSS
 of the tree (sampled every 0.1 s). Each run's output is checked (record count and record size for
 its layout) and then deleted. Ratios are computed per round from runs of that round and
@@ -51,6 +52,7 @@ import json
 import os
 import pathlib
 import platform
+import random
 import shutil
 import signal
 import statistics
@@ -66,7 +68,7 @@ import psutil
 
 from benchmarks.make_corpus import describe, make_corpus
 from benchmarks.make_photos import make_photos
-from benchmarks.ratios import Target, evaluate, steady_state, summarize
+from benchmarks.ratios import QUIET, Target, evaluate, steady_state, summarize
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -315,6 +317,7 @@ def run_contender(contender: Contender, round_index: int, corpus: pathlib.Path, 
     if not keep:
         remove(output)
     log_path.unlink(missing_ok=True)
+    os.sync()  # write back what is left of this output now, not during the next contender's run
     print(f"  r{round_index} {contender.name:24s} {seconds:7.2f} s  {images / seconds:6.0f} img/s  "
           f"cpu {usage['cpu_seconds']:6.1f} s  peak {usage['peak_rss'] / 2**20:5.0f} MiB  "
           f"bg {usage['background_cpu_share']:.0%}", flush=True)
@@ -441,16 +444,18 @@ def report(results: dict) -> str:
             f"{name} {v['images_per_s']:.0f} img/s + {v['fixed_cost_s']:.1f} s fixed"
             for name, v in results["steady"].items()))
     lines.append("")
-    rows = [("target", "median", "worst", "per round", "target", "verdict")]
+    rows = [("target", "median", "worst", "per round", "quiet (n)", "target", "verdict")]
     for t in results["targets"]:
+        quiet = f"{t['quiet_value']:.2f} ({t['quiet_rounds']})" if t.get("quiet_value") is not None else "- (0)"
         rows.append((t["label"], f"{t['value']:.2f}", f"{t['worst']:.2f}", " ".join(f"{v:.2f}" for v in t["per_round"]),
-                     t["target"] or "", t["verdict"]))
+                     quiet, t["target"] or "", t["verdict"]))
     lines += _table(rows)
     reader = results.get("reader")
     if reader:
         lines.append(f"\nreader (imgrec jpeg records, batch 64): {reader['images_per_s']:.0f} images/s after import")
     rounds = results["rounds"]
-    lines.append(f"\n{rounds} round(s), contenders interleaved; ratios are per round, median over rounds.")
+    lines.append(f"\n{rounds} round(s), contenders interleaved; ratios are per round, median over rounds; "
+                 f"'quiet': median over the rounds where every run involved saw <= {QUIET:.0%} background load.")
     return "\n".join(lines)
 
 
@@ -562,8 +567,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             results["baseline"] = {"rev": args.baseline_rev, "sha": baseline_sha}
             print(f"baseline: {args.baseline_rev} = {baseline_sha} in {baseline_dir}")
         for round_index in range(args.rounds):
-            shift = round_index % len(names)
-            order = names[shift:] + names[:shift]
+            order = list(names)
+            random.Random(round_index).shuffle(order)  # no contender always follows the same one
             print(f"round {round_index + 1}/{args.rounds}", flush=True)
             for name in order:
                 contender = known[name]

@@ -44,6 +44,10 @@ def test_ratios_pair_runs_of_the_same_round_and_take_the_median():
     assert per_round(target, runs) == [1.5, 2.0, 3.0]
     (row,) = evaluate([target], runs)
     assert row["value"] == 2.0 and row["worst"] == 1.5 and row["rounds"] == 3 and row["verdict"] == "met"
+    # the quiet median leaves out rounds where a run saw background load
+    runs["slow"][2]["background_cpu_share"] = 0.6
+    (row,) = evaluate([target], runs)
+    assert row["value"] == 2.0 and row["quiet_value"] == 1.75 and row["quiet_rounds"] == 2
     # a round where one side is missing is not paired
     runs["slow"] = runs["slow"][:1]
     assert per_round(target, runs) == [1.5]
