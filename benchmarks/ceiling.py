@@ -26,9 +26,9 @@ from pipeline.options import ImgrecOptions, build_spec, read_config
 from transforms.discover import label_from_parent
 from transforms.example import RecordFields
 from transforms.labels import build_label_map
+from transforms.files import content_hash, read_input
 from transforms.process import image_to_record
-from transforms.read import content_hash, read_file
-from transforms.write_shards import write_tfrecord
+from transforms.tfrecord import write_record
 
 
 def list_images(input_dir: str) -> list[tuple[str, str]]:
@@ -39,17 +39,17 @@ def list_images(input_dir: str) -> list[tuple[str, str]]:
 
 def convert_slice(args: tuple) -> dict:
     """One worker: files[index::count] → OUTPUT_DIR/part-<index>.tfrecord."""
-    files, label_ids, spec, keys, output_dir, index, count, cv2_threads = args
+    files, label_ids, spec, keys, max_file_bytes, output_dir, index, count, cv2_threads = args
     cv2.setNumThreads(cv2_threads)
     path = os.path.join(output_dir, f"part-{index:05d}-of-{count:05d}.tfrecord")
     start, cpu_start = time.perf_counter(), time.process_time()
     images = num_bytes = 0
     with open(path, "wb") as handle:
         for source, label in files[index::count]:
-            data = read_file(source)
+            data = read_input(source, max_file_bytes)
             fields = RecordFields(label_ids[label], label, source, content_hash(data))
-            record = image_to_record(data, fields, spec, keys)
-            write_tfrecord(handle, record)
+            record = image_to_record(data, fields, spec, keys).data
+            write_record(handle, record)
             images += 1
             num_bytes += len(record)
     return {"index": index, "images": images, "record_bytes": num_bytes,
@@ -66,7 +66,8 @@ def run_ceiling(input_dir: str, output_dir: str, config: str, processes: int,
     label_ids = build_label_map(label for _, label in files)
     os.makedirs(output_dir, exist_ok=True)
     start = time.perf_counter()
-    jobs = [(files, label_ids, spec.image, spec.features, output_dir, i, processes, cv2_threads)
+    jobs = [(files, label_ids, spec.image, spec.features, spec.input.max_file_bytes, output_dir, i, processes,
+             cv2_threads)
             for i in range(processes)]
     if processes == 1:
         parts = [convert_slice(jobs[0])]

@@ -242,7 +242,7 @@ def wait_for_quiet(max_wait: float, threshold: float = 0.25) -> float:
 def tfrecord_files(path: pathlib.Path) -> list[pathlib.Path]:
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob("*") if p.is_file() and ".tfrecord" in p.name)
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith((".tfrecord", ".tfrecord.gz")))
 
 
 def count_records(path: pathlib.Path) -> tuple[int, int]:

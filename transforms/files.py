@@ -117,9 +117,21 @@ def _read_local(path: str, max_bytes: int) -> bytes:
         raise FileTooLarge(f"{path} has {info.st_size} bytes, more than max_file_bytes={max_bytes}")
     try:
         with open(path, "rb") as handle:
-            return handle.read(max_bytes + 1)
+            # The stat'ed size, not max_bytes: read(n) allocates n bytes up front. One byte more
+            # shows a file that grew past the limit since.
+            return handle.read(info.st_size + 1)
     except OSError as exc:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _read_capped(path: str, max_bytes: int, chunk: int = 8 * 2**20) -> bytes:
+    """At most max_bytes + 1 bytes, in chunks, so a huge object is never buffered whole."""
+    pieces, size = [], 0
+    with open_read(path) as handle:
+        while size <= max_bytes and (piece := handle.read(chunk)):
+            pieces.append(piece)
+            size += len(piece)
+    return b"".join(pieces)
 
 
 def read_input(path: str, max_bytes: int) -> bytes:
@@ -129,8 +141,7 @@ def read_input(path: str, max_bytes: int) -> bytes:
         data = _read_local(local, max_bytes)
     else:
         try:
-            with open_read(path) as handle:
-                data = handle.read(max_bytes + 1)
+            data = _read_capped(path, max_bytes)
         except Exception as exc:  # each filesystem raises its own error types
             raise UnreadableFile(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
     if len(data) > max_bytes:
