@@ -120,7 +120,7 @@ def _count_rejection(rejection: Rejection) -> tuple[str, Rejection]:
 
 
 class GatherTotals(beam.PTransform):
-    """{"inputs": anything (counted), "rejected": Rejection, "shards": ShardResult,
+    """{"inputs": input counts, "rejected": Rejection, "shards": ShardResult,
     "planned_counts": {split: n}, "duplicates": DuplicateGroup, "label_map": {label: id},
     "fingerprint": str} → one Gathered."""
 
@@ -129,9 +129,8 @@ class GatherTotals(beam.PTransform):
                 "label_map": LABEL_MAP, "fingerprint": FINGERPRINT}
         tagged = [facts["rejected"] | "TagRejected" >> beam.Map(_count_rejection)]
         for name, kind in tags.items():
-            value = (lambda _: 1) if kind == INPUT else (lambda v: v)
             tagged.append(facts[name] | f"Tag{kind.title().replace('_', '')}" >> beam.Map(
-                lambda v, kind=kind, value=value: (kind, value(v))))
+                lambda v, kind=kind: (kind, v)))
         return tagged | "AllFacts" >> beam.Flatten() | "Combine" >> beam.CombineGlobally(TotalsFn())
 
 

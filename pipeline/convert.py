@@ -91,7 +91,8 @@ class ConvertToTFRecords(beam.PTransform):
         discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.excluded)
         read = (discovered["candidates"]
                 | "SpreadCandidates" >> beam.Reshuffle()
-                | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(spec.image, spec.input.max_file_bytes)).with_outputs(
+                | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(
+                    spec.image, spec.input.max_file_bytes, context.writer.local_processes)).with_outputs(
                     REJECTED, main="images"))
         label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
             spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))
@@ -105,7 +106,9 @@ class ConvertToTFRecords(beam.PTransform):
             to_write = to_write | "AttachReusableRecords" >> AttachReusableRecords(context.reuse)
         written = to_write | "WriteShards" >> WriteShards(context.writer)
         _ = (written["planned_counts"], written["parts"]) | "RecordProgress" >> RecordProgress(context.run_dir)
-        inputs = (discovered["candidates"], discovered[REJECTED]) | "AllInputs" >> beam.Flatten()
+        inputs = ((discovered["candidates"] | "BatchSizes" >> beam.Map(len),
+                   discovered[REJECTED] | "One" >> beam.Map(lambda _: 1))
+                  | "AllInputs" >> beam.Flatten())
         rejected = (early_rejections, plan[REJECTED], written[REJECTED]) | "AllRejections" >> beam.Flatten()
         return ({"inputs": inputs, "rejected": rejected, "shards": written["shards"],
                  "planned_counts": written["planned_counts"], "duplicates": plan[DUPLICATES],

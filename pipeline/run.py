@@ -32,6 +32,7 @@ from pipeline.progress import ProgressReporter, default_interval
 from pipeline.reaper import reaped
 from pipeline.summary import format_header, format_summary
 from transforms import files
+from transforms.concurrency import close_shared_pools
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
 from transforms.discover import ManifestError, manifest_layout
 from transforms.files import local_path
@@ -203,7 +204,10 @@ def convert(argv: Sequence[str]) -> Conversion:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
         reporter = ProgressReporter(this_run, interval)
         with reaped(), reporter.running():
-            result = _run_to_completion(pipeline, this_run)
+            try:
+                result = _run_to_completion(pipeline, this_run)
+            finally:
+                close_shared_pools()
         reporter.finish()
         elapsed = time.monotonic() - clock
         engine = engine_of(runner, result)

@@ -31,9 +31,9 @@ from transforms.parts import (
     shard_order,
 )
 from transforms.process import image_to_record
-from transforms.read import describe_source
 from transforms.refs import Candidate, PlannedImage, SourceImage
 from transforms.reuse import attach, read_index
+from transforms.source import describe_source
 from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
 from transforms.split import order_in_shard
 

@@ -23,10 +23,11 @@ from transforms.discover import LABELS, REJECTED, DiscoverImages, ManifestError
 from transforms.files import content_hash
 from transforms.fingerprint import InputFingerprint
 from transforms.parts import ShardResult, WriterSettings, record_digest, shard_order
-from transforms.read import ReadAndCheck, describe_source
+from transforms.read import ReadAndCheck
 from transforms.refs import Candidate, PlannedImage, SourceImage
 from transforms.rejections import Rejection
 from transforms.reuse import AttachReusableRecords, ReuseSource
+from transforms.source import describe_source
 from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
 from transforms.split import shard_for
 from transforms.write_shards import WriteShards

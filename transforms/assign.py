@@ -10,6 +10,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import apache_beam as beam
 
+from transforms.batches import GroupInBuckets, batched, flatten, split_by
 from transforms.discover import REJECTED
 from transforms.labels import build_label_map
 from transforms.refs import PlannedImage, SourceImage
@@ -43,7 +44,7 @@ class DuplicateGroup:
 
 
 class ComputeLabelMap(beam.PTransform):
-    """Label names → a single {label text: id} dict, to be used as a side input."""
+    """Tuples of label names → a single {label text: id} dict, to be used as a side input."""
 
     def __init__(self, class_names: Optional[Sequence[str]], integer_ids: bool):
         super().__init__()
@@ -56,13 +57,13 @@ class ComputeLabelMap(beam.PTransform):
 
 
 class DistinctFn(beam.CombineFn):
-    """Elements → the set of distinct ones (small sets only: label names)."""
+    """Tuples of elements → the set of distinct ones (small sets only: label names)."""
 
     def create_accumulator(self) -> set:
         return set()
 
-    def add_input(self, accumulator: set, element) -> set:
-        accumulator.add(element)
+    def add_input(self, accumulator: set, elements) -> set:
+        accumulator.update(elements)
         return accumulator
 
     def merge_accumulators(self, accumulators) -> set:
@@ -72,13 +73,18 @@ class DistinctFn(beam.CombineFn):
         return accumulator
 
 
-def attach_label_id(image: SourceImage,
-                    label_map: Mapping[str, int]) -> Iterator[Union[LabeledImage, beam.pvalue.TaggedOutput]]:
-    if image.label in label_map:
-        yield LabeledImage(image, label_map[image.label])
-    else:
-        reason = UnknownLabel(f"label {image.label!r} is not one of the {len(label_map)} configured classes")
-        yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(image.path, reason))
+def attach_label_ids(batch: Iterable[SourceImage], label_map: Mapping[str, int]) -> Iterator[Union[
+        tuple[LabeledImage, ...], beam.pvalue.TaggedOutput]]:
+    """A batch of images → the batch with label ids; unknown labels as rejections."""
+    labeled = []
+    for image in batch:
+        if image.label in label_map:
+            labeled.append(LabeledImage(image, label_map[image.label]))
+        else:
+            reason = UnknownLabel(f"label {image.label!r} is not one of the {len(label_map)} configured classes")
+            yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(image.path, reason))
+    if labeled:
+        yield tuple(labeled)
 
 
 def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str,
@@ -105,6 +111,20 @@ def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str,
             yield SplitUnit(member.source.path, member.source.label, (member,))
 
 
+def bucket_units(element: tuple[int, list[LabeledImage]], split_key: str,
+                 drop_duplicates: bool) -> Iterator[Union[tuple[SplitUnit, ...], beam.pvalue.TaggedOutput]]:
+    """One bucket's images → batches of split units: `group_copies` per content hash."""
+    _, images = element
+    units = []
+    for content_hash, copies in split_by(images, lambda m: m.source.content_hash).items():
+        for found in group_copies((content_hash, copies), split_key, drop_duplicates):
+            if isinstance(found, beam.pvalue.TaggedOutput):
+                yield found
+            else:
+                units.append(found)
+    yield from batched(units)
+
+
 def plan_unit(unit: SplitUnit, split: str) -> Iterator[PlannedImage]:
     for member in unit.members:
         yield PlannedImage(member.source, member.label_id, split)
@@ -117,8 +137,13 @@ def plan_label_stratified(units: Iterable[SplitUnit], spec: SplitSpec) -> Iterat
         yield from plan_unit(unit, assignment[unit.key])
 
 
+def plan_hash_splits(units: Iterable[SplitUnit], spec: SplitSpec) -> tuple[PlannedImage, ...]:
+    return tuple(image for unit in units for image in plan_unit(unit, assign_split(unit.key, spec)))
+
+
 class PlanSplits(beam.PTransform):
-    """SourceImage → {"planned": PlannedImage, "rejected": Rejection, "duplicates": DuplicateGroup}."""
+    """Batches of SourceImage → {"planned": batches of PlannedImage, "rejected": Rejection,
+    "duplicates": DuplicateGroup}."""
 
     def __init__(self, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool):
         super().__init__()
@@ -128,22 +153,20 @@ class PlanSplits(beam.PTransform):
 
     def expand(self, images: beam.PCollection) -> dict[str, beam.PCollection]:
         splits = self._splits
-        labeled = images | "AttachLabelId" >> beam.FlatMap(
-            attach_label_id, self._label_map).with_outputs(REJECTED, main="labeled")
+        labeled = images | "AttachLabelIds" >> beam.FlatMap(
+            attach_label_ids, self._label_map).with_outputs(REJECTED, main="labeled")
         units = (labeled.labeled
-                 | "KeyByContent" >> beam.Map(lambda m: (m.source.content_hash, m))
-                 | "GroupCopies" >> beam.GroupByKey()
+                 | "ByContent" >> GroupInBuckets(lambda m: m.source.content_hash)
                  | "ToSplitUnits" >> beam.FlatMap(
-                     group_copies, splits.key, self._drop_duplicates).with_outputs(
+                     bucket_units, splits.key, self._drop_duplicates).with_outputs(
                          REJECTED, DUPLICATES, main="units"))
         if splits.method == "hash":
-            planned = units.units | "HashSplit" >> beam.FlatMap(
-                lambda u: plan_unit(u, assign_split(u.key, splits)))
+            planned = units.units | "HashSplit" >> beam.Map(plan_hash_splits, splits)
         else:
             planned = (units.units
-                       | "KeyByLabel" >> beam.Map(lambda u: (u.label, u))
+                       | "ByLabel" >> beam.FlatMap(lambda batch: split_by(batch, lambda u: u.label).items())
                        | "GroupByLabel" >> beam.GroupByKey()
                        | "StratifiedSplit" >> beam.FlatMapTuple(
-                           lambda _, us: plan_label_stratified(us, splits)))
+                           lambda _, parts: batched(plan_label_stratified(flatten(parts), splits))))
         rejected = (labeled[REJECTED], units[REJECTED]) | "MergeRejected" >> beam.Flatten()
         return {"planned": planned, REJECTED: rejected, DUPLICATES: units[DUPLICATES]}

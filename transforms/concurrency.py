@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import threading
 from typing import Any, Callable, Iterable, Optional
 
 import apache_beam as beam
@@ -19,6 +20,28 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.process_pool import SubprocessPool
 from transforms.rejections import InputRejected
+
+_pools: dict[tuple[int, Optional[Callable[[], None]]], SubprocessPool] = {}
+_pools_lock = threading.Lock()
+
+
+def shared_process_pool(workers: int, initializer: Optional[Callable[[], None]]) -> SubprocessPool:
+    """One pool per process and size, shared by every DoFn that converts or reads: its workers
+    start once (they are idle while Beam plans between steps) and live as long as this process."""
+    with _pools_lock:
+        pool = _pools.get((workers, initializer))
+        if pool is None or not pool.healthy:
+            pool = _pools[(workers, initializer)] = SubprocessPool(workers, initializer)
+        return pool
+
+
+def close_shared_pools() -> None:
+    """After a run: the pools' processes exit (and their CPU time is accounted to this process)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class InflightDoFn(beam.DoFn):
@@ -56,13 +79,13 @@ class InflightDoFn(beam.DoFn):
         if self._workers <= 0:
             self._executor = None
         elif self._processes:
-            self._executor = SubprocessPool(self._workers, self.pool_initializer())
+            self._executor = shared_process_pool(self._workers, self.pool_initializer())
         else:
             self._executor = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="imgrec")
 
     def teardown(self) -> None:
         executor, self._executor = getattr(self, "_executor", None), None
-        if executor is not None:
+        if executor is not None and not isinstance(executor, SubprocessPool):
             executor.shutdown(wait=True, cancel_futures=True)
 
     def process(self, element: Any):

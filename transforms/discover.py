@@ -26,6 +26,7 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.batches import BATCH, GroupInBuckets, batched, split_by
 from transforms.files import local_path
 from transforms.refs import Candidate
 from transforms.rejections import (
@@ -52,6 +53,17 @@ class ManifestError(ValueError):
 
 
 Found = Union[Candidate, beam.pvalue.TaggedOutput]
+
+
+def in_batches(found: Iterable[Found]) -> Iterator[Union[tuple[Candidate, ...], beam.pvalue.TaggedOutput]]:
+    """Candidates in batches (transforms/batches.py), rejections as they come."""
+    candidates = []
+    for item in found:
+        if isinstance(item, beam.pvalue.TaggedOutput):
+            yield item
+        else:
+            candidates.append(item)
+    yield from batched(candidates)
 
 
 def reject(path: str, reason: InputRejected) -> beam.pvalue.TaggedOutput:
@@ -177,8 +189,8 @@ def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Option
 
 
 class _ListFolders(beam.DoFn):
-    """Input root → class names (LABELS), (class, folder) pairs to walk, or, on object stores,
-    the candidates themselves."""
+    """Input root → class names (LABELS), class folders to walk, or, on object stores, batches of
+    the candidates themselves ("remote")."""
 
     def __init__(self, spec: InputSpec, excluded: tuple[str, ...]):
         self._spec, self._excluded = spec, excluded
@@ -190,21 +202,18 @@ class _ListFolders(beam.DoFn):
                 if isinstance(found, beam.pvalue.TaggedOutput):
                     yield found
                 else:
-                    yield beam.pvalue.TaggedOutput(LABELS, found.label)
+                    yield beam.pvalue.TaggedOutput(LABELS, (found.label,))
                     yield found
             return
         extensions = tuple(e.lower() for e in self._spec.extensions)
         matched = FileSystems.match([FileSystems.join(root.rstrip("/"), "**")])[0].metadata_list
-        classes = set()
-        for metadata in matched:
-            found = classify_remote(root, metadata.path, extensions)
-            if isinstance(found, Candidate):
-                classes.add(found.label)
-                yield beam.pvalue.TaggedOutput("remote", found)
-            elif found is not None:
-                yield found
-        for name in sorted(classes):
-            yield beam.pvalue.TaggedOutput(LABELS, name)
+        found = [f for f in (classify_remote(root, m.path, extensions) for m in matched) if f is not None]
+        for item in in_batches(found):
+            if isinstance(item, beam.pvalue.TaggedOutput):
+                yield item
+            else:
+                yield beam.pvalue.TaggedOutput(LABELS, tuple(sorted({c.label for c in item})))
+                yield beam.pvalue.TaggedOutput("remote", item)
 
 
 class _WalkFolder(beam.DoFn):
@@ -213,7 +222,7 @@ class _WalkFolder(beam.DoFn):
         self._excluded = excluded
 
     def process(self, folder: ClassFolder):
-        yield from walk_class_folder(folder.path, folder.label, self._extensions, self._excluded)
+        yield from in_batches(walk_class_folder(folder.path, folder.label, self._extensions, self._excluded))
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,16 +393,35 @@ class _ReadManifest(beam.DoFn):
         self._layout = layout
 
     def process(self, manifest: str):
+        """Rows in batches, rejections as they come."""
         with FileSystems.open(manifest, compression_type="uncompressed") as handle:
-            yield from manifest_rows(handle, self._layout, manifest)
+            rows = []
+            for row in manifest_rows(handle, self._layout, manifest):
+                if isinstance(row, beam.pvalue.TaggedOutput):
+                    yield row
+                else:
+                    rows.append(row)
+            yield from batched(rows)
+
+
+def resolve_bucket(element: tuple[int, list[ManifestRow]]) -> Iterator[Union[tuple[Candidate, ...],
+                                                                            beam.pvalue.TaggedOutput]]:
+    """One bucket's manifest rows → batches of candidates (`resolve_listings` per file)."""
+    _, rows = element
+    found = []
+    for canonical, listings in split_by(rows, lambda row: row[0]).items():
+        found.extend(resolve_listings(canonical, [listing for _, listing in listings]))
+    yield from in_batches(found)
 
 
 # --------------------------------------------------------------------------------------------
 
 
-def _drop_excluded(candidate: Candidate, excluded: tuple[str, ...]) -> bool:
-    local = local_path(candidate.path)
-    return not is_excluded(os.path.realpath(local) if local is not None else candidate.path, excluded)
+def _drop_excluded(batch: tuple[Candidate, ...], excluded: tuple[str, ...]) -> tuple[Candidate, ...]:
+    def outside(candidate: Candidate) -> bool:
+        local = local_path(candidate.path)
+        return not is_excluded(os.path.realpath(local) if local is not None else candidate.path, excluded)
+    return tuple(c for c in batch if outside(c))
 
 
 def _glob_file(metadata, extensions: tuple[str, ...]) -> Found:
@@ -402,8 +430,14 @@ def _glob_file(metadata, extensions: tuple[str, ...]) -> Found:
     return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_from_parent(path))
 
 
+def _glob_batch(files: Iterable, extensions: tuple[str, ...]) -> Iterator[Union[tuple[Candidate, ...],
+                                                                               beam.pvalue.TaggedOutput]]:
+    yield from in_batches(_glob_file(metadata, extensions) for metadata in files)
+
+
 class DiscoverImages(beam.PTransform):
-    """PBegin → {"candidates": Candidate, "rejected": Rejection, "labels": label name}.
+    """PBegin → {"candidates": batches of Candidate, "rejected": Rejection, "labels": tuples of
+    label names}.
 
     `labels` holds the names the label map is built from: every class folder (even an empty
     one) for folders, the candidates' labels otherwise. `excluded` folders (imgrec's own output
@@ -433,7 +467,9 @@ class DiscoverImages(beam.PTransform):
             parsed = (pbegin
                       | "MatchFiles" >> fileio.MatchFiles(
                           spec.path, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
-                      | "KeepImageFiles" >> beam.Map(_glob_file, extensions).with_outputs(REJECTED, main="candidates"))
+                      | "BatchFiles" >> beam.BatchElements(min_batch_size=BATCH, max_batch_size=BATCH)
+                      | "KeepImageFiles" >> beam.FlatMap(_glob_batch, extensions).with_outputs(
+                          REJECTED, main="candidates"))
             candidates, rejected = parsed.candidates, parsed[REJECTED]
         else:
             layout = manifest_layout(spec, kind)
@@ -441,13 +477,13 @@ class DiscoverImages(beam.PTransform):
                     | "Manifest" >> beam.Create([spec.path])
                     | "ReadManifest" >> beam.ParDo(_ReadManifest(layout)).with_outputs(REJECTED, main="rows"))
             resolved = (rows.rows
-                        | "GroupListings" >> beam.GroupByKey()
-                        | "ResolveListings" >> beam.FlatMapTuple(resolve_listings).with_outputs(
+                        | "ByFile" >> GroupInBuckets(lambda row: row[0])
+                        | "ResolveListings" >> beam.FlatMap(resolve_bucket).with_outputs(
                             REJECTED, main="candidates"))
             candidates = resolved.candidates
             rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
         if kind != "folders":
             if self._excluded:
-                candidates = candidates | "ExcludeOutput" >> beam.Filter(_drop_excluded, self._excluded)
-            labels = candidates | "CandidateLabels" >> beam.Map(lambda c: c.label)
+                candidates = candidates | "ExcludeOutput" >> beam.Map(_drop_excluded, self._excluded)
+            labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
         return {"candidates": candidates, REJECTED: rejected, LABELS: labels}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Iterable
 
 import apache_beam as beam
 
@@ -30,8 +31,12 @@ def config_fingerprint(spec: ConversionSpec) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def rows_sum(rows: Iterable[bytes]) -> int:
+    return sum(row_hash(row) for row in rows) % _MODULUS
+
+
 class FingerprintFn(beam.CombineFn):
-    """Rows → hex fingerprint, seeded with the config's fingerprint."""
+    """Partial sums of row hashes → hex fingerprint, seeded with the config's fingerprint."""
 
     def __init__(self, config: str):
         super().__init__()
@@ -40,8 +45,8 @@ class FingerprintFn(beam.CombineFn):
     def create_accumulator(self) -> int:
         return 0
 
-    def add_input(self, accumulator: int, row: bytes) -> int:
-        return (accumulator + row_hash(row)) % _MODULUS
+    def add_input(self, accumulator: int, partial: int) -> int:
+        return (accumulator + partial) % _MODULUS
 
     def merge_accumulators(self, accumulators) -> int:
         return sum(accumulators) % _MODULUS
@@ -60,7 +65,7 @@ def rejection_row(path: str, error: str, message: str) -> bytes:
 
 
 class InputFingerprint(beam.PTransform):
-    """(SourceImage PCollection, early Rejection PCollection) → one hex fingerprint."""
+    """(batches of SourceImage, Rejection) → one hex fingerprint."""
 
     def __init__(self, spec: ConversionSpec):
         super().__init__()
@@ -68,7 +73,9 @@ class InputFingerprint(beam.PTransform):
 
     def expand(self, inputs: tuple) -> beam.PCollection:
         images, rejections = inputs
-        return ((images | "ImageRows" >> beam.Map(lambda i: image_row(i.path, i.content_hash, i.label)),
-                 rejections | "RejectionRows" >> beam.Map(lambda r: rejection_row(r.path, r.error, r.message)))
+        return ((images | "ImageRows" >> beam.Map(
+                    lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label) for i in batch)),
+                 rejections | "RejectionRows" >> beam.Map(
+                     lambda r: rows_sum([rejection_row(r.path, r.error, r.message)])))
                 | "InputRows" >> beam.Flatten()
                 | "Combine" >> beam.CombineGlobally(FingerprintFn(self._config)))

@@ -29,7 +29,7 @@ from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
 from transforms.split import num_shards_for, order_in_shard
 
 ShardKey = tuple[str, int, int]  # (split, shard index, shard count)
-PART_IMAGES = 64  # images per part: the unit of parallel work, of progress and of resumption
+PART_IMAGES = 256  # images per part: the unit of parallel work, of progress and of resumption
 
 
 @dataclasses.dataclass(frozen=True)

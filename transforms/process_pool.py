@@ -106,6 +106,10 @@ class SubprocessPool(concurrent.futures.Executor):
         self._lock = threading.Lock()
         self._workers = [_Worker(self._tasks, initializer, self._lock) for _ in range(workers)]
 
+    @property
+    def healthy(self) -> bool:
+        return all(worker.alive for worker in self._workers)
+
     def submit(self, function: Callable, /, *args: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:

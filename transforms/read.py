@@ -1,52 +1,44 @@
-"""Read each input once up front: content hash and header checks, before any split is chosen.
-
-The hash lets splits follow content (identical images share a split) and finds duplicates;
-the header check rejects non-images and decompression bombs without decoding a pixel.
-"""
+"""The first pass as a DoFn: every batch of candidates read, hashed and header-checked
+(transforms/source.py) on a few threads or the converter processes."""
 from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.concurrency import InflightDoFn
-from transforms.decode import check_header
 from transforms.discover import REJECTED
-from transforms.files import content_hash, read_input
-from transforms.refs import Candidate, SourceImage
-from transforms.rejections import InputRejected, Rejection
+from transforms.parts import single_threaded_opencv
+from transforms.refs import Candidate
+from transforms.source import read_batch
 from transforms.specs import ImageSpec
 
 READ_THREADS = 4  # reading and hashing release the GIL
 
 
-def describe_source(candidate: Candidate, data: bytes, spec: ImageSpec) -> SourceImage:
-    header = check_header(data, spec)
-    return SourceImage(candidate.path, candidate.label, content_hash(data), header.format,
-                       header.width, header.height)
-
-
-def read_and_check(candidate: Candidate, spec: ImageSpec, max_file_bytes: int) -> SourceImage:
-    return describe_source(candidate, read_input(candidate.path, max_file_bytes), spec)
-
-
 class ReadAndCheck(InflightDoFn):
-    """Candidate → SourceImage, or a Rejection naming the file and the reason.
+    """Batches of Candidate → batches of SourceImage, and a Rejection for each input that is not
+    a readable image, naming the file and the reason.
 
-    Files are read and hashed on a few threads (both release the GIL), so this first pass keeps
-    the cores busy even on a runner that executes every step in one process.
+    With `processes` (runners that execute every step in one process) the batches go to the
+    converter processes, which sit idle until the conversion starts; else to a few threads.
+    Either way this first pass keeps the cores busy.
     """
 
-    def __init__(self, spec: ImageSpec, max_file_bytes: int):
-        super().__init__(READ_THREADS)
+    def __init__(self, spec: ImageSpec, max_file_bytes: int, processes: int = 0):
+        super().__init__(processes or READ_THREADS, processes=processes > 0)
         self._spec, self._max_file_bytes = spec, max_file_bytes
         self._read = Metrics.counter("imgrec", "files_read")
 
-    def work(self, candidate: Candidate) -> SourceImage:
-        return read_and_check(candidate, self._spec, self._max_file_bytes)
+    def task(self, batch: tuple[Candidate, ...]):
+        return read_batch, (batch, self._spec, self._max_file_bytes)
 
-    def emit(self, candidate: Candidate, result: SourceImage):
-        self._read.inc()
-        yield result
+    def pool_initializer(self):
+        return single_threaded_opencv
 
-    def reject(self, candidate: Candidate, exc: InputRejected):
-        yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(candidate.path, exc))
+    def emit(self, batch: tuple[Candidate, ...], result):
+        images, rejections = result
+        self._read.inc(len(batch))
+        for rejection in rejections:
+            yield beam.pvalue.TaggedOutput(REJECTED, rejection)
+        if images:
+            yield images

@@ -1,9 +1,10 @@
 """Incremental runs: find each planned image's record in a previous dataset by content hash.
 
 The previous dataset's record index (`index/*.idx`, one small line per record) is joined with
-the planned images on the content hash; only these small rows cross the shuffle, never the
-records. The shard writer then copies a matched image's bytes from the previous shard (read at
-its offset, checksums verified) instead of decoding the file again.
+the planned images on the content hash, in buckets (transforms/batches.py); only these small
+rows cross the shuffle, never the records. The shard writer then copies a matched image's bytes
+from the previous shard (read at its offset, checksums verified) instead of decoding the file
+again.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.batches import batched, bucket_of, flatten, split_by
 from transforms.dataset_format import IndexEntry, RecordLocation
 from transforms.refs import PlannedImage
 
@@ -25,24 +27,27 @@ class ReuseSource:
     shards: tuple[tuple[str, str], ...]  # (shard path, index path)
 
 
-def read_index(shard: str, index: str) -> Iterator[tuple[str, RecordLocation]]:
+def read_index(shard: str, index: str) -> Iterator[tuple[int, tuple[RecordLocation, ...]]]:
+    """One shard's index → (bucket of the content hash, the records of that bucket)."""
     with FileSystems.open(index, compression_type="uncompressed") as handle:
-        for line in handle.read().decode("ascii").splitlines():
-            entry = IndexEntry.from_line(line)
-            yield entry.sha256, RecordLocation(shard, entry)
+        locations = [RecordLocation(shard, IndexEntry.from_line(line))
+                     for line in handle.read().decode("ascii").splitlines()]
+    yield from split_by(locations, lambda loc: bucket_of(loc.entry.sha256)).items()
 
 
-def attach(element: tuple[str, dict[str, Iterable]]) -> Iterator[PlannedImage]:
-    """Every planned image of one content hash, with the first record of that content (if any)."""
+def attach(element: tuple[int, dict[str, Iterable]]) -> Iterator[tuple[PlannedImage, ...]]:
+    """One bucket's planned images, each with the first record of its content (if any)."""
     _, grouped = element
-    locations = sorted(grouped["records"], key=lambda loc: (loc.shard, loc.entry.offset))
-    reuse = locations[0] if locations else None
-    for image in grouped["images"]:
-        yield dataclasses.replace(image, reuse=reuse)
+    first: dict[str, RecordLocation] = {}
+    for location in sorted(flatten(grouped["records"]), key=lambda loc: (loc.shard, loc.entry.offset)):
+        first.setdefault(location.entry.sha256, location)
+    images = flatten(grouped["images"])
+    yield from batched(dataclasses.replace(image, reuse=first.get(image.source.content_hash)) for image in images)
 
 
 class AttachReusableRecords(beam.PTransform):
-    """PlannedImage → PlannedImage with `reuse` set where the previous dataset has its content."""
+    """Batches of PlannedImage → the same, with `reuse` set where the previous dataset has the
+    content."""
 
     def __init__(self, source: ReuseSource):
         super().__init__()
@@ -53,7 +58,8 @@ class AttachReusableRecords(beam.PTransform):
                    | "IndexFiles" >> beam.Create(list(self._source.shards))
                    | "SpreadIndexFiles" >> beam.Reshuffle()
                    | "ReadIndex" >> beam.FlatMapTuple(read_index))
-        images = planned | "KeyByContent" >> beam.Map(lambda im: (im.source.content_hash, im))
+        images = planned | "BucketImages" >> beam.FlatMap(
+            lambda batch: split_by(batch, lambda im: bucket_of(im.source.content_hash)).items())
         return ({"images": images, "records": records}
                 | "JoinOnContent" >> beam.CoGroupByKey()
                 | "Attach" >> beam.FlatMap(attach))

@@ -25,11 +25,12 @@ part, then the shard) and the concatenation of one shard runs on one worker.
 from __future__ import annotations
 
 import collections
-from typing import Iterable, Iterator, Optional, Union
+from typing import Iterable, Iterator, Union
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from transforms.batches import flatten, split_by
 from transforms.concurrency import InflightDoFn
 from transforms.discover import REJECTED
 from transforms.parts import (
@@ -52,33 +53,39 @@ from transforms.rejections import InputRejected
 from transforms.split import num_shards_for, shard_for
 
 
-def key_by_shard(image: PlannedImage, shard_counts: dict[str, int], seed: int) -> tuple[ShardKey, PlannedImage]:
+def shard_of(image: PlannedImage, shard_counts: dict[str, int], seed: int) -> ShardKey:
     num_shards = shard_counts[image.split]
-    return (image.split, shard_for(image.source.path, seed, num_shards), num_shards), image
+    return image.split, shard_for(image.source.path, seed, num_shards), num_shards
+
+
+def by_shard(batch: tuple[PlannedImage, ...], shard_counts: dict[str, int],
+             seed: int) -> Iterable[tuple[ShardKey, tuple[PlannedImage, ...]]]:
+    """A batch split by shard: (shard, its images in the batch)."""
+    return split_by(batch, lambda image: shard_of(image, shard_counts, seed)).items()
 
 
 PLANS = "plans"
 
 
-def plan_shard(element: tuple[ShardKey, Iterable[Optional[PlannedImage]]],
+def plan_shard(element: tuple[ShardKey, Iterable[tuple[PlannedImage, ...]]],
                settings: WriterSettings) -> Iterator[Union[PartTask, beam.pvalue.TaggedOutput]]:
-    """A shard's images (None: the placeholder every shard gets) → its parts, plus its plan
-    keyed by shard (PLANS) for the concatenation."""
-    shard, images = element
-    ordered = shard_order((im for im in images if im is not None), settings.output.shuffle_seed)
+    """A shard's batches of images (an empty one: the placeholder every shard gets) → its parts,
+    plus its plan keyed by shard (PLANS) for the concatenation."""
+    shard, pieces = element
+    ordered = shard_order(flatten(pieces), settings.output.shuffle_seed)
     parts = cut_into_parts(shard, ordered, settings)
     yield beam.pvalue.TaggedOutput(PLANS, (shard, ShardPlan(shard, len(parts))))
     yield from parts
 
 
 class CountPerSplitFn(beam.CombineFn):
-    """PlannedImage → {split: count}."""
+    """Batches of PlannedImage → {split: count}."""
 
     def create_accumulator(self) -> collections.Counter:
         return collections.Counter()
 
-    def add_input(self, accumulator: collections.Counter, image: PlannedImage) -> collections.Counter:
-        accumulator[image.split] += 1
+    def add_input(self, accumulator: collections.Counter, batch: tuple[PlannedImage, ...]) -> collections.Counter:
+        accumulator.update(image.split for image in batch)
         return accumulator
 
     def merge_accumulators(self, accumulators) -> collections.Counter:
@@ -140,8 +147,8 @@ class _ConcatShards(InflightDoFn):
 
 
 class WriteShards(beam.PTransform):
-    """PlannedImage → {"shards": ShardResult, "rejected": Rejection, "planned_counts": {split: n},
-    "parts": PartResult (for progress)}."""
+    """Batches of PlannedImage → {"shards": ShardResult, "rejected": Rejection, "planned_counts":
+    {split: n}, "parts": PartResult (for progress)}."""
 
     def __init__(self, settings: WriterSettings):
         super().__init__()
@@ -154,9 +161,9 @@ class WriteShards(beam.PTransform):
         shard_counts = planned_counts | "ShardCounts" >> beam.Map(
             lambda counts: {split: num_shards_for(n, image, output) for split, n in counts.items()})
         every_shard = planned_counts | "EveryShard" >> beam.FlatMap(
-            lambda counts: [(key, None) for key in shard_keys(counts, image, output)])
-        keyed = planned | "KeyByShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(shard_counts),
-                                                   output.shuffle_seed)
+            lambda counts: [(key, ()) for key in shard_keys(counts, image, output)])
+        keyed = planned | "ByShard" >> beam.FlatMap(by_shard, beam.pvalue.AsSingleton(shard_counts),
+                                                    output.shuffle_seed)
         work = ((keyed, every_shard)
                 | "ImagesAndShards" >> beam.Flatten()
                 | "GroupShards" >> beam.GroupByKey()

@@ -1,0 +1,35 @@
+"""One input file → a SourceImage: read (bounded), hashed, header-checked, before any split is
+chosen.
+
+The hash lets splits follow content (identical images share a split) and finds duplicates; the
+header check rejects non-images and decompression bombs without decoding a pixel. Beam-free: it
+runs in the converter processes (transforms/process_pool.py) too.
+"""
+from __future__ import annotations
+
+from transforms.decode import check_header
+from transforms.files import content_hash, read_input
+from transforms.refs import Candidate, SourceImage
+from transforms.rejections import InputRejected, Rejection
+from transforms.specs import ImageSpec
+
+
+def describe_source(candidate: Candidate, data: bytes, spec: ImageSpec) -> SourceImage:
+    header = check_header(data, spec)
+    return SourceImage(candidate.path, candidate.label, content_hash(data), header.format,
+                       header.width, header.height)
+
+
+def read_and_check(candidate: Candidate, spec: ImageSpec, max_file_bytes: int) -> SourceImage:
+    return describe_source(candidate, read_input(candidate.path, max_file_bytes), spec)
+
+
+def read_batch(batch: tuple[Candidate, ...], spec: ImageSpec,
+               max_file_bytes: int) -> tuple[tuple[SourceImage, ...], tuple[Rejection, ...]]:
+    images, rejections = [], []
+    for candidate in batch:
+        try:
+            images.append(read_and_check(candidate, spec, max_file_bytes))
+        except InputRejected as exc:
+            rejections.append(Rejection.from_exception(candidate.path, exc))
+    return tuple(images), tuple(rejections)
