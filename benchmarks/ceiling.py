@@ -25,8 +25,8 @@ import cv2
 from pipeline.options import ImgrecOptions, build_spec, read_config
 from transforms.discover import label_from_parent
 from transforms.example import RecordFields
-from transforms.labels import build_label_map
 from transforms.files import content_hash, read_input
+from transforms.labels import build_label_map
 from transforms.process import image_to_record
 from transforms.tfrecord import write_record
 

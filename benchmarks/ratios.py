@@ -120,7 +120,8 @@ def evaluate(targets: Sequence[Target], runs: Runs, quiet: float = QUIET) -> lis
                      "per_round": values, "rounds": len(values),
                      "quiet_value": statistics.median(quiet_values) if quiet_values else None,
                      "quiet_rounds": len(quiet_values),
-                     "target": None if target.limit is None else f"{'>=' if target.at_least else '<='} {target.limit:g}",
+                     "target": (None if target.limit is None
+                                else f"{'>=' if target.at_least else '<='} {target.limit:g}"),
                      "verdict": verdict(median, target.limit, target.at_least)})
     return rows
 

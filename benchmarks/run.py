@@ -30,7 +30,8 @@ imgrec imports; all write 224x224 RGB, bicubic stretch, tf.train.Example (image 
 
 Every round runs every selected contender once (round-robin, in a seeded random order per round,
 so no contender always follows the same neighbour; outputs are deleted and synced between runs,
-so a float32 run's writeback does not land in the next run), each as a whole process tree from start-up to exit: wall seconds, CPU seconds of the
+so a float32 run's writeback does not land in the next run), each as a whole process tree from
+start-up to exit: wall seconds, CPU seconds of the
 tree (rusage of the reaped tree, or the sum of its polled processes if larger), peak summed RSS
 of the tree (sampled every 0.1 s). Each run's output is checked (record count and record size for
 its layout) and then deleted. Ratios are computed per round from runs of that round and
@@ -69,6 +70,7 @@ import psutil
 from benchmarks.make_corpus import describe, make_corpus
 from benchmarks.make_photos import make_photos
 from benchmarks.ratios import QUIET, Target, evaluate, steady_state, summarize
+from pipeline.tables import format_table
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -405,14 +407,6 @@ def machine() -> dict:
             "platform": platform.platform(), "packages": versions()}
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
-
-
 def steady_pairs(runs: dict) -> dict:
     """For every X with an X@quarter: median (over rounds) steady rate and fixed cost."""
     out = {}
@@ -437,7 +431,7 @@ def report(results: dict) -> str:
                      f"{s['images_per_s']:.0f}", f"{s['cpu_seconds']:.1f}",
                      f"{s['cpu_seconds'] / s['median_seconds']:.2f}", f"{s['cpu_ms_per_image']:.2f}",
                      f"{s['peak_rss_mib']:.0f}", f"{s['output_mib']:.0f}", f"{s['background_max']:.0%}"))
-    lines = _table(rows)
+    lines = format_table(rows[0], rows[1:]).splitlines()
     if results["steady"]:
         lines.append("")
         lines.append("steady state (N/4 → N, median over rounds): " + "; ".join(
@@ -449,7 +443,7 @@ def report(results: dict) -> str:
         quiet = f"{t['quiet_value']:.2f} ({t['quiet_rounds']})" if t.get("quiet_value") is not None else "- (0)"
         rows.append((t["label"], f"{t['value']:.2f}", f"{t['worst']:.2f}", " ".join(f"{v:.2f}" for v in t["per_round"]),
                      quiet, t["target"] or "", t["verdict"]))
-    lines += _table(rows)
+    lines += format_table(rows[0], rows[1:]).splitlines()
     reader = results.get("reader")
     if reader:
         lines.append(f"\nreader (imgrec jpeg records, batch 64): {reader['images_per_s']:.0f} images/s after import")

@@ -32,7 +32,7 @@ def load(path, label):
     return img, label
 
 
-ds = tf.data.Dataset.from_tensor_slices(([p for p, _ in files], [l for _, l in files]))
+ds = tf.data.Dataset.from_tensor_slices(([p for p, _ in files], [label for _, label in files]))
 ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 with tf.io.TFRecordWriter(args.output) as writer:
     for img, label in ds.as_numpy_iterator():

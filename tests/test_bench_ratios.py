@@ -90,7 +90,8 @@ def test_every_target_and_default_contender_exists():
         assert set(target.needs()) <= set(known), target
     assert "baseline_area@photos" not in select(list(known), "default", "", have_baseline=False)
     assert "baseline_area@photos" in select(list(known), "default", "", have_baseline=True)
-    assert select(list(known), "imgrec_*", "*@*", have_baseline=False) == ["imgrec_uint8", "imgrec_jpeg", "imgrec_float32"]
+    assert select(list(known), "imgrec_*", "*@*", have_baseline=False) == [
+        "imgrec_uint8", "imgrec_jpeg", "imgrec_float32"]
     # the plain command: no running-mode flags
     assert not any("running_mode" in a or "num_workers" in a for a in known["imgrec_uint8"].argv)
 

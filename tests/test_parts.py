@@ -252,7 +252,7 @@ def test_a_reused_record_equals_a_fresh_one_and_a_damaged_source_is_converted_ag
     settings = settings_for(tmp_path, part_images=3)
     concat_shard(ShardPlan(SHARD, 3), convert_all(images, settings), settings)
     shard = str(tmp_path / "run" / "train-00000-of-00001.tfrecord")
-    locations = dict(read_index(shard, str(tmp_path / "run" / "index" / "train-00000-of-00001.tfrecord.idx")))
+    locations = index_locations(shard, tmp_path)
     assert set(locations) == {im.source.content_hash for im in images}
     image = images[2]
     fresh, reused = convert_image(image, settings)
@@ -272,14 +272,22 @@ def test_a_reused_record_equals_a_fresh_one_and_a_damaged_source_is_converted_ag
     assert convert_image(with_reuse, settings) == (fresh, False)  # CRC fails: converted from the file
 
 
+def index_locations(shard: str, tmp_path) -> dict:
+    """The record index of the written shard, by content hash."""
+    index = str(tmp_path / "run" / "index" / "train-00000-of-00001.tfrecord.idx")
+    return {loc.entry.sha256: loc for _, locations in read_index(shard, index) for loc in locations}
+
+
 def test_attach_takes_the_first_record_of_a_content():
     first = RecordLocation("/d/train-00000-of-00002.tfrecord", IndexEntry(100, 50, "h", 10, 20))
     later = RecordLocation("/d/train-00001-of-00002.tfrecord", IndexEntry(0, 50, "h", 10, 20))
-    images = [source("/a.jpg"), source("/b.jpg")]
-    attached = list(attach(("h", {"images": images, "records": [later, first]})))
+    images = [source("/a.jpg", content_hash="h"), source("/b.jpg", content_hash="h")]
+    attached = [im for batch in attach((0, {"images": [tuple(images)], "records": [(later,), (first,)]}))
+                for im in batch]
     assert [im.reuse for im in attached] == [first, first] and [im.source for im in attached] == [
         im.source for im in images]
-    assert [im.reuse for im in attach(("h", {"images": images, "records": []}))] == [None, None]
+    unmatched = attach((0, {"images": [tuple(images)], "records": []}))
+    assert [im.reuse for batch in unmatched for im in batch] == [None, None]
 
 
 def test_reuse_needs_no_pixels_of_a_changed_source(tmp_path, images):
@@ -287,7 +295,7 @@ def test_reuse_needs_no_pixels_of_a_changed_source(tmp_path, images):
     settings = settings_for(tmp_path, part_images=3)
     concat_shard(ShardPlan(SHARD, 3), convert_all(images, settings), settings)
     shard = str(tmp_path / "run" / "train-00000-of-00001.tfrecord")
-    locations = dict(read_index(shard, str(tmp_path / "run" / "index" / "train-00000-of-00001.tfrecord.idx")))
+    locations = index_locations(shard, tmp_path)
     image = images[0]
     pathlib.Path(image.source.path).unlink()
     record, reused = convert_image(dataclasses.replace(image, reuse=locations[image.source.content_hash]), settings)

@@ -298,3 +298,46 @@ def test_dataflow_dry_run_from_the_command_line_leaves_gcs_alone(tmp_path, monke
                  "--output=gs://imgrec-test-bucket/datasets/{date}", "--project=imgrec-test",
                  "--region=us-central1", "--temp_location=gs://imgrec-test-bucket/tmp", "--dry_run=True"]) == 0
     assert "dry run: built the Dataflow job for gs://imgrec-test-bucket/datasets/20" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# Parallelism is not capped by the shard count; runners imgrec cannot trust are refused
+
+
+def many_small_images(root: pathlib.Path, count: int) -> pathlib.Path:
+    import cv2
+    import numpy as np
+
+    for i in range(count):
+        rng = np.random.default_rng(i)
+        path = root / ("ant", "bee")[i % 2] / f"{i:04d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(path), rng.integers(0, 256, (12, 16, 3), dtype=np.uint8))
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("runner", [("--convert_processes=2", *IN_MEMORY), MULTI_PROCESSING],
+                         ids=["converter-processes", "multi-processing"])
+def test_one_shard_is_converted_by_two_processes(tmp_path, runner):
+    """One shard of 600 images is cut into parts that both processes convert; the shard's bytes
+    do not depend on who converted which part."""
+    images = many_small_images(tmp_path / "images", 600)
+    flags = ("--num_shards=1", "--split_names=train", "--split_ratios=1", "--height=8", "--width=8")
+    metadata = run_pipeline(images, tmp_path / "out", *flags, runner=runner)
+    assert metadata.splits["train"].num_shards == 1 and metadata.inputs.written == 600
+    assert metadata.run["converter_processes"] == 2
+    inline = run_pipeline(images, tmp_path / "inline", *flags, "--convert_processes=1", runner=IN_MEMORY)
+    assert inline.run["converter_processes"] == 1
+    assert read_split_records(tmp_path / "out", metadata, "train") == \
+        read_split_records(tmp_path / "inline", inline, "train")
+
+
+def test_dask_runner_is_refused_with_one_line(tmp_path, capsys):
+    from pipeline.run import main
+
+    assert main(["--runner=DaskRunner", f"--input={SAMPLE}", f"--output={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("imgrec: error: --runner=DaskRunner is not supported")
+    assert not (tmp_path / "out").exists()

@@ -18,6 +18,7 @@ from pipeline.accounting import GatherTotals
 from pipeline.progress import RecordProgress, read_progress
 from tests.helpers import beam_matcher, rejection_tuple, test_pipeline, write_image, write_text
 from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, PlanSplits
+from transforms.batches import batched
 from transforms.dataset_format import DuplicateSummary, IndexEntry, RecordLocation, index_file_name
 from transforms.discover import LABELS, REJECTED, DiscoverImages, ManifestError
 from transforms.files import content_hash
@@ -41,7 +42,7 @@ LABEL_MAP = {"cat": 0, "dog": 1}
 
 
 def candidate_pairs(found) -> beam.PCollection:
-    return found["candidates"] | "CandidatePairs" >> beam.Map(lambda c: (c.path, c.label))
+    return found["candidates"] | "CandidatePairs" >> beam.FlatMap(lambda batch: [(c.path, c.label) for c in batch])
 
 
 def discover(spec: InputSpec, expected_candidates, expected_rejected, expected_labels=None, excluded=()) -> None:
@@ -51,7 +52,8 @@ def discover(spec: InputSpec, expected_candidates, expected_rejected, expected_l
         assert_that(found[REJECTED] | "R" >> beam.Map(rejection_tuple), equal_to(list(expected_rejected)),
                     label="rejected")
         if expected_labels is not None:
-            assert_that(found[LABELS], equal_to(list(expected_labels)), label="labels")
+            assert_that(found[LABELS] | "Labels" >> beam.FlatMap(lambda names: names),
+                        equal_to(list(expected_labels)), label="labels")
 
 
 # ----------------------------------------------------------------------------- DiscoverImages
@@ -108,11 +110,12 @@ def test_discover_glob(class_folders):
     with test_pipeline() as p:
         for i, (pattern, (candidates, rejected)) in enumerate(cases.items()):
             found = p | f"Discover{i}" >> DiscoverImages(InputSpec(pattern))
-            assert_that(found["candidates"] | f"C{i}" >> beam.Map(lambda c: (c.path, c.label)), equal_to(candidates),
-                        label=f"candidates{i}")
+            assert_that(found["candidates"] | f"C{i}" >> beam.FlatMap(lambda batch: [(c.path, c.label) for c in batch]),
+                        equal_to(candidates), label=f"candidates{i}")
             assert_that(found[REJECTED] | f"R{i}" >> beam.Map(rejection_tuple), equal_to(rejected),
                         label=f"rejected{i}")
-            assert_that(found[LABELS], equal_to([label for _, label in candidates]), label=f"labels{i}")
+            assert_that(found[LABELS] | f"L{i}" >> beam.FlatMap(lambda names: names),
+                        equal_to(sorted({label for _, label in candidates})), label=f"labels{i}")
 
 
 def test_discover_csv_manifest(tmp_path):
@@ -168,10 +171,10 @@ def test_read_and_check(tmp_path):
     candidates = [Candidate(path, "cat") for path in (good, empty, missing, text, large, tiny, fifo)]
     expected = SourceImage(good, "cat", content_hash(pathlib.Path(good).read_bytes()), "png", width=10, height=6)
     with test_pipeline() as p:
-        read = (p | beam.Create(candidates)
+        read = (p | beam.Create([tuple(candidates)])
                 | beam.ParDo(ReadAndCheck(ImageSpec(min_side=2), max_file_bytes=20_000)).with_outputs(
                     REJECTED, main="images"))
-        assert_that(read.images, equal_to([expected]), label="images")
+        assert_that(read.images, equal_to([(expected,)]), label="images")
         assert_that(read[REJECTED] | beam.Map(rejection_tuple), equal_to([
             (empty, "read", "EmptyFile"), (missing, "read", "UnreadableFile"), (text, "header", "NotAnImage"),
             (large, "read", "FileTooLarge"), (tiny, "header", "ImageTooSmall"), (fifo, "read", "UnreadableFile"),
@@ -189,7 +192,7 @@ def test_read_and_check(tmp_path):
 ], ids=["sorted-names", "manifest-integers", "folder-integers-as-strings", "class-names", "none"])
 def test_compute_label_map(labels, class_names, integer_ids, expected):
     with test_pipeline() as p:
-        label_map = p | beam.Create(labels) | ComputeLabelMap(class_names, integer_ids)
+        label_map = p | beam.Create([tuple(labels[:1]), tuple(labels[1:])]) | ComputeLabelMap(class_names, integer_ids)
         assert_that(label_map, equal_to([expected]))
 
 
@@ -207,9 +210,10 @@ def plan(images: list[SourceImage], splits: SplitSpec = DEFAULT_SPLITS, drop_dup
          label_map: dict = LABEL_MAP, check_planned=None, expected_rejected=(), expected_duplicates=None) -> None:
     with test_pipeline() as p:
         labels = p | "LabelMap" >> beam.Create([label_map])
-        planned = p | beam.Create(images) | PlanSplits(splits, AsSingleton(labels), drop_duplicates)
+        planned = p | beam.Create(list(batched(images, 3))) | PlanSplits(splits, AsSingleton(labels), drop_duplicates)
         if check_planned is not None:
-            assert_that(planned["planned"] | "P" >> beam.Map(lambda im: (im.source.path, im.label_id, im.split)),
+            assert_that(planned["planned"] | "P" >> beam.FlatMap(
+                lambda batch: [(im.source.path, im.label_id, im.split) for im in batch]),
                         beam_matcher(check_planned), label="planned")
         assert_that(planned[REJECTED] | "R" >> beam.Map(rejection_tuple), equal_to(list(expected_rejected)),
                     label="rejected")
@@ -324,7 +328,7 @@ def plan_images(tmp_path) -> list[PlannedImage]:
 
 def write_shards(images, settings, expected_shards=None, expected_rejected=()) -> None:
     with test_pipeline() as p:
-        written = p | beam.Create(images) | WriteShards(settings)
+        written = p | beam.Create(list(batched(images, 7))) | WriteShards(settings)
         if expected_shards is not None:
             assert_that(written["shards"] | "S" >> beam.Map(lambda s: (s.file, s.num_examples)),
                         equal_to(expected_shards), label="shards")
@@ -387,7 +391,7 @@ def test_write_shards_rejects_a_file_changed_after_planning(tmp_path):
     changed = planned_image(changed_path, "cat", "train")
     write_image(tmp_path / "cat" / "changed.png", color=(1, 2, 3))  # rewritten after planning
     with test_pipeline() as p:
-        written = p | beam.Create([kept, changed]) | WriteShards(writer_settings(tmp_path, num_shards=1))
+        written = p | beam.Create([(kept, changed)]) | WriteShards(writer_settings(tmp_path, num_shards=1))
         assert_that(written[REJECTED] | beam.Map(lambda r: (*rejection_tuple(r), r.split)),
                     equal_to([(changed_path, "read", "FileChanged", "train")]), label="rejected")
         assert_that(written["shards"] | "S" >> beam.Map(lambda s: (s.num_examples, s.label_counts)),
@@ -406,9 +410,10 @@ def test_attach_reusable_records_joins_on_content(tmp_path):
     expected = [("/a.jpg", RecordLocation(shard, entries[0])), ("/b.jpg", RecordLocation(shard, entries[1])),
                 ("/c.jpg", None)]
     with test_pipeline() as p:
-        attached = p | beam.Create(images) | AttachReusableRecords(ReuseSource(str(tmp_path / "old"),
-                                                                               ((shard, str(index)),)))
-        assert_that(attached | beam.Map(lambda im: (im.source.path, im.reuse)), equal_to(expected))
+        attached = p | beam.Create(list(batched(images, 2))) | AttachReusableRecords(
+            ReuseSource(str(tmp_path / "old"), ((shard, str(index)),)))
+        assert_that(attached | beam.FlatMap(lambda batch: [(im.source.path, im.reuse) for im in batch]),
+                    equal_to(expected))
 
 
 # ----------------------------------------------------------------------------- accounting
@@ -424,7 +429,7 @@ def test_gather_totals_combines_every_fact_once():
     groups = [DuplicateGroup(f"{i:064x}", tuple(f"/{i}/{n}.jpg" for n in range(i + 2)), ("cat",) * (i + 2))
               for i in range(3)]
     with test_pipeline() as p:
-        facts = {"inputs": p | "Inputs" >> beam.Create(range(7)),
+        facts = {"inputs": p | "Inputs" >> beam.Create([3, 4]),
                  "rejected": p | "Rejected" >> beam.Create(REJECTIONS),
                  "shards": p | "Shards" >> beam.Create(shards),
                  "planned_counts": p | "Planned" >> beam.Create([{"train": 4}]),
@@ -470,7 +475,8 @@ def test_input_fingerprint_ignores_order_and_follows_content():
     rejections = REJECTIONS[:2]
     with test_pipeline() as p:
         def fingerprint(name, imgs, rejected):
-            return ((p | f"{name}Images" >> beam.Create(imgs), p | f"{name}Rejections" >> beam.Create(rejected))
+            return ((p | f"{name}Images" >> beam.Create(list(batched(imgs, 2))),
+                     p | f"{name}Rejections" >> beam.Create(rejected))
                     | f"{name}Fingerprint" >> InputFingerprint(spec))
         forward = fingerprint("Forward", images, rejections)
         backward = fingerprint("Backward", images[::-1], rejections[::-1])

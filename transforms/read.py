@@ -7,7 +7,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.concurrency import InflightDoFn
 from transforms.discover import REJECTED
-from transforms.parts import single_threaded_opencv
+from transforms.parts import setup_converter
 from transforms.refs import Candidate
 from transforms.source import read_batch
 from transforms.specs import ImageSpec
@@ -33,11 +33,11 @@ class ReadAndCheck(InflightDoFn):
         return read_batch, (batch, self._spec, self._max_file_bytes)
 
     def pool_initializer(self):
-        return single_threaded_opencv
+        return setup_converter
 
     def emit(self, batch: tuple[Candidate, ...], result):
         images, rejections = result
-        self._read.inc(len(batch))
+        self._read.inc(len(images))
         for rejection in rejections:
             yield beam.pvalue.TaggedOutput(REJECTED, rejection)
         if images:

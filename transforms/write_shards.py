@@ -44,9 +44,9 @@ from transforms.parts import (
     concat_shard,
     convert_part,
     cut_into_parts,
+    setup_converter,
     shard_keys,
     shard_order,
-    single_threaded_opencv,
 )
 from transforms.refs import PlannedImage
 from transforms.rejections import InputRejected
@@ -109,11 +109,11 @@ class _ConvertParts(InflightDoFn):
         return convert_part, (part, self._settings)
 
     def pool_initializer(self):
-        return single_threaded_opencv
+        return setup_converter
 
     def setup(self) -> None:
         super().setup()
-        single_threaded_opencv()
+        setup_converter()
 
     def emit(self, part: PartTask, outcome: PartOutcome):
         self._converted.inc(outcome.records - outcome.reused)

@@ -65,7 +65,7 @@ def study(name: str, files: list[bytes], repeat: int) -> dict:
         buf = np.frombuffer(data, np.uint8)
         decoded = {}
         for scale, flag in FLAGS.items():
-            decoded[scale], seconds = timed(lambda: cv2.imdecode(buf, flag), repeat)
+            decoded[scale], seconds = timed(lambda buf=buf, flag=flag: cv2.imdecode(buf, flag), repeat)
             decode_ms[scale].append(1e3 * seconds)
         h, w = decoded[1].shape[:2]
         chosen = rule_scale(w, h)
@@ -73,7 +73,7 @@ def study(name: str, files: list[bytes], repeat: int) -> dict:
         for (interp, mode), spec in specs.items():
             outs = {}
             for scale in FLAGS:
-                outs[scale], seconds = timed(lambda: resize_image(decoded[scale], spec), repeat)
+                outs[scale], seconds = timed(lambda image=decoded[scale], spec=spec: resize_image(image, spec), repeat)
                 resize_ms[(interp, mode, scale)].append(1e3 * seconds)
             ref = outs[1].astype(np.int16)
             for scale in (2, 4, 8):
@@ -87,8 +87,9 @@ def study(name: str, files: list[bytes], repeat: int) -> dict:
 
     rows = []
     for (interp, mode, scale), errors in sq_err.items():
-        rows.append({"interpolation": interp, "mode": mode, "scale": scale, "psnr_db": round(psnr(np.mean(errors)), 1),
-                     "psnr_min_db": round(min(psnr(e) for e in errors), 1), "max_abs_diff": max_diff[(interp, mode, scale)],
+        rows.append({"interpolation": interp, "mode": mode, "scale": scale,
+                     "psnr_db": round(psnr(np.mean(errors)), 1), "psnr_min_db": round(min(psnr(e) for e in errors), 1),
+                     "max_abs_diff": max_diff[(interp, mode, scale)],
                      "decode_ms": round(float(np.mean(decode_ms[scale])), 2),
                      "resize_ms": round(float(np.mean(resize_ms[(interp, mode, scale)])), 2),
                      "full_decode_ms": round(float(np.mean(decode_ms[1])), 2),
@@ -104,7 +105,8 @@ def print_study(result: dict) -> None:
     print(f"\n## {result['corpus']}: {result['images']} images (first {result['first_shape']}), "
           f"rule picks scale {result['rule_scales']}")
     print(f"{'interp':7s} {'mode':12s} {'scale':>5s} {'PSNR dB':>8s} {'min dB':>7s} {'maxdiff':>7s} "
-          f"{'dec ms':>7s} {'rsz ms':>7s} {'total':>7s} | {'full dec':>8s} {'full rsz':>8s} {'total':>7s} {'speedup':>7s}")
+          f"{'dec ms':>7s} {'rsz ms':>7s} {'total':>7s} | {'full dec':>8s} {'full rsz':>8s} {'total':>7s} "
+          f"{'speedup':>7s}")
     for r in result["rows"]:
         total, full = r["decode_ms"] + r["resize_ms"], r["full_decode_ms"] + r["full_resize_ms"]
         print(f"{r['interpolation']:7s} {r['mode']:12s} {r['scale']:5d} {r['psnr_db']:8.1f} {r['psnr_min_db']:7.1f} "
