@@ -65,14 +65,6 @@ def test_staging_is_hidden_inside_the_output(output):
     assert fmt.run_dir(output, "abc") == f"{base}/.imgrec-staging/run-abc"
 
 
-def test_error_file_names():
-    names = ["train-00000-of-00001.tfrecord", "errors-00001-of-00002.jsonl", "errors-00000-of-00002.jsonl",
-             "errors.txt", "my-errors-00000-of-00001.jsonl", "metadata.json"]
-    assert fmt.error_file_names(names) == ["errors-00000-of-00002.jsonl", "errors-00001-of-00002.jsonl"]
-
-
-# ----------------------------------------------------------------------------- record index
-
 def test_index_entry_line_round_trip():
     entry = IndexEntry(offset=1024, length=616, sha256="ab" * 32, image_offset=40, image_length=560)
     line = entry.to_line()

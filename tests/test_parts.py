@@ -26,6 +26,7 @@ from transforms.parts import (
     convert_part,
     cut_into_parts,
     part_digest,
+    part_size,
     record_digest,
     shard_keys,
     shard_order,
@@ -115,6 +116,27 @@ def test_cut_into_parts(tmp_path):
     assert [im for p in parts for im in p.images] == images  # consecutive, in shard order
     assert all(p.shard == SHARD and p.digest == part_digest(p.images, settings.record_digest) for p in parts)
     assert cut_into_parts(SHARD, [], settings) == []
+
+
+def test_part_size_on_a_local_pool_and_on_a_cluster(tmp_path):
+    cluster = settings_for(tmp_path, part_images=256)
+    assert part_size(("train", 0, 100), 5000, 500_000, cluster) == 256
+    two = dataclasses.replace(cluster, local_processes=2)
+    assert part_size(("train", 0, 8), 1250, 10_000, two) == 1250  # >= 4 shards per process: whole shards
+    assert part_size(("train", 0, 7), 1400, 10_000, two) == 256  # fewer: 8+ parts per process, capped
+    assert part_size(("train", 0, 1), 40, 40, two) == 3  # 40 photos still spread over both processes
+    assert part_size(("train", 0, 1), 3, 3, two) == 1
+    assert part_size(("val", 0, 8), 0, 0, two) == 1
+
+
+def test_a_shard_of_one_part_is_that_part_linked_not_copied(tmp_path, images):
+    settings = settings_for(tmp_path, part_images=100)
+    (result,) = convert_all(images, settings)
+    shard = concat_shard(ShardPlan(SHARD, 1), [result], settings)
+    written = tmp_path / "run" / shard.file
+    part = tmp_path / "parts" / f"{result.digest}.records"
+    assert written.stat().st_ino == part.stat().st_ino and written.read_bytes() == part.read_bytes()
+    assert shard.num_examples == len(images)
 
 
 def test_shard_order_is_a_seeded_shuffle_independent_of_arrival():

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import posixpath
 import re
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 FORMAT_VERSION = 2
 METADATA_FILE = "metadata.json"
@@ -381,11 +381,6 @@ def listed_files(value: Mapping) -> list[str]:
         files += [index_file_name(f) for f in shards if "/" not in f]
     files += [f for f in [*(value.get("error_files") or []), *(value.get("exports") or [])] if _inside(f)]
     return [posixpath.normpath(f) for f in files]
-
-
-def error_file_names(names: Iterable[str]) -> list[str]:
-    """The dead-letter files among `names` (basenames), sorted."""
-    return sorted(n for n in names if n.startswith(f"{ERRORS_PREFIX}-") and n.endswith(ERRORS_SUFFIX))
 
 
 def split_files(metadata: DatasetMetadata, split: str) -> Sequence[str]:

@@ -60,6 +60,20 @@ def rename(source: str, destination: str) -> None:
         _filesystems().rename([source], [destination])
 
 
+def link(source: str, destination: str) -> bool:
+    """Hard-links a local file, parent folders created (True), or does nothing (False: not local,
+    or links unsupported there)."""
+    local_source, local_destination = local_path(source), local_path(destination)
+    if local_source is None or local_destination is None:
+        return False
+    try:
+        os.makedirs(os.path.dirname(local_destination) or ".", exist_ok=True)
+        os.link(local_source, local_destination)
+    except OSError:
+        return False
+    return True
+
+
 def append_file(destination: BinaryIO, source: str, chunk: int = 8 * 2**20) -> None:
     """Copies `source` to the end of the open `destination`: in the kernel (copy_file_range)
     between local files, through Python otherwise (e.g. into a gzip stream)."""

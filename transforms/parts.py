@@ -143,8 +143,27 @@ def shard_order(images: Iterable[PlannedImage], seed: int) -> list[PlannedImage]
     return sorted(images, key=lambda im: (order_in_shard(im.source.path, seed), im.source.path))
 
 
-def cut_into_parts(shard: ShardKey, images: list[PlannedImage], settings: WriterSettings) -> list[PartTask]:
-    size = settings.part_images
+def part_size(shard: ShardKey, images: int, total: int, settings: WriterSettings) -> int:
+    """Images per part of a shard of `images` (of `total` images in all).
+
+    On one machine (a local pool of `local_processes`), a split with enough shards to keep every
+    process busy is written a whole shard per part: the shard is then the part file itself,
+    hard-linked, not copied (for raw float32 that is gigabytes not written a second time). Other
+    shards are cut into at least 8 parts per process, so a few heavy images (12-megapixel
+    photos) still spread over every process, and at most `part_images`. Elsewhere (a cluster)
+    parts of `part_images`."""
+    _, _, num_shards = shard
+    processes = settings.local_processes
+    if not processes:
+        return settings.part_images
+    if num_shards >= 4 * processes:
+        return max(images, 1)
+    return max(1, min(settings.part_images, -(-total // (8 * processes))))
+
+
+def cut_into_parts(shard: ShardKey, images: list[PlannedImage], settings: WriterSettings,
+                   total: int = 0) -> list[PartTask]:
+    size = part_size(shard, len(images), total or len(images), settings)
     chunks = [tuple(images[start:start + size]) for start in range(0, len(images), size)]
     return [PartTask(shard, i, chunk, part_digest(chunk, settings.record_digest)) for i, chunk in enumerate(chunks)]
 
@@ -249,13 +268,18 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
     name = shard_file_name(split, index, num_shards, settings.output.compression)
     shard_path, index_path = join(settings.run_dir, name), join(settings.run_dir, index_file_name(name))
     temporary = f"{shard_path}.tmp-{uuid.uuid4().hex}"
+    gzip = settings.output.compression == "gzip"
+    records = [join(settings.parts_dir, f"{part.digest}.records") for part in parts]
+    # A shard of one part is that part's bytes: linked, not copied (the part stays for a restart).
+    if not (len(records) == 1 and not gzip and files.link(records[0], temporary)):
+        with files.create(temporary, gzip=gzip) as shard:
+            for path in records:
+                files.append_file(shard, path)
     lines, offset = [], 0
-    with files.create(temporary, gzip=settings.output.compression == "gzip") as shard:
-        for part in parts:
-            files.append_file(shard, join(settings.parts_dir, f"{part.digest}.records"))
-            outcome = _read_outcome(settings, part.digest)
-            lines.extend(entry.shifted(offset).to_line() for entry in outcome.index)
-            offset += sum(entry.length for entry in outcome.index)
+    for part in parts:
+        outcome = _read_outcome(settings, part.digest)
+        lines.extend(entry.shifted(offset).to_line() for entry in outcome.index)
+        offset += sum(entry.length for entry in outcome.index)
     files.rename(temporary, shard_path)
     files.write_atomically(index_path, "".join(lines).encode("ascii"))
     label_counts: collections.Counter[str] = collections.Counter()

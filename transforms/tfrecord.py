@@ -8,7 +8,7 @@ rotate the CRC-32C right by 15 bits and add 0xa282ead8. No Beam, no TensorFlow n
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import crc32c
 
@@ -69,15 +69,3 @@ def read_record_at(handle: BinaryIO, offset: int, length: int) -> bytes:
         raise CorruptRecord(f"file ends {length - len(framed)} bytes into the record at offset {offset}")
     return parse_framed(framed)
 
-
-def iter_records(handle: BinaryIO) -> Iterator[bytes]:
-    """Every record of an uncompressed TFRecord stream, checksums verified."""
-    while True:
-        header = handle.read(HEADER_BYTES)
-        if not header:
-            return
-        if len(header) != HEADER_BYTES:
-            raise CorruptRecord("file ends inside a record header")
-        (length,) = struct.unpack_from("<Q", header)
-        rest = handle.read(length + FOOTER_BYTES)
-        yield parse_framed(header + rest)

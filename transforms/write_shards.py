@@ -67,13 +67,13 @@ def by_shard(batch: tuple[PlannedImage, ...], shard_counts: dict[str, int],
 PLANS = "plans"
 
 
-def plan_shard(element: tuple[ShardKey, Iterable[tuple[PlannedImage, ...]]],
-               settings: WriterSettings) -> Iterator[Union[PartTask, beam.pvalue.TaggedOutput]]:
+def plan_shard(element: tuple[ShardKey, Iterable[tuple[PlannedImage, ...]]], settings: WriterSettings,
+               planned_counts: dict[str, int]) -> Iterator[Union[PartTask, beam.pvalue.TaggedOutput]]:
     """A shard's batches of images (an empty one: the placeholder every shard gets) → its parts,
     plus its plan keyed by shard (PLANS) for the concatenation."""
     shard, pieces = element
     ordered = shard_order(flatten(pieces), settings.output.shuffle_seed)
-    parts = cut_into_parts(shard, ordered, settings)
+    parts = cut_into_parts(shard, ordered, settings, sum(planned_counts.values()))
     yield beam.pvalue.TaggedOutput(PLANS, (shard, ShardPlan(shard, len(parts))))
     yield from parts
 
@@ -167,7 +167,8 @@ class WriteShards(beam.PTransform):
         work = ((keyed, every_shard)
                 | "ImagesAndShards" >> beam.Flatten()
                 | "GroupShards" >> beam.GroupByKey()
-                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings).with_outputs(PLANS, main="parts"))
+                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings, beam.pvalue.AsSingleton(planned_counts))
+                .with_outputs(PLANS, main="parts"))
         converted = (work.parts
                      | "SpreadParts" >> beam.Reshuffle()
                      | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts"))
