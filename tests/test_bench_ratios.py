@@ -118,6 +118,11 @@ def test_bench_smoke_run(tmp_path):
     labels = {t["label"] for t in results["targets"]}
     limited = {t.label for t in TARGETS if t.limit is not None}
     assert limited <= labels
-    assert all(math.isfinite(t["value"]) for t in results["targets"])
+    # a line fit through 100 and 400 images can be degenerate on a noisy machine (no extra time:
+    # an infinite rate); the ratios of whole runs cannot
+    for t in results["targets"]:
+        assert isinstance(t["value"], float), t
+        if t["kind"] in ("speedup", "memory"):
+            assert math.isfinite(t["value"]) and t["value"] > 0, t
     assert results.get("reader", {}).get("images", 0) > 0
     assert seconds < 240, f"the smoke run took {seconds:.0f} s"
