@@ -120,13 +120,14 @@ def test_cut_into_parts(tmp_path):
 
 def test_part_size_on_a_local_pool_and_on_a_cluster(tmp_path):
     cluster = settings_for(tmp_path, part_images=256)
-    assert part_size(5000, 500_000, cluster) == 256
+    assert part_size(("train", 0, 100), 5000, 500_000, cluster) == 256
     two = dataclasses.replace(cluster, local_processes=2)
-    assert part_size(1750, 10_000, two) == 1750  # <= 1/4 of the images: a whole shard
-    assert part_size(3500, 10_000, two) == 256  # more: 8+ parts per process, capped
-    assert part_size(40, 40, two) == 3  # 40 photos still spread over both processes
-    assert part_size(3, 3, two) == 1
-    assert part_size(0, 0, two) == 1
+    assert part_size(("train", 0, 4), 1750, 10_000, two) == 1750  # <= 1/4 of the images: a whole shard
+    assert part_size(("train", 0, 2), 3500, 10_000, two) == 256  # more: 8+ parts per process, capped
+    assert part_size(("val", 0, 1), 2000, 10_000, two) == 256  # a split of one shard: parts
+    assert part_size(("train", 0, 1), 40, 40, two) == 3  # 40 photos still spread over both processes
+    assert part_size(("train", 0, 1), 3, 3, two) == 1
+    assert part_size(("val", 0, 8), 0, 0, two) == 1
 
 
 def test_a_shard_of_one_part_is_that_part_linked_not_copied(tmp_path, images):

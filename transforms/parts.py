@@ -143,26 +143,29 @@ def shard_order(images: Iterable[PlannedImage], seed: int) -> list[PlannedImage]
     return sorted(images, key=lambda im: (order_in_shard(im.source.path, seed), im.source.path))
 
 
-def part_size(images: int, total: int, settings: WriterSettings) -> int:
+def part_size(shard: ShardKey, images: int, total: int, settings: WriterSettings) -> int:
     """Images per part of a shard of `images` (of `total` images in all).
 
-    On one machine (a local pool of `local_processes`), a shard holding at most a share of
+    On one machine (a local pool of `local_processes`), a shard of a split with several shards
+    (so gigabytes of records: the shard count comes from the bytes) that holds at most a share of
     1 / (2 × processes) of all images is written as one part: the shard is then the part file
-    itself, hard-linked, not copied (for raw records that is gigabytes not written a second
-    time), and every process still gets at least two such units of work. Bigger shards are cut
-    into at least 8 parts per process, so a few heavy images (12-megapixel photos) still spread
-    over every process, and at most `part_images`. Elsewhere (a cluster) parts of `part_images`."""
+    itself, hard-linked, not copied, and every process still gets at least two such units of
+    work. Other shards are cut into at least 8 parts per process, so a few heavy images
+    (12-megapixel photos) still spread over every process, and at most `part_images`: copying
+    a split of one shard costs less than an idle core. Elsewhere (a cluster) parts of
+    `part_images`."""
+    _, _, num_shards = shard
     processes = settings.local_processes
     if not processes:
         return settings.part_images
-    if images * 2 * processes <= total:
+    if num_shards > 1 and images * 2 * processes <= total:
         return max(images, 1)
     return max(1, min(settings.part_images, -(-total // (8 * processes))))
 
 
 def cut_into_parts(shard: ShardKey, images: list[PlannedImage], settings: WriterSettings,
                    total: int = 0) -> list[PartTask]:
-    size = part_size(len(images), total or len(images), settings)
+    size = part_size(shard, len(images), total or len(images), settings)
     chunks = [tuple(images[start:start + size]) for start in range(0, len(images), size)]
     return [PartTask(shard, i, chunk, part_digest(chunk, settings.record_digest)) for i, chunk in enumerate(chunks)]
 
