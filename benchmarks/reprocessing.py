@@ -50,13 +50,15 @@ def measured(argv: Sequence[str], kill_when=None) -> dict:
                                start_new_session=True)
     monitor = TreeMonitor(process.pid)
     killed = False
-    while process.poll() is None:
-        if kill_when is not None and kill_when():
+    # wait4, not poll(): the exit status and the tree's rusage come from the same reaping
+    pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+    while not pid:
+        if kill_when is not None and not killed and kill_when():
             os.killpg(process.pid, signal.SIGKILL)
             killed = True
-            break
         time.sleep(0.05)
-    _, status, usage = os.wait4(process.pid, 0)
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+    process.returncode = os.waitstatus_to_exitcode(status)
     children = psutil.Process().children(recursive=True)
     for child in children:  # a killed tree's orphans, if any, must not run on
         child.kill()
