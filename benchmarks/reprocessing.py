@@ -1,6 +1,6 @@
 """Scheduled reprocessing, measured: an incremental run and a resumed run against full runs.
 
-    python -m benchmarks.reprocessing [--images 2000] [--added 100] [--replaced 20] [--kill_at 0.7]
+    python -m benchmarks.reprocessing [--images 2000] [--added 100] [--replaced 20] [--kill_at 0.7] [--rounds 3]
 
 1. A dataset of N ImageNet-like images (the first N of the benchmark corpus) is converted in
    full, then 5% new images are added and some replaced by other pictures; the incremental run
@@ -11,7 +11,9 @@
    most 50% of an uninterrupted run's CPU time and write exactly what the uninterrupted run wrote.
 
 CPU time is that of the whole process tree (the driver, Beam's workers, imgrec's converters),
-from the kernel's accounting of waited children plus psutil samples of the live tree.
+from the kernel's accounting of waited children plus psutil samples of the live tree. Every run
+starts after `os.sync()`, so no run pays for writing back the previous run's output. `--rounds`
+repeats both scenarios in fresh folders; the table gives the median of the per-round ratios.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import os
 import pathlib
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +48,7 @@ def imgrec(images: pathlib.Path, output: pathlib.Path, *flags: str) -> list[str]
 def measured(argv: Sequence[str], kill_when=None) -> dict:
     """Runs argv to its end (or kills its whole tree once `kill_when()` is true): wall seconds,
     CPU seconds of the tree, exit code."""
+    os.sync()  # the previous run's gigabytes are written back now, not charged to this run
     start = time.perf_counter()
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                start_new_session=True)
@@ -86,57 +90,74 @@ def converted(output: pathlib.Path) -> int:
     return sum(int(p.name.rsplit("-", 1)[1]) for p in progress)
 
 
+def one_round(args: argparse.Namespace, corpus: pathlib.Path, work: pathlib.Path) -> dict:
+    """Both scenarios once, in `work`: every run's measurement and whether the outputs match."""
+    paths = sorted(corpus.glob("*/*.jpg"))
+    base, added, replacements = (paths[:args.images], paths[args.images:args.images + args.added],
+                                 paths[args.images + args.added:])
+    images = work / "images"
+    copy_images(base, corpus, images)
+    first = measured(imgrec(images, work / "first"))
+    copy_images(added, corpus, images)
+    for old, new in zip(base[::max(1, len(base) // args.replaced)][:args.replaced], replacements):
+        shutil.copyfile(new, images / old.relative_to(corpus))
+    incremental = measured(imgrec(images, work / "incremental", f"--reuse_from={work / 'first'}"))
+    scratch_run = measured(imgrec(images, work / "scratch"))
+    reuse = json.loads((work / "incremental" / "metadata.json").read_text())["reuse"]
+    total = args.images + args.added
+    uninterrupted = measured(imgrec(images, work / "uninterrupted"))
+    killed = measured(imgrec(images, work / "resumed"),
+                      kill_when=lambda: converted(work / "resumed") >= args.kill_at * total)
+    restarted = measured(imgrec(images, work / "resumed"))
+    resumed = json.loads((work / "resumed" / "metadata.json").read_text())["run"]["resumed_records"]
+    return {"incremental": {"first": first, "incremental": incremental, "from_scratch": scratch_run,
+                            "identical": published(work / "incremental") == published(work / "scratch"),
+                            "reuse": reuse},
+            "resumed": {"uninterrupted": uninterrupted, "killed": killed, "restarted": restarted,
+                        "identical": published(work / "resumed") == published(work / "uninterrupted"),
+                        "resumed_records": resumed}}
+
+
+def ratio_row(name: str, rounds: list[dict], full: str, this: str, target: float) -> tuple[str, ...]:
+    """One table row over the rounds: median CPU seconds, the median of the per-round ratios."""
+    fulls = [r[full]["cpu_seconds"] for r in rounds]
+    these = [r[this]["cpu_seconds"] for r in rounds]
+    ratios = [t / f for t, f in zip(these, fulls)]
+    return (name, f"{statistics.median(fulls):.1f}", f"{statistics.median(these):.1f}",
+            f"{statistics.median(ratios):.2f} ({' '.join(f'{x:.2f}' for x in ratios)})", f"<= {target}",
+            "yes" if all(r["identical"] for r in rounds) else "NO")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--added", type=int, default=100)
     parser.add_argument("--replaced", type=int, default=20)
     parser.add_argument("--kill_at", type=float, default=0.7)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "reprocessing.json"))
     args = parser.parse_args(argv)
     corpus = make_corpus(args.images + args.added + args.replaced)
-    paths = sorted(corpus.glob("*/*.jpg"))
-    base, added, replacements = (paths[:args.images], paths[args.images:args.images + args.added],
-                                 paths[args.images + args.added:])
-    rows, results, failures = [], {}, []
-    with tempfile.TemporaryDirectory(prefix="imgrec-reprocessing-") as scratch:
-        work = pathlib.Path(scratch)
-        images = work / "images"
-        copy_images(base, corpus, images)
-        first = measured(imgrec(images, work / "first"))
-        copy_images(added, corpus, images)
-        for old, new in zip(base[::max(1, len(base) // args.replaced)][:args.replaced], replacements):
-            shutil.copyfile(new, images / old.relative_to(corpus))
-        incremental = measured(imgrec(images, work / "incremental", f"--reuse_from={work / 'first'}"))
-        scratch_run = measured(imgrec(images, work / "scratch"))
-        same = published(work / "incremental") == published(work / "scratch")
-        reuse = json.loads((work / "incremental" / "metadata.json").read_text())["reuse"]
-        results["incremental"] = {"first": first, "incremental": incremental, "from_scratch": scratch_run,
-                                  "identical": same, "reuse": reuse}
-        rows.append(("incremental (+%d new, %d replaced)" % (args.added, args.replaced), f"{first['cpu_seconds']:.1f}",
-                     f"{incremental['cpu_seconds']:.1f}", f"{incremental['cpu_seconds'] / first['cpu_seconds']:.2f}",
-                     f"<= {TARGETS['incremental']}", "yes" if same else "NO"))
-
-        total = args.images + args.added
-        uninterrupted = measured(imgrec(images, work / "uninterrupted"))
-        killed = measured(imgrec(images, work / "resumed"),
-                          kill_when=lambda: converted(work / "resumed") >= args.kill_at * total)
-        restarted = measured(imgrec(images, work / "resumed"))
-        same = published(work / "resumed") == published(work / "uninterrupted")
-        resumed = json.loads((work / "resumed" / "metadata.json").read_text())["run"]["resumed_records"]
-        results["resumed"] = {"uninterrupted": uninterrupted, "killed": killed, "restarted": restarted,
-                              "identical": same, "resumed_records": resumed}
-        rows.append((f"resumed (killed at {resumed}/{total} converted)", f"{uninterrupted['cpu_seconds']:.1f}",
-                     f"{restarted['cpu_seconds']:.1f}",
-                     f"{restarted['cpu_seconds'] / uninterrupted['cpu_seconds']:.2f}",
-                     f"<= {TARGETS['resumed']}", "yes" if same else "NO"))
-        for name, run in [*results["incremental"].items(), *results["resumed"].items()]:
-            if isinstance(run, dict) and run.get("exit") not in (None, 0) and not run.get("killed"):
-                failures.append(f"{name} exited {run['exit']}: {run['stderr']}")
-    print(format_table(("run", "full CPU s", "this CPU s", "ratio", "target", "identical output"), rows))
-    print(f"\n{args.images} ImageNet-like images, CPU seconds of the whole process tree; "
-          f"`python -m benchmarks.reprocessing --images {args.images}`")
-    pathlib.Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=2, default=str))
+    rounds = []
+    for _ in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix="imgrec-reprocessing-") as scratch:
+            rounds.append(one_round(args, corpus, pathlib.Path(scratch)))
+    incremental = [r["incremental"] for r in rounds]
+    resumed = [r["resumed"] for r in rounds]
+    total = args.images + args.added
+    rows = [ratio_row(f"incremental (+{args.added} new, {args.replaced} replaced) vs first run", incremental,
+                      "first", "incremental", TARGETS["incremental"]),
+            ratio_row("incremental vs from scratch", incremental, "from_scratch", "incremental",
+                      TARGETS["incremental"]),
+            ratio_row(f"restarted (killed at {'/'.join(str(r['resumed_records']) for r in resumed)} of {total} "
+                      "converted) vs uninterrupted", resumed, "uninterrupted", "restarted", TARGETS["resumed"])]
+    failures = [f"{name} exited {run['exit']}: {run['stderr']}"
+                for scenario in (*incremental, *resumed) for name, run in scenario.items()
+                if isinstance(run, dict) and run.get("exit") not in (None, 0) and not run.get("killed")]
+    print(format_table(("run", "full CPU s", "this CPU s", "ratio (per round)", "target", "identical output"), rows))
+    print(f"\n{args.images} ImageNet-like images, CPU seconds of the whole process tree, medians of "
+          f"{args.rounds} rounds; `python -m benchmarks.reprocessing --images {args.images} --rounds {args.rounds}`")
+    pathlib.Path(args.out).write_text(json.dumps({"args": vars(args), "rounds": rounds}, indent=2, default=str))
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)
     return 1 if failures or not all(r[-1] == "yes" for r in rows) else 0

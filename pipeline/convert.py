@@ -58,8 +58,11 @@ def check_not_empty(metadata: DatasetMetadata, spec: ConversionSpec) -> None:
                         "publish an empty dataset")
 
 
-def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> Optional[dict]:
-    """Counts → dead letters and metadata → checks → published dataset; None when unchanged."""
+def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> Optional[str]:
+    """Counts → dead letters and metadata → checks → published dataset; None when unchanged.
+
+    Returns metadata.json's text, which is ASCII: a dict would carry file names that are not
+    UTF-8 (as surrogates), which Beam's coders cannot encode, after the dataset was published."""
     if gathered.fingerprint == context.previous_fingerprint:
         files.write_atomically(join(context.run_dir, UNCHANGED_MARKER), gathered.fingerprint.encode("ascii"))
         return None
@@ -76,11 +79,11 @@ def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> O
         if context.fail_job_on_refusal:
             raise
         return None
-    return metadata.to_json()
+    return metadata.dumps()
 
 
 class ConvertToTFRecords(beam.PTransform):
-    """PBegin → the published metadata (one dict, or None when the dataset is unchanged)."""
+    """PBegin → the published metadata.json text (or None when the dataset is unchanged)."""
 
     def __init__(self, spec: ConversionSpec, context: RunContext):
         super().__init__()
@@ -97,7 +100,7 @@ class ConvertToTFRecords(beam.PTransform):
         label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
             spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))
         early_rejections = (discovered[REJECTED], read[REJECTED]) | "EarlyRejections" >> beam.Flatten()
-        fingerprint = (read.images, early_rejections) | "Fingerprint" >> InputFingerprint(spec)
+        fingerprint = (read.images, early_rejections, label_map) | "Fingerprint" >> InputFingerprint(spec)
         plan = read.images | "PlanSplits" >> PlanSplits(spec.splits, AsSingleton(label_map),
                                                         spec.output.drop_duplicates)
         to_write = plan["planned"] | "SkipIfUnchanged" >> beam.Filter(

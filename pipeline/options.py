@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import difflib
 import importlib.resources
+import math
 import os
 import typing
 from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence
@@ -84,7 +85,7 @@ FLAGS = (
     Flag("max_decoded_bytes", "image", "max_decoded_bytes", int, "Reject images whose decode needs more memory."),
     Flag("split_method", "splits", "method", str, "hash | stratified."),
     Flag("split_key", "splits", "key", str, "content | path: what the split hash is computed from."),
-    Flag("split_names", "splits", "names", _csv_of(str), "Split names, comma-separated."),
+    Flag("split_names", "splits", "names", _csv_of(str), "Split names, comma-separated (letters, digits, _ and -)."),
     Flag("split_ratios", "splits", "ratios", _csv_of(float), "Split ratios, comma-separated, summing to 1."),
     Flag("split_salt", "splits", "salt", str, "Salt of the split hash; change it to re-draw splits."),
 )
@@ -251,10 +252,17 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false, got {value!r}")
         return value
+    if hint in (int, float) and isinstance(value, bool):  # YAML's `true` is not the number 1
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if hint is int and isinstance(value, float) and not value.is_integer():  # 1.5 must not become 1
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
     try:
-        return hint(value)
+        converted = hint(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be {hint.__name__}, got {value!r}") from exc
+    if hint is float and not math.isfinite(converted):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return converted
 
 
 def parse_config_flag(argv: Sequence[str]) -> Optional[str]:

@@ -6,7 +6,8 @@ refuses bad layouts before a single image is converted:
 - a finished dataset in the output needs --overwrite or --skip_unchanged;
 - a non-empty folder that is not an imgrec dataset needs --overwrite, and even then only files
   imgrec wrote are ever removed (those listed in the previous metadata.json, or in the journal
-  of a publish that was interrupted);
+  of a publish that was interrupted); a foreign file with a name every run writes is refused;
+- an output inside the input must not hide inputs from discovery;
 - staging folders of dead runs are removed, but finished parts are kept for resumption.
 """
 from __future__ import annotations
@@ -15,18 +16,21 @@ import dataclasses
 import os
 import posixpath
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.accounting import DEAD_LETTERS_FILE
 from pipeline.errors import UsageError
 from pipeline.publish import JOURNAL_FILE, read_json, run_id_of
 from transforms.dataset_format import (
+    INDEX_DIR,
     LOCK_FILE,
     METADATA_FILE,
     STAGING_DIR,
     DatasetMetadata,
     FormatError,
+    is_dataset_metadata,
     join,
     listed_files,
     parts_dir,
@@ -34,7 +38,7 @@ from transforms.dataset_format import (
 )
 from transforms.files import local_path
 from transforms.reuse import ReuseSource
-from transforms.specs import OutputSpec
+from transforms.specs import InputSpec, OutputSpec
 
 LATEST = "latest"
 _TEMPLATE_FIELDS = {"date": r"\d{4}-\d{2}-\d{2}", "timestamp": r"\d{8}T\d{6}"}
@@ -50,6 +54,10 @@ def list_names(folder: str) -> list[str]:
     return sorted({m.path[len(prefix):].split("/", 1)[0] for m in matched if m.path.startswith(prefix)})
 
 
+# What every run writes at the top of its output, whatever its counts (shard names depend on them).
+ALWAYS_WRITTEN = (METADATA_FILE, INDEX_DIR, DEAD_LETTERS_FILE)
+
+
 @dataclasses.dataclass(frozen=True)
 class OutputState:
     """What is in the output folder before a run."""
@@ -61,6 +69,11 @@ class OutputState:
     @property
     def previous_run_id(self) -> Optional[str]:
         return run_id_of(self.previous)
+
+    @property
+    def in_the_way(self) -> tuple[str, ...]:
+        """Foreign names this run would have to write over."""
+        return tuple(name for name in self.foreign if name in ALWAYS_WRITTEN)
 
 
 def journal_files(output: str) -> list[str]:
@@ -81,9 +94,11 @@ def inspect_output(output: str) -> OutputState:
         except (ValueError, UnicodeDecodeError) as exc:
             raise UsageError(f"{metadata_path} is not valid JSON ({exc}); imgrec cannot tell which files are "
                              "its own, so it will not write here: fix or remove it") from None
+        if not is_dataset_metadata(previous):
+            previous = None  # somebody else's metadata.json
     owned = set(listed_files(previous)) if previous else set()
     owned.update(journal_files(output))
-    ours = {LOCK_FILE, STAGING_DIR, METADATA_FILE} | {f.split("/", 1)[0] for f in owned}
+    ours = {LOCK_FILE, STAGING_DIR} | ({METADATA_FILE} if previous else set()) | {f.split("/", 1)[0] for f in owned}
     names = list_names(output)
     foreign = tuple(n for n in names if n not in ours and not n.startswith(f"{METADATA_FILE}.tmp-"))
     return OutputState(previous, tuple(sorted(owned)), foreign)
@@ -95,9 +110,40 @@ def check_output(output: str, spec: OutputSpec, state: OutputState) -> None:
         raise UsageError(f"{output} already holds a finished dataset ({METADATA_FILE}); pass --overwrite to "
                          "replace it, or --skip_unchanged to re-run only on changes")
     if state.previous is None and state.foreign and not spec.overwrite:
-        shown = ", ".join(state.foreign[:5]) + (", ..." if len(state.foreign) > 5 else "")
-        raise UsageError(f"{output} is not empty and not an imgrec dataset (it holds {shown}); pass --overwrite "
-                         "to write the dataset into it anyway (files imgrec did not write are left alone)")
+        raise UsageError(f"{output} is not empty and not an imgrec dataset (it holds {_some(state.foreign)}); pass "
+                         "--overwrite to write the dataset into it anyway (files imgrec did not write are left alone)")
+    if state.in_the_way:
+        raise UsageError(f"{output} holds {_some(state.in_the_way)}, which imgrec did not write but every run "
+                         "writes; imgrec never replaces files it did not write: move them away or choose another "
+                         "output")
+
+
+def _some(names: Sequence[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+
+def check_layout(input_spec: InputSpec, output: str, state: OutputState) -> None:
+    """An output inside the input is left out of discovery; that must not hide inputs. So the
+    output may not be the input folder itself, nor a folder of the input that already holds
+    files and is not an imgrec dataset (a class folder, say)."""
+    kind, local_input, local_output = input_spec.resolved_kind(), local_path(input_spec.path), local_path(output)
+    if kind not in ("folders", "glob") or local_input is None or local_output is None:
+        return
+    root = os.path.realpath(local_input if kind == "folders" else glob_root(local_input))
+    target = os.path.realpath(local_output)
+    if target == root:
+        raise UsageError(f"--output={output} is the input folder: its shards and metadata would be read as "
+                         "images on the next run; choose another output (a new folder inside the input is fine)")
+    if target.startswith(root.rstrip(os.sep) + os.sep) and state.previous is None and state.foreign:
+        raise UsageError(f"--output={output} is inside --input={input_spec.path} and holds files imgrec did not "
+                         f"write ({_some(state.foreign)}): the output is left out of discovery, so they would be "
+                         "neither converted nor reported; choose an output outside the input or a new folder")
+
+
+def glob_root(pattern: str) -> str:
+    """The folder above a glob's first wildcard: `data/*/x*.jpg` → `data`."""
+    head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    return os.path.dirname(head) or "."
 
 
 def clear_dead_runs(output: str) -> None:
@@ -145,10 +191,12 @@ def resolve_dataset(reference: Optional[str], template: str, current: str) -> Op
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """The dataset --skip_unchanged compares with, and its input + config fingerprint."""
+    """The dataset --skip_unchanged compares with, and its input + config fingerprint (None when
+    files it lists are missing: then it is not kept as it is, the run converts and repairs it)."""
 
     dataset: str
     fingerprint: Optional[str]
+    missing: tuple[str, ...] = ()
 
 
 def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[Comparison]:
@@ -156,14 +204,19 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
     if not spec.skip_unchanged:
         return None
     if not spec.compare_to:
-        return Comparison(spec.path, state.previous.get("fingerprint")) if state.previous else None
-    other = resolve_dataset(spec.compare_to, template, spec.path)
-    if other is None:
-        return None
-    try:
-        return Comparison(other, read_json(join(other, METADATA_FILE)).get("fingerprint"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--compare_to: cannot read {join(other, METADATA_FILE)}: {exc}") from None
+        if not state.previous:
+            return None
+        dataset, previous = spec.path, state.previous
+    else:
+        dataset = resolve_dataset(spec.compare_to, template, spec.path)
+        if dataset is None:
+            return None
+        try:
+            previous = read_json(join(dataset, METADATA_FILE))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--compare_to: cannot read {join(dataset, METADATA_FILE)}: {exc}") from None
+    missing = tuple(f for f in listed_files(previous) if not FileSystems.exists(join(dataset, f)))
+    return Comparison(dataset, None if missing else previous.get("fingerprint"), missing)
 
 
 def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Optional[ReuseSource]:
@@ -182,6 +235,9 @@ def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Opt
     if metadata.pixel_fingerprint != pixel_fingerprint:
         raise UsageError(f"{where} cannot serve this run: it was written with other image settings or "
                          "library versions (its pixel_fingerprint differs), so its image bytes would differ")
+    if "content_hash" not in metadata.role_keys():
+        raise UsageError(f"{where} cannot serve this run: its records hold no content hash (no content_hash "
+                         "feature), so a record could not be checked against its index entry")
     if metadata.compression != "none":
         raise UsageError(f"{where} cannot serve this run: its shards are {metadata.compression}-compressed, "
                          "so records cannot be read at their offsets")

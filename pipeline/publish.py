@@ -5,7 +5,8 @@ on the same filesystem, even when the output is a mount point. The order makes e
 safe:
 
 1. the lock must still be this run's, with its driver alive when it runs on this host
-   (pipeline/lock.py `check_publisher`), and the output must hold the dataset the driver saw;
+   (pipeline/lock.py `check_publisher`), the output must hold the dataset the driver saw, and
+   no file the new dataset adds may exist unless imgrec wrote it;
 2. a journal lists the files about to be removed and added (a later run treats them as imgrec's
    own, even if a crash left no metadata.json to say so);
 3. the old metadata.json goes first (the old dataset stops being "finished"), then the old
@@ -26,7 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.errors import RunFailed
 from pipeline.lock import check_publisher
 from transforms import files
-from transforms.dataset_format import INDEX_DIR, METADATA_FILE, DatasetMetadata, join, staging_dir
+from transforms.dataset_format import INDEX_DIR, METADATA_FILE, DatasetMetadata, is_dataset_metadata, join, staging_dir
 
 JOURNAL_FILE = "publishing.json"  # in the staging folder while files move into the output
 
@@ -46,11 +47,15 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
     check_publisher(output, metadata.run["run_id"])
     metadata_path = join(output, METADATA_FILE)
     current = read_json(metadata_path) if FileSystems.exists(metadata_path) else None
-    if run_id_of(current) != previous_run_id:
+    if run_id_of(current) != previous_run_id or (current is not None and not is_dataset_metadata(current)):
         raise RunFailed(f"the dataset in {output} changed while this run converted (now run "
                         f"{run_id_of(current)}); nothing was published")
     new = [f for f in metadata.owned_files() if f != METADATA_FILE]
     old = [f for f in previous_files if f != METADATA_FILE and f not in set(new)]
+    foreign = [f for f in new if f not in set(previous_files) and FileSystems.exists(join(output, f))]
+    if foreign:
+        raise RunFailed(f"{output} holds {', '.join(foreign[:5])}, which imgrec did not write and would have to "
+                        "replace; nothing was published: move them away and run again")
     files.write_atomically(join(staging_dir(output), JOURNAL_FILE),
                            json.dumps({"old": list(previous_files), "new": new}).encode("utf-8"))
     if current is not None:

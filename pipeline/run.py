@@ -20,14 +20,22 @@ from typing import Optional, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions, TestOptions
-from apache_beam.runners.runner import PipelineResult, PipelineState
+from apache_beam.runners.runner import PipelineResult, PipelineState, create_runner
 
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.errors import ImgrecError, RunFailed, UsageError
 from pipeline.lock import OutputLock
 from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
 from pipeline.options import ImgrecOptions, parse_arguments
-from pipeline.prepare import check_output, clear_dead_runs, comparison, inspect_output, list_names, reuse_source
+from pipeline.prepare import (
+    check_layout,
+    check_output,
+    clear_dead_runs,
+    comparison,
+    inspect_output,
+    list_names,
+    reuse_source,
+)
 from pipeline.progress import ProgressReporter, default_interval
 from pipeline.reaper import reaped
 from pipeline.summary import format_header, format_summary
@@ -87,6 +95,14 @@ def convert_processes(options) -> int:
     if chosen:
         return chosen
     return (os.cpu_count() or 1) if runs_in_one_process(options) else 0
+
+
+def check_runner(runner: str) -> None:
+    """An unknown --runner (a typo) is a usage error, found before anything starts."""
+    try:
+        create_runner(runner)
+    except (ValueError, ImportError) as exc:
+        raise UsageError(f"--runner={runner}: {str(exc).splitlines()[0]}") from None
 
 
 def engine_of(runner: str, result: PipelineResult) -> str:
@@ -152,6 +168,7 @@ def convert(argv: Sequence[str]) -> Conversion:
     runner = runner_name(options)
     if runner in UNSUPPORTED_RUNNERS:
         raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
+    check_runner(runner)
     started = datetime.datetime.now(datetime.timezone.utc)
     template = parsed.spec.output.path
     spec = dataclasses.replace(parsed.spec, output=dataclasses.replace(
@@ -183,8 +200,12 @@ def convert(argv: Sequence[str]) -> Conversion:
     try:
         state = inspect_output(output)
         check_output(output, spec.output, state)
+        check_layout(spec.input, output, state)
         clear_dead_runs(output)
         compared = comparison(spec.output, template, state)
+        if compared and compared.missing:
+            _say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
+                 f"({', '.join(compared.missing[:3])}); converting again")
         context = RunContext(
             run_info, output, this_run, writer, library_versions,
             previous_fingerprint=compared.fingerprint if compared else None,

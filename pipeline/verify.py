@@ -5,7 +5,8 @@ Reads every shard that metadata.json lists, end to end: TFRecord CRCs are checke
 image decoded, and what was found is compared with what metadata.json claims (per-file record
 counts, per-split totals, label counts and record bytes). The accounting is checked too: every
 input was written or rejected, and the dead letters hold one row per rejection, per split and
-per error class. Prints OK/FAILED per check and exits 0 (all passed), 1 (a check failed) or 2
+per error class, and every record index line must frame a record holding its content hash.
+Prints OK/FAILED per check and exits 0 (all passed), 1 (a check failed) or 2
 (not a readable imgrec dataset), so it can gate a training job or a copy to another bucket.
 
 It also draws `contact_sheet.png` and `class_counts.png` (pipeline/drawing.py) for a human.
@@ -32,7 +33,15 @@ import tensorflow as tf
 from pipeline import reader
 from pipeline.drawing import draw_bar_chart, draw_contact_sheet, to_display_uint8
 from pipeline.tables import format_table
-from transforms.dataset_format import DatasetMetadata, SplitInfo, parse_shard_file_name, tf_compression_type
+from transforms import files, tfrecord
+from transforms.dataset_format import (
+    DatasetMetadata,
+    SplitInfo,
+    join,
+    parse_index,
+    parse_shard_file_name,
+    tf_compression_type,
+)
 
 CONTACT_SHEET = "contact_sheet.png"
 CLASS_COUNTS = "class_counts.png"
@@ -163,6 +172,28 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     return checks
 
 
+def index_check(output: str, name: str, info: SplitInfo, holds_hashes: bool) -> Check:
+    """Every line of the split's record indexes frames a record of its shard (checksums verified)
+    that holds the line's content hash: incremental runs and random access trust these lines."""
+    problems: list[str] = []
+    lines = 0
+    for shard, index in zip(info.files, info.index_files):
+        try:
+            entries = parse_index(files.read_bytes(join(output, index)).decode("ascii"))
+            with files.open_read(join(output, shard)) as handle:
+                for number, entry in enumerate(entries, 1):
+                    data = tfrecord.read_record_at(handle, entry.offset, entry.length)
+                    if holds_hashes and not entry.describes(data):
+                        problems.append(f"{index} line {number}: the record there does not hold content "
+                                        f"{entry.sha256[:12]}...")
+            lines += len(entries)
+        except (OSError, ValueError) as exc:  # a malformed line or a bad frame is a ValueError
+            problems.append(f"{index}: {exc}")
+    if not problems and lines != info.num_examples:
+        problems.append(f"{lines} index lines for {info.num_examples} examples")
+    return Check(not problems, f"{name}: record index matches the shards", "; ".join(problems[:3]))
+
+
 def label_map_check(label_map: Mapping[str, int]) -> Check:
     """Ids must be distinct; they need not be 0..n-1 (a manifest may label with its own integers)."""
     ids = sorted(label_map.values())
@@ -289,6 +320,8 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         paths = reader.shard_paths(output, metadata, name)
         scans = [scan_shard(path, metadata.compression, layout) for path in paths]
         split_result = split_checks(name, info, scans, label_map, layout.pixel_dtype != tf.uint8)
+        if metadata.compression == "none" and info.index_files:
+            split_result.append(index_check(output, name, info, "content_hash" in metadata.role_keys()))
         for check in split_result:
             print(check.line(), file=stream)
         checks.extend(split_result)

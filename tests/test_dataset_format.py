@@ -204,6 +204,31 @@ def test_format_error_is_a_value_error():
     assert issubclass(FormatError, ValueError)
 
 
+def test_an_index_entry_describes_only_the_record_holding_its_hash():
+    digest = "ab" * 32
+    record = b"head" + b"PIXELS" + b"image/sha256" + digest.encode()
+    entry = IndexEntry(0, len(record) + 16, digest, 4, 6)
+    assert entry.describes(record)
+    assert not IndexEntry(0, len(record) + 16, "cd" * 32, 4, 6).describes(record)  # another image's record
+    assert not IndexEntry(0, len(record) + 16, digest, 4, 200).describes(record)  # image beyond the record
+    assert not entry.describes(b"head" + b"PIXELS")  # no hash stored at all
+    assert not IndexEntry(0, 0, digest, 4, 6).describes(b"head" + digest.encode()[:6])  # hash only as pixels
+
+
+def test_parse_index():
+    entries = [IndexEntry(0, 40, "ab" * 32, 10, 5), IndexEntry(40, 50, "cd" * 32, 12, 7)]
+    assert fmt.parse_index("".join(e.to_line() for e in entries)) == entries
+    assert fmt.parse_index("") == []
+
+
+def test_only_imgrecs_metadata_is_a_dataset():
+    assert fmt.is_dataset_metadata(make_metadata().to_json())
+    assert fmt.is_dataset_metadata({"format_version": 1, "splits": {}, "versions": {"imgrec": "0.1.0"}})
+    for other in ({"name": "my project"}, [], "x", {"format_version": "2", "splits": {}, "versions": {"imgrec": 1}},
+                  {"format_version": 2, "splits": {}, "versions": {"tfds": "4"}}):
+        assert not fmt.is_dataset_metadata(other), other
+
+
 # ----------------------------------------------------------------------------- listed_files
 
 def test_listed_files_of_the_current_version():

@@ -104,6 +104,34 @@ def test_a_damaged_previous_dataset_costs_conversions_not_correctness(changed_in
     assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
 
 
+def test_an_edited_record_index_never_gives_an_image_another_images_pixels(changed_inputs, tmp_path):
+    images, first, changed = changed_inputs
+    index = sorted((first / "index").glob("train-*.idx"))[0]
+    rows = [line.split() for line in index.read_text().splitlines()]
+    for column in (0, 1, 3, 4):  # rows 0 and 1 keep their hashes but point at each other's record
+        rows[0][column], rows[1][column] = rows[1][column], rows[0][column]
+    index.write_text("".join(" ".join(row) + "\n" for row in rows))
+    incremental = convert(images, tmp_path / "incremental", f"--reuse_from={first}")
+    convert(images, tmp_path / "scratch")
+    assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
+    assert incremental["reuse"]["converted"] == changed + 2
+
+
+def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_shard(tmp_path):
+    images, out = tmp_path / "images", tmp_path / "out"
+    make_images(images, 12)
+    first = convert(images, out)
+    (images / "aardvark").mkdir()  # no image changed, but every label id did
+    second = convert(images, out, "--skip_unchanged")
+    assert second["run"]["run_id"] != first["run"]["run_id"]
+    assert list(second["label_map"]) == ["aardvark", "ant", "bee", "cow"]
+    assert convert(images, out, "--skip_unchanged")["run"]["run_id"] == second["run"]["run_id"]  # unchanged
+    missing = out / second["splits"]["train"]["files"][0]
+    missing.unlink()
+    third = convert(images, out, "--skip_unchanged")  # not kept as it is: converted again, repaired
+    assert third["run"]["run_id"] != second["run"]["run_id"] and missing.exists()
+
+
 def test_reuse_from_latest_takes_the_newest_dated_sibling(changed_inputs, tmp_path):
     images, first, changed = changed_inputs
     root = tmp_path / "datasets"

@@ -175,7 +175,7 @@ def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
     for version in ("imgrec", "opencv", "numpy"):
         assert pixel_fingerprint(SPEC, {**VERSIONS, version: "other"}) != base
     # Not: acceptance limits, features, splits, output settings, Beam or Python versions.
-    for same in (with_image(min_side=5, max_pixels=10, max_decoded_bytes=10), with_output(num_shards=7),
+    for same in (with_image(min_side=5, max_pixels=10, max_decoded_bytes=10**9), with_output(num_shards=7),
                  dataclasses.replace(SPEC, features=FeatureKeys(label="y")),
                  dataclasses.replace(SPEC, splits=SplitSpec(salt="s"))):
         assert pixel_fingerprint(same, VERSIONS) == base

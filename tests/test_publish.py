@@ -11,7 +11,15 @@ import pytest
 
 from pipeline.errors import OutputLocked, RunFailed, UsageError
 from pipeline.lock import LockOwner, OutputLock, check_publisher
-from pipeline.prepare import check_output, clear_dead_runs, inspect_output, latest_sibling, sibling_pattern
+from pipeline.prepare import (
+    check_layout,
+    check_output,
+    clear_dead_runs,
+    glob_root,
+    inspect_output,
+    latest_sibling,
+    sibling_pattern,
+)
 from pipeline.publish import JOURNAL_FILE, publish
 from pipeline.reaper import process_start_time
 from transforms.dataset_format import (
@@ -24,7 +32,7 @@ from transforms.dataset_format import (
     run_dir,
     staging_dir,
 )
-from transforms.specs import OutputSpec
+from transforms.specs import InputSpec, OutputSpec
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +44,7 @@ def dataset(run_id: str, num_shards: int) -> DatasetMetadata:
         splits={"train": split}, features={}, image={}, compression="none", label_map={"cat": 0},
         inputs=InputAccounting(num_shards, num_shards, 0, 0, {}, {}), duplicates=DuplicateSummary(),
         error_files=("errors-00000-of-00001.jsonl",), fingerprint=run_id, pixel_fingerprint="p", config={},
-        run={"run_id": run_id}, versions={})
+        run={"run_id": run_id}, versions={"imgrec": "test"})
 
 
 def stage(output: pathlib.Path, metadata: DatasetMetadata) -> str:
@@ -109,6 +117,52 @@ def test_a_folder_that_is_not_a_dataset_needs_overwrite(tmp_path):
     with pytest.raises(UsageError, match=r"is not empty and not an imgrec dataset \(it holds .*, \.\.\.\)"):
         check_output(str(tmp_path), OutputSpec(str(tmp_path)), state)
     check_output(str(tmp_path), OutputSpec(str(tmp_path), overwrite=True), state)
+
+
+def test_a_foreign_file_with_a_name_every_run_writes_is_refused_even_with_overwrite(tmp_path):
+    (tmp_path / "metadata.json").write_text('{"name": "my project"}')  # valid JSON, not imgrec's
+    write(tmp_path, ["index/notes.txt", "photo.jpg"])
+    state = inspect_output(str(tmp_path))
+    assert state.previous is None and set(state.foreign) == {"metadata.json", "index", "photo.jpg"}
+    assert set(state.in_the_way) == {"metadata.json", "index"}
+    with pytest.raises(UsageError, match="holds index, metadata.json, which imgrec did not write"):
+        check_output(str(tmp_path), OutputSpec(str(tmp_path), overwrite=True), state)
+
+
+def test_publishing_never_replaces_a_file_imgrec_did_not_write(tmp_path):
+    metadata = dataset("r1", 2)
+    write(tmp_path, [metadata.splits["train"].files[1]], "my own shard")  # appeared during the run
+    with pytest.raises(RunFailed, match="which imgrec did not write"):
+        publish_run(tmp_path, metadata)
+    assert (tmp_path / metadata.splits["train"].files[1]).read_text() == "my own shard"
+    assert not (tmp_path / "metadata.json").exists()
+
+
+@pytest.mark.parametrize("kind, output, holds, refused", [
+    ("folders", "data", (), "is the input folder"),
+    ("folders", "data/cat", ("1.jpg",), "holds files imgrec did not write"),
+    ("folders", "data/cat/out", (), None),  # a new folder inside the input: left out of discovery
+    ("folders", "elsewhere", ("1.jpg",), None),
+    ("glob", "data/cat", ("1.jpg",), "holds files imgrec did not write"),
+    ("csv", "data", ("1.jpg",), None),  # a manifest lists its files: nothing is discovered
+])
+def test_an_output_must_not_hide_inputs(tmp_path, kind, output, holds, refused):
+    pattern = {"folders": "data", "glob": "data/*/*.jpg", "csv": "data/list.csv"}[kind]
+    out = tmp_path / output
+    write(out, holds)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = InputSpec(str(tmp_path / pattern), kind=kind)
+    if refused:
+        with pytest.raises(UsageError, match=refused):
+            check_layout(spec, str(out), inspect_output(str(out)))
+    else:
+        check_layout(spec, str(out), inspect_output(str(out)))
+
+
+def test_glob_root():
+    assert glob_root("data/*/x*.jpg") == "data"
+    assert glob_root("/a/b/img?.png") == "/a/b"
+    assert glob_root("*.jpg") == "."
 
 
 def test_imgrecs_own_hidden_entries_are_not_foreign(tmp_path):

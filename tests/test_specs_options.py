@@ -60,7 +60,14 @@ def write_config(tmp_path, text: str) -> str:
     (lambda: SplitSpec(method="random"), "split method must be one of hash, stratified"),
     (lambda: SplitSpec(key="name"), "split key must be one of content, path"),
     (lambda: OutputSpec("o", compression="zip"), "compression must be one of none, gzip"),
-    (lambda: OutputSpec("o", num_shards=-1), "num_shards must be >= 0"),
+    (lambda: SplitSpec(names=("../x", "val"), ratios=(0.5, 0.5)), "split names .* got '../x'"),
+    (lambda: SplitSpec(names=("a/b", "c"), ratios=(0.5, 0.5)), "split names"),
+    (lambda: SplitSpec(ratios=(float("nan"), 0.5, 0.5)), ">= 0"),
+    (lambda: ImageSpec(normalize="mean_std", std=(0.0, 0.1, 0.1)), "std non-zero"),
+    (lambda: ImageSpec(mean=(float("inf"), 0.0, 0.0)), "finite"),
+    (lambda: ImageSpec(height=100_000, width=100_000), "more than max_decoded_bytes"),
+    (lambda: OutputSpec("o", num_shards=-1), r"num_shards must be in 0\.\.100000"),
+    (lambda: OutputSpec("o", num_shards=100_001), r"num_shards must be in 0\.\.100000"),
     (lambda: OutputSpec("o", max_error_fraction=1.5), r"max_error_fraction must be in \[0, 1\]"),
     (lambda: InputSpec("i", kind="tsv"), "input kind must be one of folders, glob, csv, jsonl"),
     (lambda: InputSpec("i", max_file_bytes=0), "max_file_bytes must be positive"),
@@ -79,6 +86,13 @@ def test_invalid_specs(make, message):
 def test_input_kind_auto(path, kind):
     assert InputSpec(path).resolved_kind() == kind
     assert InputSpec(path, kind="folders").resolved_kind() == "folders"
+
+
+def test_an_existing_folder_with_glob_characters_is_a_folder(tmp_path):
+    folder = tmp_path / "photos[2024]"
+    folder.mkdir()
+    assert InputSpec(str(folder)).resolved_kind() == "folders"
+    assert InputSpec(str(tmp_path / "other[2024]")).resolved_kind() == "glob"
 
 
 def test_pixel_settings_leave_out_the_acceptance_limits():
@@ -146,6 +160,10 @@ def test_yaml_values_get_the_field_type(section, field, value, expected):
     ({"image": {"height": None}}, IO, "image.height must not be empty"),
     ({"image": {"mean": 0.5}}, IO, "image.mean must be a list"),
     ({}, [*IO, "--split_ratios=0.5,0.2,0.1"], "sum to 1"),
+    ({"image": {"height": 1.5}}, IO, "image.height must be a whole number, got 1.5"),
+    ({"image": {"height": True}}, IO, "image.height must be a number, got True"),
+    ({"output": {"max_error_fraction": float("nan")}}, IO, "must be a finite number"),
+    ({}, [*IO, "--split_ratios=nan,0.5,0.5"], "splits.ratios must be a finite number"),
 ])
 def test_build_spec_usage_errors(config, flags, message):
     with pytest.raises(UsageError, match=message):

@@ -104,7 +104,11 @@ def test_stratified_splits_exact_counts():
     (ImageSpec(normalize="unit"), OutputSpec("o", target_shard_bytes=10 * 2**20), 1000, 58),
     # jpeg: 12% of the uint8 pixels + 512 bytes
     (ImageSpec(normalize="none", encoding="jpeg"), OutputSpec("o", target_shard_bytes=2**20), 1000, 18),
-], ids=["explicit", "explicit-empty", "auto-empty", "auto-one", "auto-uint8", "auto-float32", "auto-jpeg"])
+    # a tiny target: one shard per example, not millions of empty files
+    (ImageSpec(), OutputSpec("o", target_shard_bytes=1), 4, 4),
+    (ImageSpec(), OutputSpec("o", target_shard_bytes=1), 10**6, 100_000),
+], ids=["explicit", "explicit-empty", "auto-empty", "auto-one", "auto-uint8", "auto-float32", "auto-jpeg",
+        "tiny-target", "tiny-target-capped"])
 def test_num_shards_for(image, output, num_examples, expected):
     assert num_shards_for(num_examples, image, output) == expected
 

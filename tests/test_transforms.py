@@ -469,21 +469,24 @@ def test_gather_totals_of_nothing():
 
 # ----------------------------------------------------------------------------- InputFingerprint
 
-def test_input_fingerprint_ignores_order_and_follows_content():
+def test_input_fingerprint_ignores_order_and_follows_content_and_classes():
     spec = ConversionSpec(InputSpec("in"), OutputSpec("out"))
     images = [source(f"/cat/{i}.jpg") for i in range(20)]
     rejections = REJECTIONS[:2]
     with test_pipeline() as p:
-        def fingerprint(name, imgs, rejected):
+        def fingerprint(name, imgs, rejected, label_map):
             return ((p | f"{name}Images" >> beam.Create(list(batched(imgs, 2))),
-                     p | f"{name}Rejections" >> beam.Create(rejected))
+                     p | f"{name}Rejections" >> beam.Create(rejected),
+                     p | f"{name}Labels" >> beam.Create([label_map]))
                     | f"{name}Fingerprint" >> InputFingerprint(spec))
-        forward = fingerprint("Forward", images, rejections)
-        backward = fingerprint("Backward", images[::-1], rejections[::-1])
-        fewer = fingerprint("Fewer", images[1:], rejections)
-        all_three = ((forward, backward, fewer) | beam.Flatten() | beam.combiners.ToList())
-        assert_that(all_three, beam_matcher(lambda found: (
-            _check(len(found[0]) == 3 and len(set(found[0])) == 2 and all(len(f) == 64 for f in found[0])))))
+        forward = fingerprint("Forward", images, rejections, {"cat": 0})
+        backward = fingerprint("Backward", images[::-1], rejections[::-1], {"cat": 0})
+        fewer = fingerprint("Fewer", images[1:], rejections, {"cat": 0})
+        # an empty class folder added: no image changed, but the label ids did
+        more_classes = fingerprint("MoreClasses", images, rejections, {"ant": 0, "cat": 1})
+        found = (forward, backward, fewer, more_classes) | beam.Flatten() | beam.combiners.ToList()
+        assert_that(found, beam_matcher(lambda found: (
+            _check(len(found[0]) == 4 and len(set(found[0])) == 3 and all(len(f) == 64 for f in found[0])))))
 
 
 def _check(condition: bool) -> None:

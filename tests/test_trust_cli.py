@@ -61,10 +61,31 @@ def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path,
     (("--encoding=jpg",), ("encoding", "jpg", "jpeg")),
     (("--num_shards=four",), ("--num_shards", "four")),
     (("--config=/nonexistent/imgrec.yaml",), ("/nonexistent/imgrec.yaml",)),
-], ids=["split_ratios", "encoding_choice", "int_value", "missing_config"])
+    (("--runner=Bogus",), ("--runner=Bogus", "Unexpected pipeline runner")),
+    (("--split_ratios=nan,0.5,0.5",), ("split", "finite")),
+    (("--split_names=../../escaped,val", "--split_ratios=0.5,0.5"), ("split names", "../../escaped")),
+    (("--num_shards=1000000000",), ("num_shards",)),
+], ids=["split_ratios", "encoding_choice", "int_value", "missing_config", "unknown_runner", "nan_ratio",
+        "split_name_path", "num_shards_bound"])
 def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts):
     out = tmp_path / "out"
     line = assert_refused(run_imgrec(data, out, *flags), out)
+    for fact in facts:
+        assert fact in line, f"{fact!r} missing from {line}"
+
+
+@pytest.mark.parametrize("yaml_text, facts", [
+    ("image:\n  height: 1.5\n", ("image.height", "whole number")),
+    ("image:\n  height: true\n", ("image.height", "number")),
+    ("image:\n  normalize: mean_std\n  std: [0, 0, 0]\n", ("std",)),
+    ("image:\n  height: 100000\n  width: 100000\n", ("100000x100000", "max_decoded_bytes")),
+    ("splits:\n  ratios: [.nan, 0.5, 0.5]\n", ("finite",)),
+], ids=["fractional_int", "bool_int", "zero_std", "huge_output", "nan_ratio"])
+def test_a_degenerate_config_value_is_a_usage_error(tmp_path, data, yaml_text, facts):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml_text)
+    out = tmp_path / "out"
+    line = assert_refused(run_imgrec(data, out, f"--config={config}"), out)
     for fact in facts:
         assert fact in line, f"{fact!r} missing from {line}"
 

@@ -234,6 +234,21 @@ def test_a_file_name_that_is_not_utf8_is_accounted_for(tmp_path):
     assert len(others) == 1 and others[0].startswith("caf"), others
 
 
+def test_a_file_name_that_is_not_utf8_may_name_a_duplicate(tmp_path):
+    """The duplicate report carries the name into metadata.json: the run must still end with
+    exit 0 and one dataset (it once published, then failed with a UnicodeEncodeError)."""
+    data = tmp_path / "data"
+    make_tree(data, {"cat": 3, "dog": 3})
+    original = sorted((data / "cat").iterdir())[0]
+    (data / "copy").mkdir()
+    (pathlib.Path(os.fsdecode(os.fsencode(data / "copy") + b"/caf\xe9.jpg"))).write_bytes(original.read_bytes())
+    run = run_imgrec(data, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.brief()
+    metadata, records, rows = check_complete(tmp_path / "out")
+    assert metadata["inputs"]["total"] == 7 == len(records) + len(rows)
+    assert metadata["duplicates"]["groups"] == 1, metadata["duplicates"]
+
+
 def test_a_symlink_loop_neither_hangs_nor_multiplies_inputs(tmp_path):
     """Guard for the nested/symlink walk (passes on main, which walks neither): a link back to
     a parent folder must not recurse without end (os.walk(followlinks=True) would)."""

@@ -364,6 +364,35 @@ def test_overwrite_into_a_foreign_folder_leaves_foreign_files_alone(tmp_path):
     assert len(records) == 6
 
 
+def test_overwrite_never_replaces_a_foreign_file_with_a_name_imgrec_writes(tmp_path):
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 2, "bee": 2})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metadata.json").write_text('{"name": "my project"}')  # JSON, but not an imgrec dataset's
+    (out / "train-00000-of-00001.tfrecord").write_text("my old shard")
+    before = snapshot(out)
+    refused = run_imgrec(root, out, "--overwrite", "--split_ratios=1,0,0")
+    assert refused.returncode == 2 and "metadata.json" in error_line(refused), refused.brief()
+    assert snapshot(out) == before
+    (out / "metadata.json").unlink()  # the shard's name is known only once the counts are: at publishing
+    failed = run_imgrec(root, out, "--overwrite", "--split_ratios=1,0,0")
+    assert failed.returncode == 1 and "train-00000-of-00001.tfrecord" in failed.stderr, failed.brief()
+    assert (out / "train-00000-of-00001.tfrecord").read_text() == "my old shard"
+    assert not (out / "metadata.json").exists()
+
+
+@pytest.mark.parametrize("output", ["cat", "."])
+def test_an_output_that_would_hide_inputs_is_refused(tmp_path, output):
+    data = tmp_path / "data"
+    make_tree(data, {"cat": 2, "dog": 2})
+    before = snapshot(data)
+    run = run_imgrec(data, data / output, "--overwrite")
+    assert run.returncode == 2, run.brief()
+    assert "--output" in error_line(run)
+    assert snapshot(data) == before
+
+
 @pytest.mark.slow
 def test_republish_removes_only_the_files_the_previous_dataset_listed(tmp_path):
     root = tmp_path / "imgs"

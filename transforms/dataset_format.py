@@ -125,6 +125,22 @@ class IndexEntry:
     def shifted(self, by: int) -> "IndexEntry":
         return dataclasses.replace(self, offset=self.offset + by)
 
+    def describes(self, data: bytes) -> bool:
+        """Whether a record's data, read at this entry's offset, is the record this entry names:
+        the image bytes lie inside it and the content hash stored beside them (the content_hash
+        feature, which a dataset must have to be reused) is this entry's. A damaged or edited
+        index must never give an image another image's pixels."""
+        end = self.image_offset + self.image_length
+        if self.image_offset < 0 or end > len(data):
+            return False
+        digest = self.sha256.encode("ascii")
+        return digest in data[:self.image_offset] or digest in data[end:]
+
+
+def parse_index(text: str) -> list[IndexEntry]:
+    """A record index file's lines, in record order."""
+    return [IndexEntry.from_line(line) for line in text.splitlines()]
+
 
 @dataclasses.dataclass(frozen=True)
 class RecordLocation:
@@ -370,6 +386,13 @@ def _inside(name: object) -> bool:
         return False
     normal = posixpath.normpath(name)
     return normal not in (".", "..") and not normal.startswith("../")
+
+
+def is_dataset_metadata(value: Any) -> bool:
+    """Whether a parsed metadata.json was written by imgrec (any format version). Any other
+    metadata.json is somebody else's file: never a dataset to replace."""
+    return (isinstance(value, dict) and isinstance(value.get("format_version"), int)
+            and isinstance(value.get("splits"), dict) and "imgrec" in (value.get("versions") or {}))
 
 
 def listed_files(value: Mapping) -> list[str]:

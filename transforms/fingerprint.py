@@ -64,18 +64,26 @@ def rejection_row(path: str, error: str, message: str) -> bytes:
     return f"rejected\t{path}\t{error}\t{message}".encode("utf-8", "surrogateescape")
 
 
+def with_label_map(fingerprint: str, label_map: dict[str, int]) -> str:
+    """The label map decides label ids: an empty class folder added shifts them, though no
+    image row changed."""
+    labels = json.dumps(sorted(label_map.items(), key=lambda item: item[1]))  # ASCII: any name hashes
+    return hashlib.sha256(f"{fingerprint}:{labels}".encode("ascii")).hexdigest()
+
+
 class InputFingerprint(beam.PTransform):
-    """(batches of SourceImage, Rejection) → one hex fingerprint."""
+    """(batches of SourceImage, Rejection, label map) → one hex fingerprint."""
 
     def __init__(self, spec: ConversionSpec):
         super().__init__()
         self._config = config_fingerprint(spec)
 
     def expand(self, inputs: tuple) -> beam.PCollection:
-        images, rejections = inputs
+        images, rejections, label_map = inputs
         return ((images | "ImageRows" >> beam.Map(
                     lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label) for i in batch)),
                  rejections | "RejectionRows" >> beam.Map(
                      lambda r: rows_sum([rejection_row(r.path, r.error, r.message)])))
                 | "InputRows" >> beam.Flatten()
-                | "Combine" >> beam.CombineGlobally(FingerprintFn(self._config)))
+                | "Combine" >> beam.CombineGlobally(FingerprintFn(self._config))
+                | "WithLabelMap" >> beam.Map(with_label_map, beam.pvalue.AsSingleton(label_map)))

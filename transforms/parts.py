@@ -189,6 +189,8 @@ def reused_record(image: PlannedImage, fields: RecordFields, settings: WriterSet
         # A damaged previous dataset must not damage this one; converting again is always right.
         raise _ReuseFailed(f"{location.shard}@{location.entry.offset}: {exc}") from exc
     entry = location.entry
+    if entry.sha256 != image.source.content_hash or not entry.describes(data):
+        raise _ReuseFailed(f"{location.shard}@{entry.offset} does not hold content {image.source.content_hash}")
     pixels = data[entry.image_offset:entry.image_offset + entry.image_length]
     return build_example(pixels, fields, settings.image, settings.keys)
 

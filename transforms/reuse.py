@@ -3,8 +3,8 @@
 The previous dataset's record index (`index/*.idx`, one small line per record) is joined with
 the planned images on the content hash, in buckets (transforms/batches.py); only these small
 rows cross the shuffle, never the records. The shard writer then copies a matched image's bytes
-from the previous shard (read at its offset, checksums verified) instead of decoding the file
-again.
+from the previous shard (read at its offset, checksums verified, and only if the record holds
+that content hash) instead of decoding the file again.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.batches import batched, bucket_of, flatten, split_by
-from transforms.dataset_format import IndexEntry, RecordLocation
+from transforms.dataset_format import RecordLocation, parse_index
 from transforms.refs import PlannedImage
 
 
@@ -30,8 +30,7 @@ class ReuseSource:
 def read_index(shard: str, index: str) -> Iterator[tuple[int, tuple[RecordLocation, ...]]]:
     """One shard's index → (bucket of the content hash, the records of that bucket)."""
     with FileSystems.open(index, compression_type="uncompressed") as handle:
-        locations = [RecordLocation(shard, IndexEntry.from_line(line))
-                     for line in handle.read().decode("ascii").splitlines()]
+        locations = [RecordLocation(shard, entry) for entry in parse_index(handle.read().decode("ascii"))]
     yield from split_by(locations, lambda loc: bucket_of(loc.entry.sha256)).items()
 
 

@@ -6,9 +6,12 @@ them without any configuration machinery.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
 from typing import Optional
 
-from transforms import dataset_format
+from transforms import dataset_format, files
 
 RESIZE_MODES = ("stretch", "center_crop", "pad")
 INTERPOLATIONS = ("nearest", "linear", "area", "cubic", "lanczos")
@@ -21,6 +24,8 @@ SPLIT_METHODS = ("hash", "stratified")
 SPLIT_KEYS = ("content", "path")
 INPUT_KINDS = ("folders", "glob", "csv", "jsonl")
 COMPRESSIONS = tuple(dataset_format.COMPRESSIONS)
+SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # part of the shard file names: no path in it
+MAX_SHARDS = 100_000  # per split; every shard is a file, even an empty one
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -75,6 +80,11 @@ class ImageSpec:
                              "and normalize when reading")
         if self.normalize == "mean_std" and (len(self.mean) != 3 or len(self.std) != 3):
             raise ValueError("mean_std needs three means and three stds (R, G, B)")
+        if not all(math.isfinite(v) for v in (*self.mean, *self.std)) or not all(self.std):
+            raise ValueError(f"mean and std must be finite and std non-zero; got mean={self.mean} std={self.std}")
+        if self.output_bytes > self.max_decoded_bytes:
+            raise ValueError(f"a {self.height}x{self.width} {self.dtype} output image takes {self.output_bytes} bytes, "
+                             f"more than max_decoded_bytes={self.max_decoded_bytes}")
         if not 1 <= self.quality <= 100:
             raise ValueError(f"quality must be in 1..100; got {self.quality}")
 
@@ -86,6 +96,11 @@ class ImageSpec:
     @property
     def shape(self) -> tuple[int, int, int]:
         return (self.height, self.width, 3)
+
+    @property
+    def output_bytes(self) -> int:
+        """Bytes of one converted image's pixels."""
+        return self.height * self.width * 3 * (1 if self.dtype == "uint8" else 4)
 
     def pixel_settings(self) -> dict:
         """The fields that decide an accepted image's stored bytes (limits only decide which
@@ -134,7 +149,10 @@ class SplitSpec:
             raise ValueError("splits need one ratio per name")
         if len(set(self.names)) != len(self.names):
             raise ValueError(f"split names must be distinct; got {self.names}")
-        if any(r < 0 for r in self.ratios) or abs(sum(self.ratios) - 1.0) > 1e-6:
+        bad = [n for n in self.names if not SPLIT_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError(f"split names are part of file names: letters, digits, _ and - only; got {bad[0]!r}")
+        if not all(math.isfinite(r) and r >= 0 for r in self.ratios) or abs(sum(self.ratios) - 1.0) > 1e-6:
             raise ValueError(f"split ratios must be >= 0 and sum to 1; got {self.ratios}")
 
 
@@ -157,11 +175,17 @@ class OutputSpec:
 
     def __post_init__(self) -> None:
         _check_choice("compression", self.compression, COMPRESSIONS)
-        if self.num_shards < 0 or self.target_shard_bytes <= 0:
-            raise ValueError("num_shards must be >= 0 and target_shard_bytes > 0")
+        if not 0 <= self.num_shards <= MAX_SHARDS or self.target_shard_bytes <= 0:
+            raise ValueError(f"num_shards must be in 0..{MAX_SHARDS} and target_shard_bytes > 0")
         if not 0 <= self.max_error_fraction <= 1:
             raise ValueError(f"max_error_fraction must be in [0, 1]; got {self.max_error_fraction}")
 
+
+
+def _is_local_folder(path: str) -> bool:
+    """An existing local folder whose name has glob characters (`photos[2024]`) is a folder."""
+    local = files.local_path(path)
+    return local is not None and os.path.isdir(local)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +218,7 @@ class InputSpec:
             return "csv"
         if lower.endswith((".jsonl", ".json")):
             return "jsonl"
-        if any(ch in self.path for ch in "*?["):
+        if any(ch in self.path for ch in "*?[") and not _is_local_folder(self.path):
             return "glob"
         return "folders"
 

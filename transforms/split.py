@@ -9,7 +9,7 @@ import hashlib
 import math
 from typing import Iterable, Sequence
 
-from transforms.specs import ImageSpec, OutputSpec, SplitSpec
+from transforms.specs import MAX_SHARDS, ImageSpec, OutputSpec, SplitSpec
 
 # Bytes a record costs beyond its pixels (feature keys, label, path, hash, framing).
 _RECORD_OVERHEAD_BYTES = 512
@@ -78,11 +78,12 @@ def estimated_record_bytes(spec: ImageSpec) -> int:
 
 
 def num_shards_for(num_examples: int, image: ImageSpec, output: OutputSpec) -> int:
-    """The configured shard count, or enough shards that each is about `target_shard_bytes`."""
+    """The configured shard count, or enough shards that each is about `target_shard_bytes`
+    (but not more shards than examples: a tiny target must not create millions of files)."""
     if output.num_shards:
         return output.num_shards
     total = num_examples * estimated_record_bytes(image)
-    return max(1, math.ceil(total / output.target_shard_bytes))
+    return max(1, min(math.ceil(total / output.target_shard_bytes), num_examples, MAX_SHARDS))
 
 
 def shard_for(key: str, seed: int, num_shards: int) -> int:
