@@ -16,7 +16,7 @@ from apache_beam.pvalue import AsSingleton
 
 from pipeline.accounting import Gathered, GatherTotals, write_dead_letters
 from pipeline.errors import RunFailed
-from pipeline.metadata import build_metadata, check_error_budget
+from pipeline.metadata import build_metadata, check_error_budget, rejections_by_error
 from pipeline.progress import RecordProgress
 from pipeline.publish import publish
 from transforms import files
@@ -51,11 +51,14 @@ class RunContext:
     fail_job_on_refusal: bool = False  # the job's own status must show a refusal (Dataflow)
 
 
-def check_not_empty(metadata: DatasetMetadata, spec: ConversionSpec) -> None:
-    if metadata.inputs.written == 0 and not spec.output.allow_empty:
-        raise RunFailed(f"no image was written ({metadata.inputs.total} inputs found under {spec.input.path}, "
-                        f"{metadata.inputs.rejected} rejected); nothing was published. Pass --allow_empty to "
-                        "publish an empty dataset")
+def check_not_empty(metadata: DatasetMetadata, spec: ConversionSpec, dead_letters: str) -> None:
+    inputs = metadata.inputs
+    if inputs.written == 0 and not spec.output.allow_empty:
+        why = f": {rejections_by_error(inputs)}" if inputs.rejected else ""
+        where = f" Dead letters: {dead_letters}" if inputs.rejected else ""
+        raise RunFailed(f"no image was written ({inputs.total} inputs found under {spec.input.path}, "
+                        f"{inputs.rejected} rejected{why}); nothing was published. Pass --allow_empty to publish "
+                        f"an empty dataset.{where}")
 
 
 def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> Optional[str]:
@@ -72,7 +75,7 @@ def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> O
                               reuse_source=context.reuse.dataset if context.reuse else None)
     try:
         check_error_budget(metadata, spec.output.max_error_fraction, join(context.run_dir, error_file))
-        check_not_empty(metadata, spec)
+        check_not_empty(metadata, spec, join(context.run_dir, error_file))
         publish(context.output, context.run_dir, metadata, context.previous_run_id, context.previous_files)
     except RunFailed as exc:
         files.write_atomically(join(context.run_dir, VERDICT_FILE), str(exc).encode("utf-8", "backslashreplace"))

@@ -122,12 +122,16 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
     )
 
 
+def rejections_by_error(inputs: InputAccounting) -> str:
+    """`ImageTooSmall: 60, CorruptImage: 2`, most frequent first: what a refusal names."""
+    by_count = sorted(inputs.rejected_by_error.items(), key=lambda item: -item[1])
+    return ", ".join(f"{error}: {n}" for error, n in by_count)
+
+
 def check_error_budget(metadata: DatasetMetadata, max_error_fraction: float, dead_letters: str) -> None:
     inputs = metadata.inputs
     if inputs.error_fraction > max_error_fraction:
-        worst = ", ".join(f"{error}: {n}" for error, n in sorted(
-            inputs.rejected_by_error.items(), key=lambda item: -item[1]))
         raise TooManyErrors(
             f"{inputs.errors} of {inputs.written + inputs.errors} images were rejected "
-            f"({inputs.error_fraction:.2%} > max_error_fraction {max_error_fraction:.2%}; {worst}). "
-            f"Nothing was published. Dead letters: {dead_letters}")
+            f"({inputs.error_fraction:.2%} > max_error_fraction {max_error_fraction:.2%}; "
+            f"{rejections_by_error(inputs)}). Nothing was published. Dead letters: {dead_letters}")

@@ -102,7 +102,17 @@ def _defaults() -> dict[str, Any]:
 
 
 def _processes(text: str) -> int:
-    return 0 if text == "auto" else int(text)
+    count = 0 if text == "auto" else int(text)
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"must be auto or a positive number, got {text}")
+    return count
+
+
+def _seconds(text: str) -> float:
+    seconds = float(text)
+    if not 0 <= seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return seconds
 
 
 class ImgrecOptions(PipelineOptions):
@@ -122,7 +132,7 @@ class ImgrecOptions(PipelineOptions):
         parser.add_argument("--convert_processes", type=_processes, default=None,
                             help="Processes converting images inside each worker: auto (every core when the "
                                  "runner runs the job in one process, else 1) or a number.")
-        parser.add_argument("--progress_interval", type=float, default=None,
+        parser.add_argument("--progress_interval", type=_seconds, default=None,
                             help="Seconds between progress lines (default: 5 on a terminal, 30 otherwise; 0: off).")
 
 

@@ -142,10 +142,11 @@ def test_an_empty_dataset_fails_unless_allowed():
     empty = metadata(shards=(), planned_counts={}, rejection_counts=(((None, "discover", "SkippedFile", False), 3),),
                      num_inputs=3)
     assert empty.inputs.written == 0
-    with pytest.raises(RunFailed, match="no image was written .*3 inputs.*--allow_empty"):
-        check_not_empty(empty, SPEC)
-    check_not_empty(empty, dataclasses.replace(SPEC, output=OutputSpec("out", allow_empty=True)))
-    check_not_empty(metadata(), SPEC)
+    with pytest.raises(RunFailed, match=r"no image was written \(3 inputs .*3 rejected: SkippedFile: 3\).*"
+                                        r"--allow_empty.*Dead letters: staged/errors.jsonl"):
+        check_not_empty(empty, SPEC, "staged/errors.jsonl")
+    check_not_empty(empty, dataclasses.replace(SPEC, output=OutputSpec("out", allow_empty=True)), "unused")
+    check_not_empty(metadata(), SPEC, "unused")
 
 
 def test_versions_name_what_produced_the_bytes():

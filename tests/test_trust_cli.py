@@ -65,8 +65,11 @@ def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path,
     (("--split_ratios=nan,0.5,0.5",), ("split", "finite")),
     (("--split_names=../../escaped,val", "--split_ratios=0.5,0.5"), ("split names", "../../escaped")),
     (("--num_shards=1000000000",), ("num_shards",)),
+    (("--class_names=cat,cat,dog",), ("class_names", "distinct")),
+    (("--convert_processes=-1",), ("--convert_processes", "-1")),
+    (("--progress_interval=-1",), ("--progress_interval", "-1")),
 ], ids=["split_ratios", "encoding_choice", "int_value", "missing_config", "unknown_runner", "nan_ratio",
-        "split_name_path", "num_shards_bound"])
+        "split_name_path", "num_shards_bound", "repeated_class", "negative_processes", "negative_interval"])
 def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts):
     out = tmp_path / "out"
     line = assert_refused(run_imgrec(data, out, *flags), out)

@@ -78,6 +78,17 @@ def test_an_input_without_images_fails_loudly_unless_allow_empty(tmp_path, kind)
     assert all(r["error"] == "SkippedFile" for r in rows), rows
 
 
+def test_when_every_input_is_rejected_the_reasons_are_kept(tmp_path, images):
+    out = tmp_path / "out"
+    run = run_imgrec(tmp_path / "imgs", out, PERMISSIVE, "--min_side=1000")
+    assert run.returncode == 1, run.brief()
+    line = error_line(run)
+    assert "no image was written" in line and "ImageTooSmall: " in line and "Dead letters: " in line, line
+    rows = [json.loads(row) for row in pathlib.Path(line.split("Dead letters: ", 1)[1]).read_text().splitlines()]
+    assert rows and {row["error"] for row in rows} == {"ImageTooSmall"}
+    assert nothing_published(out)
+
+
 # ------------------------------------------------------------------------------------------
 # Non-UTF-8 manifest lines
 

@@ -205,6 +205,10 @@ class InputSpec:
             _check_choice("input kind", self.kind, INPUT_KINDS)
         if self.max_file_bytes <= 0:
             raise ValueError(f"max_file_bytes must be positive; got {self.max_file_bytes}")
+        names = self.class_names
+        if names is not None and (not names or len(set(names)) != len(names)):
+            raise ValueError(f"class_names must name distinct classes (their order gives the label ids); "
+                             f"got {list(self.class_names)}")
         if self.manifest_columns is not None and (len(self.manifest_columns) != 2 or not all(self.manifest_columns)):
             raise ValueError("manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; "
                              f"got {self.manifest_columns}")
