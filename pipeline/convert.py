@@ -22,7 +22,7 @@ from pipeline.publish import publish
 from transforms import files
 from transforms.assign import DUPLICATES, ComputeLabelMap, PlanSplits
 from transforms.dataset_format import DatasetMetadata, join
-from transforms.discover import LABELS, REJECTED, DiscoverImages
+from transforms.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
 from transforms.fingerprint import InputFingerprint
 from transforms.parts import WriterSettings
 from transforms.read import ReadAndCheck
@@ -45,7 +45,7 @@ class RunContext:
     library_versions: Mapping[str, str]
     previous_fingerprint: Optional[str] = None  # --skip_unchanged: the dataset compared with
     reuse: Optional[ReuseSource] = None  # --reuse_from
-    excluded: tuple[str, ...] = ()  # folders not to discover (the output inside the input)
+    output_folder: Optional[OutputFolder] = None  # what imgrec wrote there is not an input
     previous_run_id: Optional[str] = None  # the dataset in the output when the run started
     previous_files: tuple[str, ...] = ()  # its files: the only ones publishing may replace
     fail_job_on_refusal: bool = False  # the job's own status must show a refusal (Dataflow)
@@ -94,7 +94,7 @@ class ConvertToTFRecords(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec, context = self._spec, self._context
-        discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.excluded)
+        discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder)
         read = (discovered["candidates"]
                 | "SpreadCandidates" >> beam.Reshuffle()
                 | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(

@@ -24,6 +24,8 @@ from pipeline.accounting import DEAD_LETTERS_FILE
 from pipeline.errors import UsageError
 from pipeline.publish import JOURNAL_FILE, read_json, run_id_of
 from transforms.dataset_format import (
+    CLASS_COUNTS,
+    CONTACT_SHEET,
     INDEX_DIR,
     LOCK_FILE,
     METADATA_FILE,
@@ -36,6 +38,7 @@ from transforms.dataset_format import (
     parts_dir,
     staging_dir,
 )
+from transforms.discover import OutputFolder
 from transforms.files import local_path
 from transforms.reuse import ReuseSource
 from transforms.specs import InputSpec, OutputSpec
@@ -91,9 +94,9 @@ def inspect_output(output: str) -> OutputState:
     if FileSystems.exists(metadata_path):
         try:
             previous = read_json(metadata_path)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{metadata_path} is not valid JSON ({exc}); imgrec cannot tell which files are "
-                             "its own, so it will not write here: fix or remove it") from None
+        except (OSError, ValueError, UnicodeDecodeError) as exc:  # OSError: a folder named metadata.json
+            raise UsageError(f"{metadata_path} is not a readable JSON file ({exc}); imgrec cannot tell which files "
+                             "are its own, so it will not write here: fix or remove it") from None
         if not is_dataset_metadata(previous):
             previous = None  # somebody else's metadata.json
     owned = set(listed_files(previous)) if previous else set()
@@ -120,6 +123,14 @@ def check_output(output: str, spec: OutputSpec, state: OutputState) -> None:
 
 def _some(names: Sequence[str]) -> str:
     return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+
+def output_folder(output: str, state: OutputState) -> OutputFolder:
+    """The output as discovery may meet it: the entries imgrec wrote there are not inputs."""
+    own = {STAGING_DIR, LOCK_FILE, METADATA_FILE, INDEX_DIR, CONTACT_SHEET, CLASS_COUNTS}
+    own.update(f.split("/", 1)[0] for f in state.owned)
+    local = local_path(output)
+    return OutputFolder(os.path.realpath(local) if local is not None else output.rstrip("/"), frozenset(own))
 
 
 def check_layout(input_spec: InputSpec, output: str, state: OutputState) -> None:

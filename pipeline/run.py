@@ -34,6 +34,7 @@ from pipeline.prepare import (
     comparison,
     inspect_output,
     list_names,
+    output_folder,
     reuse_source,
 )
 from pipeline.progress import ProgressReporter, default_interval
@@ -131,18 +132,16 @@ def check_input(spec: ConversionSpec) -> None:
 
 def _ensure_folder(path: str) -> bool:
     """Creates the output folder if needed (True if it did); an unwritable place is a usage error."""
-    if FileSystems.exists(path):
-        return False
+    try:
+        if FileSystems.exists(path):
+            return False
+    except ValueError as exc:  # no filesystem for the path's scheme
+        raise UsageError(f"--output={path}: {exc}") from None
     try:
         FileSystems.mkdirs(path)
     except Exception as exc:  # each filesystem raises its own error types
         raise UsageError(f"cannot create the output folder {path}: {exc}") from None
     return True
-
-
-def _excluded_folders(output: str) -> tuple[str, ...]:
-    local = local_path(output)
-    return (os.path.realpath(local),) if local is not None else ()
 
 
 def _dry_run(options) -> bool:
@@ -210,7 +209,8 @@ def convert(argv: Sequence[str]) -> Conversion:
             run_info, output, this_run, writer, library_versions,
             previous_fingerprint=compared.fingerprint if compared else None,
             reuse=reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions)),
-            excluded=_excluded_folders(output), previous_run_id=state.previous_run_id, previous_files=state.owned,
+            output_folder=output_folder(output, state), previous_run_id=state.previous_run_id,
+            previous_files=state.owned,
             fail_job_on_refusal=runner == "DataflowRunner")
         for folder in (this_run, parts_dir(output)):
             if not FileSystems.exists(folder):

@@ -35,6 +35,8 @@ from pipeline.drawing import draw_bar_chart, draw_contact_sheet, to_display_uint
 from pipeline.tables import format_table
 from transforms import files, tfrecord
 from transforms.dataset_format import (
+    CLASS_COUNTS,
+    CONTACT_SHEET,
     DatasetMetadata,
     SplitInfo,
     join,
@@ -42,9 +44,8 @@ from transforms.dataset_format import (
     parse_shard_file_name,
     tf_compression_type,
 )
+from transforms.example import locates_image
 
-CONTACT_SHEET = "contact_sheet.png"
-CLASS_COUNTS = "class_counts.png"
 _SCAN_BATCH = 256
 
 
@@ -183,9 +184,9 @@ def index_check(output: str, name: str, info: SplitInfo, holds_hashes: bool) -> 
             with files.open_read(join(output, shard)) as handle:
                 for number, entry in enumerate(entries, 1):
                     data = tfrecord.read_record_at(handle, entry.offset, entry.length)
-                    if holds_hashes and not entry.describes(data):
+                    if holds_hashes and not locates_image(data, entry.image_offset, entry.image_length, entry.sha256):
                         problems.append(f"{index} line {number}: the record there does not hold content "
-                                        f"{entry.sha256[:12]}...")
+                                        f"{entry.sha256[:12]}... at the image bytes it names")
             lines += len(entries)
         except (OSError, ValueError) as exc:  # a malformed line or a bad frame is a ValueError
             problems.append(f"{index}: {exc}")

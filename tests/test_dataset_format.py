@@ -204,17 +204,6 @@ def test_format_error_is_a_value_error():
     assert issubclass(FormatError, ValueError)
 
 
-def test_an_index_entry_describes_only_the_record_holding_its_hash():
-    digest = "ab" * 32
-    record = b"head" + b"PIXELS" + b"image/sha256" + digest.encode()
-    entry = IndexEntry(0, len(record) + 16, digest, 4, 6)
-    assert entry.describes(record)
-    assert not IndexEntry(0, len(record) + 16, "cd" * 32, 4, 6).describes(record)  # another image's record
-    assert not IndexEntry(0, len(record) + 16, digest, 4, 200).describes(record)  # image beyond the record
-    assert not entry.describes(b"head" + b"PIXELS")  # no hash stored at all
-    assert not IndexEntry(0, 0, digest, 4, 6).describes(b"head" + digest.encode()[:6])  # hash only as pixels
-
-
 def test_parse_index():
     entries = [IndexEntry(0, 40, "ab" * 32, 10, 5), IndexEntry(40, 50, "cd" * 32, 12, 7)]
     assert fmt.parse_index("".join(e.to_line() for e in entries)) == entries

@@ -15,9 +15,9 @@ from transforms.discover import (
     ClassFolder,
     ManifestError,
     ManifestLayout,
+    OutputFolder,
     classify_remote,
     csv_layout,
-    is_excluded,
     jsonl_layout,
     label_from_parent,
     list_local_root,
@@ -58,11 +58,14 @@ def test_label_from_parent(path, label):
     assert label_from_parent(path) == label
 
 
-def test_is_excluded():
-    assert is_excluded("/data/out", ("/data/out",))
-    assert is_excluded("/data/out/cat/x.jpg", ("/data/out/",))
-    assert not is_excluded("/data/outside/x.jpg", ("/data/out",))
-    assert not is_excluded("/data/cat/x.jpg", ())
+def test_the_output_owns_only_what_imgrec_wrote():
+    output = OutputFolder("/data/out", frozenset({"index", "train-00000-of-00001.tfrecord"}))
+    assert output.owns("/data/out/index/train-00000-of-00001.tfrecord.idx")
+    assert output.owns("/data/out/train-00000-of-00001.tfrecord")
+    assert output.owns("/data/out/metadata.json.tmp-123")
+    assert not output.owns("/data/out/cat/x.jpg")  # the user's file: an input
+    assert not output.owns("/data/outside/index/x.jpg")
+    assert not output.owns("/data/out")
 
 
 # ----------------------------------------------------------------------------- manifests
@@ -238,13 +241,24 @@ def test_walk_follows_a_symlinked_class_folder(tree):
     assert found == [Candidate(f"{tree}/dog/d.jpg", "dog")] and rejected == []
 
 
-def test_walk_skips_the_excluded_output(tree):
+def test_walk_passes_over_only_what_imgrec_wrote_into_its_output(tree):
     output = tree / "cat" / "out"
-    write_image(output / "cat" / "contact_sheet.png")
-    found, _ = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS, excluded=(os.path.realpath(output),)))
-    assert not any("/out/" in c.path for c in found)
-    classes, _ = split_found(list_local_root(str(tree), excluded=(os.path.realpath(tree / "cat"),)))
-    assert [folder.label for folder in classes] == ["dog", "empty"]
+    write_image(output / "contact_sheet.png")
+    write_image(output / "index" / "x.png")  # inside a folder imgrec wrote
+    write_image(output / "mine.jpg")  # the user's file: an input like any other
+    folder = OutputFolder(os.path.realpath(output), frozenset({"contact_sheet.png", "index"}))
+    found, _ = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS, folder))
+    assert [c.path for c in found if "/out/" in c.path] == [f"{tree}/cat/out/mine.jpg"]
+
+
+def test_the_output_is_a_class_folder_only_if_it_holds_inputs(tree):
+    only_imgrecs = OutputFolder(os.path.realpath(tree / "empty"), frozenset({"metadata.json"}))
+    (tree / "empty" / "metadata.json").write_text("{}")
+    classes, _ = split_found(list_local_root(str(tree), only_imgrecs))
+    assert [folder.label for folder in classes] == ["cat", "dog"]
+    write_image(tree / "empty" / "mine.jpg")
+    classes, _ = split_found(list_local_root(str(tree), only_imgrecs))
+    assert [folder.label for folder in classes] == ["cat", "dog", "empty"]
 
 
 @pytest.mark.parametrize("path,expected", [

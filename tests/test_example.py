@@ -15,6 +15,7 @@ from transforms.example import (
     build_example,
     encode_pixels,
     feature_spec,
+    locates_image,
     serialize_example,
 )
 from transforms.normalize import normalize_image
@@ -190,6 +191,23 @@ def test_image_offset_and_length_locate_the_pixels(keys, fields):
     # Rebuilding the record around the located bytes gives the same record (what reuse does).
     located = record.data[record.image_offset:record.image_offset + record.image_length]
     assert build_example(located, fields, spec, keys) == record
+
+
+@pytest.mark.parametrize("keys", KEY_LAYOUTS.values(), ids=KEY_LAYOUTS.keys())
+def test_a_record_index_entry_is_checked_against_the_record(keys):
+    """What an incremental run and `verify` check before trusting an index line."""
+    spec = ImageSpec(height=5, width=7, normalize="none")
+    record = build_example(encode_pixels(random_image(), spec), FIELDS, spec, keys)
+    offset, length, digest = record.image_offset, record.image_length, FIELDS.content_hash
+    if not keys.content_hash:  # no hash stored: nothing can be checked, so reuse refuses such datasets
+        assert not locates_image(record.data, offset, length, digest)
+        return
+    assert locates_image(record.data, offset, length, digest)
+    assert not locates_image(record.data, offset, length, "cd" * 32)  # another image's record
+    for shift in (-8, -1, 1, 8):  # a window that is not the image value
+        assert not locates_image(record.data, offset + shift, length, digest), shift
+    assert not locates_image(record.data, offset, length - 1, digest)
+    assert not locates_image(record.data, offset, len(record.data), digest)  # beyond the record
 
 
 def test_image_location_with_a_large_image():

@@ -181,7 +181,13 @@ def test_an_interrupted_publish_makes_its_journal_files_imgrecs(tmp_path):
 
 def test_an_unreadable_metadata_json_is_a_usage_error(tmp_path):
     (tmp_path / "metadata.json").write_text("{broken")
-    with pytest.raises(UsageError, match="is not valid JSON .*fix or remove it"):
+    with pytest.raises(UsageError, match="is not a readable JSON file .*fix or remove it"):
+        inspect_output(str(tmp_path))
+
+
+def test_a_folder_named_metadata_json_is_a_usage_error(tmp_path):
+    write(tmp_path, ["metadata.json/x"])
+    with pytest.raises(UsageError, match="is not a readable JSON file"):
         inspect_output(str(tmp_path))
 
 

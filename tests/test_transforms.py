@@ -20,7 +20,7 @@ from tests.helpers import beam_matcher, rejection_tuple, test_pipeline, write_im
 from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, PlanSplits
 from transforms.batches import batched
 from transforms.dataset_format import DuplicateSummary, IndexEntry, RecordLocation, index_file_name
-from transforms.discover import LABELS, REJECTED, DiscoverImages, ManifestError
+from transforms.discover import LABELS, REJECTED, DiscoverImages, ManifestError, OutputFolder
 from transforms.files import content_hash
 from transforms.fingerprint import InputFingerprint
 from transforms.parts import ShardResult, WriterSettings, record_digest, shard_order
@@ -45,9 +45,9 @@ def candidate_pairs(found) -> beam.PCollection:
     return found["candidates"] | "CandidatePairs" >> beam.FlatMap(lambda batch: [(c.path, c.label) for c in batch])
 
 
-def discover(spec: InputSpec, expected_candidates, expected_rejected, expected_labels=None, excluded=()) -> None:
+def discover(spec: InputSpec, expected_candidates, expected_rejected, expected_labels=None, output=None) -> None:
     with test_pipeline() as p:
-        found = p | DiscoverImages(spec, excluded)
+        found = p | DiscoverImages(spec, output)
         assert_that(candidate_pairs(found), equal_to(list(expected_candidates)), label="candidates")
         assert_that(found[REJECTED] | "R" >> beam.Map(rejection_tuple), equal_to(list(expected_rejected)),
                     label="rejected")
@@ -85,17 +85,25 @@ def test_discover_class_folders_accounts_for_every_path(class_folders):
              expected_labels=["cat", "dog", "fish"])
 
 
-def test_discover_leaves_out_an_output_inside_the_input(class_folders):
+@pytest.mark.parametrize("kind", ["folders", "glob"])
+def test_discover_passes_over_what_imgrec_wrote_into_an_output_inside_the_input(class_folders, kind):
     root = str(class_folders)
     output = class_folders / "cat" / "out"
-    write_image(output / "train" / "contact_sheet.png")
-    discover(InputSpec(root),
-             [(f"{root}/cat/a.jpg", "cat"), (f"{root}/cat/B.PNG", "cat"), (f"{root}/cat/nested/n.jpg", "cat"),
-              (f"{root}/dog/c.bmp", "dog")],
-             [(f"{root}/cat/._a.jpg", "discover", "SkippedFile"), (f"{root}/dog/notes.txt", "discover", "SkippedFile"),
-              (f"{root}/README.md", "discover", "SkippedFile"),
-              (f"{root}/dog_images_notes.txt", "discover", "SkippedFile")],
-             excluded=(os.path.realpath(output),))
+    write_image(output / "contact_sheet.png")
+    write_image(output / "index" / "x.png")
+    write_image(output / "mine.jpg")  # the user's: discovered
+    spec = InputSpec(root) if kind == "folders" else InputSpec(f"{root}/cat/**", kind="glob")
+    folders = kind == "folders"  # labels: the class folder, or (globs) the file's own folder
+    found = [(f"{root}/cat/a.jpg", "cat"), (f"{root}/cat/B.PNG", "cat"),
+             (f"{root}/cat/nested/n.jpg", "cat" if folders else "nested"),
+             (f"{root}/cat/out/mine.jpg", "cat" if folders else "out")]
+    skipped = [(f"{root}/cat/._a.jpg", "discover", "SkippedFile")]
+    if folders:
+        found.append((f"{root}/dog/c.bmp", "dog"))
+        skipped += [(f"{root}/{name}", "discover", "SkippedFile")
+                    for name in ("dog/notes.txt", "README.md", "dog_images_notes.txt")]
+    imgrecs = frozenset({"contact_sheet.png", "index"})
+    discover(spec, found, skipped, output=OutputFolder(os.path.realpath(output), imgrecs))
 
 
 def test_discover_glob(class_folders):

@@ -479,12 +479,35 @@ def test_an_output_inside_the_input_is_not_reingested(tmp_path, inner):
     first = run_imgrec(data, out, "--max_error_fraction=1")
     assert first.returncode == 0, first.brief()
     m1, records1, _ = check_complete(out)
-    # inspect draws PNGs into the output (the issue's "class out"); a user may add any file there
+    # inspect draws PNGs into the output (the issue's "class out"): imgrec's, never inputs
     assert run_inspect(out, "--samples=2").returncode == 0
-    write_image(out / "extra.jpg", seed=4242)
     second = run_imgrec(data, out, "--max_error_fraction=1", "--overwrite")
     assert second.returncode == 0, second.brief()
     m2, records2, _ = check_complete(out)
     assert m2["label_map"] == m1["label_map"] == {"cat": 0, "dog": 1}
     assert m2["inputs"]["total"] == m1["inputs"]["total"] == 8
     assert sorted(records2) == sorted(records1)
+    # a file the user puts there is an input like any other: converted, never silently left out
+    write_image(out / "extra.jpg", seed=4242)
+    third = run_imgrec(data, out, "--max_error_fraction=1", "--overwrite")
+    assert third.returncode == 0, third.brief()
+    m3, records3, _ = check_complete(out)
+    assert m3["inputs"]["total"] == 9
+    extra = [r for r in records3 if r[0].endswith("/extra.jpg")]
+    assert [r[1] for r in extra] == ["out" if inner == "out" else "cat"]
+
+
+def test_inputs_reached_through_the_output_are_converted(tmp_path):
+    """A class folder that is a symlink to the output: its images are inputs, imgrec's files not."""
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    make_tree(data, {"dog": 2})
+    for i in range(3):
+        write_image(elsewhere / f"cat_{i}.png", seed=500 + i)
+    (data / "cat").symlink_to(elsewhere, target_is_directory=True)
+    for attempt in range(2):  # the second run meets the first one's shards, index and metadata there
+        run = run_imgrec(data, elsewhere, "--max_error_fraction=1", "--overwrite")
+        assert run.returncode == 0, run.brief()
+        metadata, records, rows = check_complete(elsewhere)
+        assert metadata["label_map"] == {"cat": 0, "dog": 1}, attempt
+        assert sorted(r[1] for r in records) == ["cat"] * 3 + ["dog"] * 2, attempt
+        assert metadata["inputs"]["total"] == 5 + len(rows), attempt

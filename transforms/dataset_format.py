@@ -30,6 +30,9 @@ STAGING_DIR = ".imgrec-staging"
 INDEX_DIR = "index"
 ERRORS_PREFIX = "errors"
 ERRORS_SUFFIX = ".jsonl"
+# Drawn into the dataset folder by `imgrec verify` (by default): imgrec's, though not listed.
+CONTACT_SHEET = "contact_sheet.png"
+CLASS_COUNTS = "class_counts.png"
 
 # compression name → (shard suffix, TFRecordDataset compression_type)
 COMPRESSIONS: Mapping[str, tuple[str, str]] = {"none": (".tfrecord", ""), "gzip": (".tfrecord.gz", "GZIP")}
@@ -124,17 +127,6 @@ class IndexEntry:
 
     def shifted(self, by: int) -> "IndexEntry":
         return dataclasses.replace(self, offset=self.offset + by)
-
-    def describes(self, data: bytes) -> bool:
-        """Whether a record's data, read at this entry's offset, is the record this entry names:
-        the image bytes lie inside it and the content hash stored beside them (the content_hash
-        feature, which a dataset must have to be reused) is this entry's. A damaged or edited
-        index must never give an image another image's pixels."""
-        end = self.image_offset + self.image_length
-        if self.image_offset < 0 or end > len(data):
-            return False
-        digest = self.sha256.encode("ascii")
-        return digest in data[:self.image_offset] or digest in data[end:]
 
 
 def parse_index(text: str) -> list[IndexEntry]:

@@ -20,13 +20,14 @@ import json
 import os
 import posixpath
 import stat
-from typing import Iterable, Iterator, Optional, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.batches import BATCH, GroupInBuckets, batched, split_by
+from transforms.dataset_format import METADATA_FILE
 from transforms.files import local_path
 from transforms.refs import Candidate
 from transforms.rejections import (
@@ -92,23 +93,51 @@ def label_from_parent(path: str) -> str:
     return label_text(posixpath.basename(posixpath.dirname(path.replace("\\", "/"))))
 
 
-def is_excluded(path: str, excluded: tuple[str, ...]) -> bool:
-    """True for a path inside one of the `excluded` folders (imgrec's own output)."""
-    return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in excluded)
+@dataclasses.dataclass(frozen=True)
+class OutputFolder:
+    """imgrec's output, where discovery may meet it (inside the input, behind a symlink, matched
+    by a glob or listed in a manifest). What imgrec wrote there is not an input and is passed
+    over; anything else there is an input like any other, never silently left out."""
+
+    path: str  # real path (local) or URL
+    own: frozenset = frozenset()  # names directly inside it that imgrec wrote
+
+    def owns(self, path: str) -> bool:
+        """Whether `path` (a real path or URL) is, or lies inside, an entry imgrec wrote there."""
+        prefix = self.path.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            return False
+        name = path[len(prefix):].split("/", 1)[0]
+        return name in self.own or name.startswith(f"{METADATA_FILE}.tmp-")
+
+    def own_names_in(self, folder: str) -> Callable[[str], bool]:
+        """For a local folder being listed: which entry names to pass over (none, unless it is
+        the output itself)."""
+        if os.path.realpath(folder) != self.path:
+            return lambda name: False
+        return lambda name: self.owns(f"{self.path}/{name}")
+
+    def holds_inputs(self, folder: str) -> bool:
+        """Whether the output, met as `folder`, holds anything imgrec did not write."""
+        passed_over = self.own_names_in(folder)
+        return any(not passed_over(name) for name in os.listdir(folder))
 
 
 # --------------------------------------------------------------------------------------------
 # Class folders on a local filesystem
 
 
-def _walk_local(folder: str, label: str, extensions: tuple[str, ...], excluded: tuple[str, ...],
+def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder],
                 ancestors: frozenset) -> Iterator[Found]:
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
         yield reject(folder, UnreadableFile(f"cannot list folder {folder}: {exc.strerror or exc}"))
         return
+    passed_over = output.own_names_in(folder) if output else (lambda name: False)
     for entry in entries:
+        if passed_over(entry.name):
+            continue
         try:
             info = os.stat(entry.path)  # follows symlinks
         except OSError:
@@ -116,14 +145,12 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], excluded: 
             yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink (to {target})"))
             continue
         if stat.S_ISDIR(info.st_mode):
-            if os.path.realpath(entry.path) in excluded:
-                continue
             if entry.name.startswith("."):
                 yield reject(entry.path, SkippedFile("hidden folder, not walked"))
             elif (info.st_dev, info.st_ino) in ancestors:
                 yield reject(entry.path, SkippedFile("symlink loop: the folder contains itself"))
             else:
-                yield from _walk_local(entry.path, label, extensions, excluded,
+                yield from _walk_local(entry.path, label, extensions, output,
                                        ancestors | {(info.st_dev, info.st_ino)})
             continue
         reason = skip_reason(entry.name, extensions)
@@ -134,10 +161,10 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], excluded: 
 
 
 def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
-                      excluded: tuple[str, ...] = ()) -> Iterator[Found]:
+                      output: Optional[OutputFolder] = None) -> Iterator[Found]:
     """Every file under a local class folder, recursively, as a candidate or a rejection."""
     info = os.stat(folder)
-    yield from _walk_local(folder, label, extensions, excluded, frozenset({(info.st_dev, info.st_ino)}))
+    yield from _walk_local(folder, label, extensions, output, frozenset({(info.st_dev, info.st_ino)}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,15 +176,16 @@ class ClassFolder:
 
 
 def list_local_root(root: str,
-                    excluded: tuple[str, ...] = ()) -> Iterator[Union[ClassFolder, beam.pvalue.TaggedOutput]]:
-    """A ClassFolder for each class folder of a local root; other entries as rejections."""
+                    output: Optional[OutputFolder] = None) -> Iterator[Union[ClassFolder, beam.pvalue.TaggedOutput]]:
+    """A ClassFolder for each class folder of a local root; other entries as rejections. The
+    output folder is a class only if it holds something imgrec did not write."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
         raise UnreadableFile(f"cannot list the input folder {root}: {exc.strerror or exc}") from None
     for entry in entries:
         is_dir = entry.is_dir(follow_symlinks=True)
-        if is_dir and os.path.realpath(entry.path) in excluded:
+        if is_dir and output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
             continue
         if is_dir and not entry.name.startswith("."):
             yield ClassFolder(label_text(entry.name), entry.path)
@@ -192,13 +220,13 @@ class _ListFolders(beam.DoFn):
     """Input root → class names (LABELS), class folders to walk, or, on object stores, batches of
     the candidates themselves ("remote")."""
 
-    def __init__(self, spec: InputSpec, excluded: tuple[str, ...]):
-        self._spec, self._excluded = spec, excluded
+    def __init__(self, spec: InputSpec, output: Optional[OutputFolder]):
+        self._spec, self._output = spec, output
 
     def process(self, root: str):
         local = local_path(root)
         if local is not None:
-            for found in list_local_root(local, self._excluded):
+            for found in list_local_root(local, self._output):
                 if isinstance(found, beam.pvalue.TaggedOutput):
                     yield found
                 else:
@@ -217,12 +245,12 @@ class _ListFolders(beam.DoFn):
 
 
 class _WalkFolder(beam.DoFn):
-    def __init__(self, spec: InputSpec, excluded: tuple[str, ...]):
+    def __init__(self, spec: InputSpec, output: Optional[OutputFolder]):
         self._extensions = tuple(e.lower() for e in spec.extensions)
-        self._excluded = excluded
+        self._output = output
 
     def process(self, folder: ClassFolder):
-        yield from in_batches(walk_class_folder(folder.path, folder.label, self._extensions, self._excluded))
+        yield from in_batches(walk_class_folder(folder.path, folder.label, self._extensions, self._output))
 
 
 # --------------------------------------------------------------------------------------------
@@ -417,11 +445,11 @@ def resolve_bucket(element: tuple[int, list[ManifestRow]]) -> Iterator[Union[tup
 # --------------------------------------------------------------------------------------------
 
 
-def _drop_excluded(batch: tuple[Candidate, ...], excluded: tuple[str, ...]) -> tuple[Candidate, ...]:
-    def outside(candidate: Candidate) -> bool:
+def _drop_own(batch: tuple[Candidate, ...], output: OutputFolder) -> tuple[Candidate, ...]:
+    def not_own(candidate: Candidate) -> bool:
         local = local_path(candidate.path)
-        return not is_excluded(os.path.realpath(local) if local is not None else candidate.path, excluded)
-    return tuple(c for c in batch if outside(c))
+        return not output.owns(os.path.realpath(local) if local is not None else candidate.path)
+    return tuple(c for c in batch if not_own(c))
 
 
 def _glob_file(metadata, extensions: tuple[str, ...]) -> Found:
@@ -440,13 +468,13 @@ class DiscoverImages(beam.PTransform):
     label names}.
 
     `labels` holds the names the label map is built from: every class folder (even an empty
-    one) for folders, the candidates' labels otherwise. `excluded` folders (imgrec's own output
-    when it lies inside the input) are not discovered.
+    one) for folders, the candidates' labels otherwise. Files imgrec wrote into its `output`
+    (when discovery meets it) are not inputs.
     """
 
-    def __init__(self, spec: InputSpec, excluded: tuple[str, ...] = ()):
+    def __init__(self, spec: InputSpec, output: Optional[OutputFolder] = None):
         super().__init__()
-        self._spec, self._excluded = spec, tuple(excluded)
+        self._spec, self._output = spec, output
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         spec, kind = self._spec, self._spec.resolved_kind()
@@ -454,11 +482,11 @@ class DiscoverImages(beam.PTransform):
         if kind == "folders":
             listed = (pbegin
                       | "InputRoot" >> beam.Create([spec.path])
-                      | "ListClassFolders" >> beam.ParDo(_ListFolders(spec, self._excluded)).with_outputs(
+                      | "ListClassFolders" >> beam.ParDo(_ListFolders(spec, self._output)).with_outputs(
                           REJECTED, LABELS, "remote", main="folders"))
             walked = (listed.folders
                       | "SpreadFolders" >> beam.Reshuffle()
-                      | "WalkClassFolders" >> beam.ParDo(_WalkFolder(spec, self._excluded)).with_outputs(
+                      | "WalkClassFolders" >> beam.ParDo(_WalkFolder(spec, self._output)).with_outputs(
                           REJECTED, main="candidates"))
             candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
             rejected = (listed[REJECTED], walked[REJECTED]) | "FolderRejections" >> beam.Flatten()
@@ -483,7 +511,7 @@ class DiscoverImages(beam.PTransform):
             candidates = resolved.candidates
             rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
         if kind != "folders":
-            if self._excluded:
-                candidates = candidates | "ExcludeOutput" >> beam.Map(_drop_excluded, self._excluded)
+            if self._output:
+                candidates = candidates | "PassOverOwnFiles" >> beam.Map(_drop_own, self._output)
             labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
         return {"candidates": candidates, REJECTED: rejected, LABELS: labels}

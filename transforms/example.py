@@ -117,6 +117,21 @@ def _example_chunks(features: Mapping[str, FeatureValue], locate: str = "") -> t
     return [head, *chunks], located + len(head) if located >= 0 else -1
 
 
+def locates_image(data: bytes, image_offset: int, image_length: int, content_hash: str) -> bool:
+    """Whether one record's `data` holds a bytes value of exactly `image_length` bytes at
+    `image_offset` (what a record index line claims) and the content hash as a bytes value
+    elsewhere (the content_hash feature, which a dataset must have to be reused): a damaged or
+    edited index must never give an image another image's pixels, nor shifted ones."""
+    head, end = _tag(_LIST_VALUE, image_length), image_offset + image_length
+    if image_offset < len(head) or end > len(data) or data[image_offset - len(head):image_offset] != head:
+        return False
+    if end < len(data) and data[end] != _tag(_FEATURES_MAP, 0)[0]:  # the next map entry, or the end
+        return False
+    digest = content_hash.encode("ascii")
+    stored = _tag(_LIST_VALUE, len(digest)) + digest
+    return stored in data[:image_offset - len(head)] or stored in data[end:]
+
+
 def encode_pixels(image: np.ndarray, spec: ImageSpec) -> bytes:
     """The stored image bytes: the array itself for `raw`, else a re-encoded JPEG/PNG."""
     if spec.encoding == "raw":

@@ -21,7 +21,7 @@ from typing import Iterable
 
 from transforms import files, tfrecord
 from transforms.dataset_format import IndexEntry, index_file_name, join, shard_file_name
-from transforms.example import EncodedRecord, RecordFields, build_example
+from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
 from transforms.process import image_to_record
 from transforms.refs import PlannedImage
 from transforms.rejections import CorruptImage, FileChanged, InputRejected, Rejection
@@ -189,7 +189,8 @@ def reused_record(image: PlannedImage, fields: RecordFields, settings: WriterSet
         # A damaged previous dataset must not damage this one; converting again is always right.
         raise _ReuseFailed(f"{location.shard}@{location.entry.offset}: {exc}") from exc
     entry = location.entry
-    if entry.sha256 != image.source.content_hash or not entry.describes(data):
+    if entry.sha256 != image.source.content_hash or not locates_image(
+            data, entry.image_offset, entry.image_length, entry.sha256):
         raise _ReuseFailed(f"{location.shard}@{entry.offset} does not hold content {image.source.content_hash}")
     pixels = data[entry.image_offset:entry.image_offset + entry.image_length]
     return build_example(pixels, fields, settings.image, settings.keys)
