@@ -134,21 +134,22 @@ def output_folder(output: str, state: OutputState) -> OutputFolder:
 
 
 def check_layout(input_spec: InputSpec, output: str, state: OutputState) -> None:
-    """An output inside the input is left out of discovery; that must not hide inputs. So the
-    output may not be the input folder itself, nor a folder of the input that already holds
-    files and is not an imgrec dataset (a class folder, say)."""
+    """A dataset is not written in among its own inputs: the output may not be the input folder
+    itself, nor a folder of the input that already holds files and is not an imgrec dataset (a
+    class folder, say). A new folder inside the input is fine: discovery passes over what imgrec
+    writes there (transforms/discover.py OutputFolder)."""
     kind, local_input, local_output = input_spec.resolved_kind(), local_path(input_spec.path), local_path(output)
     if kind not in ("folders", "glob") or local_input is None or local_output is None:
         return
     root = os.path.realpath(local_input if kind == "folders" else glob_root(local_input))
     target = os.path.realpath(local_output)
     if target == root:
-        raise UsageError(f"--output={output} is the input folder: its shards and metadata would be read as "
-                         "images on the next run; choose another output (a new folder inside the input is fine)")
+        raise UsageError(f"--output={output} is the input folder: the dataset would be written in among its "
+                         "inputs; choose another output (a new folder inside the input is fine)")
     if target.startswith(root.rstrip(os.sep) + os.sep) and state.previous is None and state.foreign:
         raise UsageError(f"--output={output} is inside --input={input_spec.path} and holds files imgrec did not "
-                         f"write ({_some(state.foreign)}): the output is left out of discovery, so they would be "
-                         "neither converted nor reported; choose an output outside the input or a new folder")
+                         f"write ({_some(state.foreign)}): the dataset would be written in among inputs; choose an "
+                         "output outside the input or a new folder")
 
 
 def glob_root(pattern: str) -> str:
