@@ -17,11 +17,10 @@ from apache_beam.metrics import Metrics
 
 from pipeline.metadata import RejectionKey, RunTotals
 from transforms.assign import DuplicateGroup
-from transforms.dataset_format import ERRORS_PREFIX, ERRORS_SUFFIX, DuplicateSummary, join
+from transforms.dataset_format import DEAD_LETTERS_FILE, DuplicateSummary, join
 from transforms.rejections import Rejection
 
 DUPLICATE_EXAMPLES = 100  # duplicate groups listed in metadata.json
-DEAD_LETTERS_FILE = f"{ERRORS_PREFIX}-00000-of-00001{ERRORS_SUFFIX}"
 
 INPUT, REJECTION, SHARD, PLANNED, DUPLICATE, LABEL_MAP, FINGERPRINT = (
     "input", "rejection", "shard", "planned", "duplicate", "label_map", "fingerprint")

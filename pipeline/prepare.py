@@ -20,12 +20,12 @@ from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.accounting import DEAD_LETTERS_FILE
 from pipeline.errors import UsageError
 from pipeline.publish import JOURNAL_FILE, read_json, run_id_of
 from transforms.dataset_format import (
     CLASS_COUNTS,
     CONTACT_SHEET,
+    DEAD_LETTERS_FILE,
     INDEX_DIR,
     LOCK_FILE,
     METADATA_FILE,
@@ -33,6 +33,7 @@ from transforms.dataset_format import (
     DatasetMetadata,
     FormatError,
     is_dataset_metadata,
+    is_temporary_metadata,
     join,
     listed_files,
     parts_dir,
@@ -74,6 +75,11 @@ class OutputState:
         return run_id_of(self.previous)
 
     @property
+    def owned_names(self) -> set[str]:
+        """Names directly inside the output that belong to imgrec's files."""
+        return {f.split("/", 1)[0] for f in self.owned}
+
+    @property
     def in_the_way(self) -> tuple[str, ...]:
         """Foreign names this run would have to write over."""
         return tuple(name for name in self.foreign if name in ALWAYS_WRITTEN)
@@ -101,10 +107,10 @@ def inspect_output(output: str) -> OutputState:
             previous = None  # somebody else's metadata.json
     owned = set(listed_files(previous)) if previous else set()
     owned.update(journal_files(output))
-    ours = {LOCK_FILE, STAGING_DIR} | ({METADATA_FILE} if previous else set()) | {f.split("/", 1)[0] for f in owned}
-    names = list_names(output)
-    foreign = tuple(n for n in names if n not in ours and not n.startswith(f"{METADATA_FILE}.tmp-"))
-    return OutputState(previous, tuple(sorted(owned)), foreign)
+    state = OutputState(previous, tuple(sorted(owned)), ())
+    ours = {LOCK_FILE, STAGING_DIR} | ({METADATA_FILE} if previous else set()) | state.owned_names
+    foreign = tuple(n for n in list_names(output) if n not in ours and not is_temporary_metadata(n))
+    return dataclasses.replace(state, foreign=foreign)
 
 
 def check_output(output: str, spec: OutputSpec, state: OutputState) -> None:
@@ -127,8 +133,7 @@ def _some(names: Sequence[str]) -> str:
 
 def output_folder(output: str, state: OutputState) -> OutputFolder:
     """The output as discovery may meet it: the entries imgrec wrote there are not inputs."""
-    own = {STAGING_DIR, LOCK_FILE, METADATA_FILE, INDEX_DIR, CONTACT_SHEET, CLASS_COUNTS}
-    own.update(f.split("/", 1)[0] for f in state.owned)
+    own = {STAGING_DIR, LOCK_FILE, CONTACT_SHEET, CLASS_COUNTS, *ALWAYS_WRITTEN} | state.owned_names
     local = local_path(output)
     return OutputFolder(os.path.realpath(local) if local is not None else output.rstrip("/"), frozenset(own))
 

@@ -51,8 +51,9 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
         raise RunFailed(f"the dataset in {output} changed while this run converted (now run "
                         f"{run_id_of(current)}); nothing was published")
     new = [f for f in metadata.owned_files() if f != METADATA_FILE]
-    old = [f for f in previous_files if f != METADATA_FILE and f not in set(new)]
-    foreign = [f for f in new if f not in set(previous_files) and FileSystems.exists(join(output, f))]
+    replaced, ours = set(new), set(previous_files)
+    old = [f for f in previous_files if f != METADATA_FILE and f not in replaced]
+    foreign = [f for f in new if f not in ours and FileSystems.exists(join(output, f))]
     if foreign:
         raise RunFailed(f"{output} holds {', '.join(foreign[:5])}, which imgrec did not write and would have to "
                         "replace; nothing was published: move them away and run again")

@@ -30,6 +30,7 @@ STAGING_DIR = ".imgrec-staging"
 INDEX_DIR = "index"
 ERRORS_PREFIX = "errors"
 ERRORS_SUFFIX = ".jsonl"
+DEAD_LETTERS_FILE = f"{ERRORS_PREFIX}-00000-of-00001{ERRORS_SUFFIX}"  # one file: sorted rows, any runner
 # Drawn into the dataset folder by `imgrec verify` (by default): imgrec's, though not listed.
 CONTACT_SHEET = "contact_sheet.png"
 CLASS_COUNTS = "class_counts.png"
@@ -378,6 +379,11 @@ def _inside(name: object) -> bool:
         return False
     normal = posixpath.normpath(name)
     return normal not in (".", "..") and not normal.startswith("../")
+
+
+def is_temporary_metadata(name: str) -> bool:
+    """A metadata.json being written (`write_atomically`'s temporary name): imgrec's."""
+    return name.startswith(f"{METADATA_FILE}.tmp-")
 
 
 def is_dataset_metadata(value: Any) -> bool:

@@ -27,7 +27,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.batches import BATCH, GroupInBuckets, batched, split_by
-from transforms.dataset_format import METADATA_FILE
+from transforms.dataset_format import is_temporary_metadata
 from transforms.files import local_path
 from transforms.refs import Candidate
 from transforms.rejections import (
@@ -108,7 +108,7 @@ class OutputFolder:
         if not path.startswith(prefix):
             return False
         name = path[len(prefix):].split("/", 1)[0]
-        return name in self.own or name.startswith(f"{METADATA_FILE}.tmp-")
+        return name in self.own or is_temporary_metadata(name)
 
     def own_names_in(self, folder: str) -> Callable[[str], bool]:
         """For a local folder being listed: which entry names to pass over (none, unless it is

@@ -73,8 +73,7 @@ def stratified_splits(keys: Iterable[str], spec: SplitSpec) -> dict[str, str]:
 
 
 def estimated_record_bytes(spec: ImageSpec) -> int:
-    pixels = spec.height * spec.width * 3 * (4 if spec.dtype == "float32" else 1)
-    return int(pixels * _ENCODED_FRACTION[spec.encoding]) + _RECORD_OVERHEAD_BYTES
+    return int(spec.output_bytes * _ENCODED_FRACTION[spec.encoding]) + _RECORD_OVERHEAD_BYTES
 
 
 def num_shards_for(num_examples: int, image: ImageSpec, output: OutputSpec) -> int:
