@@ -1,6 +1,7 @@
 """Scheduled reprocessing, measured: an incremental run and a resumed run against full runs.
 
     python -m benchmarks.reprocessing [--images 2000] [--added 100] [--replaced 20] [--kill_at 0.7] [--rounds 3]
+                                      [--imgrec_flags="--normalize=none --encoding=jpeg"]
 
 1. A dataset of N ImageNet-like images (the first N of the benchmark corpus) is converted in
    full, then 5% new images are added and some replaced by other pictures; the incremental run
@@ -97,18 +98,19 @@ def one_round(args: argparse.Namespace, corpus: pathlib.Path, work: pathlib.Path
                                  paths[args.images + args.added:])
     images = work / "images"
     copy_images(base, corpus, images)
-    first = measured(imgrec(images, work / "first"))
+    settings = args.imgrec_flags.split()
+    first = measured(imgrec(images, work / "first", *settings))
     copy_images(added, corpus, images)
     for old, new in zip(base[::max(1, len(base) // args.replaced)][:args.replaced], replacements):
         shutil.copyfile(new, images / old.relative_to(corpus))
-    incremental = measured(imgrec(images, work / "incremental", f"--reuse_from={work / 'first'}"))
-    scratch_run = measured(imgrec(images, work / "scratch"))
+    incremental = measured(imgrec(images, work / "incremental", *settings, f"--reuse_from={work / 'first'}"))
+    scratch_run = measured(imgrec(images, work / "scratch", *settings))
     reuse = json.loads((work / "incremental" / "metadata.json").read_text())["reuse"]
     total = args.images + args.added
-    uninterrupted = measured(imgrec(images, work / "uninterrupted"))
-    killed = measured(imgrec(images, work / "resumed"),
+    uninterrupted = measured(imgrec(images, work / "uninterrupted", *settings))
+    killed = measured(imgrec(images, work / "resumed", *settings),
                       kill_when=lambda: converted(work / "resumed") >= args.kill_at * total)
-    restarted = measured(imgrec(images, work / "resumed"))
+    restarted = measured(imgrec(images, work / "resumed", *settings))
     resumed = json.loads((work / "resumed" / "metadata.json").read_text())["run"]["resumed_records"]
     return {"incremental": {"first": first, "incremental": incremental, "from_scratch": scratch_run,
                             "identical": published(work / "incremental") == published(work / "scratch"),
@@ -135,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replaced", type=int, default=20)
     parser.add_argument("--kill_at", type=float, default=0.7)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--imgrec_flags", default="",
+                        help="output settings for every imgrec run (default: imgrec's, raw float32 records)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "reprocessing.json"))
     args = parser.parse_args(argv)
     corpus = make_corpus(args.images + args.added + args.replaced)
@@ -155,8 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for scenario in (*incremental, *resumed) for name, run in scenario.items()
                 if isinstance(run, dict) and run.get("exit") not in (None, 0) and not run.get("killed")]
     print(format_table(("run", "full CPU s", "this CPU s", "ratio (per round)", "target", "identical output"), rows))
+    settings = f' --imgrec_flags="{args.imgrec_flags}"' if args.imgrec_flags else ""
     print(f"\n{args.images} ImageNet-like images, CPU seconds of the whole process tree, medians of "
-          f"{args.rounds} rounds; `python -m benchmarks.reprocessing --images {args.images} --rounds {args.rounds}`")
+          f"{args.rounds} rounds; `python -m benchmarks.reprocessing --images {args.images} --rounds {args.rounds}"
+          f"{settings}`")
     pathlib.Path(args.out).write_text(json.dumps({"args": vars(args), "rounds": rounds}, indent=2, default=str))
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)

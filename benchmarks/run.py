@@ -19,6 +19,9 @@ imgrec imports; all write 224x224 RGB, bicubic stretch, tf.train.Example (image 
                                       python -m pipeline.run --runner=DirectRunner --input --output
                                       --normalize=none [--encoding=jpeg --quality=90]
                                       (imgrec_float32: the default --normalize=unit)
+  prism_uint8                         the same command with --runner=PrismRunner and the Prism
+                                      binary of `make engines`, in a loopback-only network
+                                      namespace (`unshare --net`, root); not in the default set
   ceiling_uint8                       benchmarks/ceiling.py: imgrec's per-image functions in a bare
                                       loop, 2 processes, same output settings as imgrec_uint8
   *@quarter                           the same on the first N/4 images (steady state, fixed cost,
@@ -71,12 +74,16 @@ from benchmarks.make_corpus import describe, make_corpus
 from benchmarks.make_photos import make_photos
 from benchmarks.ratios import QUIET, Target, evaluate, steady_state, summarize
 from pipeline.tables import format_table
+from tests.engines.engines import prism_binary
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 SCRATCH = RESULTS / "tmp"  # gitignored
 PYTHON = sys.executable
 QUIET_WAIT = 30.0  # s to wait, before each run, for other work on the machine to settle
+
+# Prism listens on every interface; run it where the only interface is loopback.
+LOOPBACK_ONLY = ("unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")
 
 RAW_UINT8, RAW_FLOAT32 = 224 * 224 * 3, 224 * 224 * 3 * 4
 
@@ -120,6 +127,11 @@ def catalogue(imgrec_flags: Sequence[str] = ()) -> dict[str, Contender]:
             found.append(Contender(f"{prefix}_{layout}@quarter", argv, "quarter", layout, True, code, "plain command"))
         found.append(Contender(f"{prefix}_area@photos", ("python", *PLAIN, *LAYOUT_FLAGS["area"], *imgrec_flags),
                                "photos", "uint8", True, code, "plain command, area"))
+    on_prism = tuple("--runner=PrismRunner" if flag == "--runner=DirectRunner" else flag for flag in PLAIN)
+    prism = (*LOOPBACK_ONLY, "python", *on_prism, f"--prism_location={prism_binary()}", *LAYOUT_FLAGS["uint8"],
+             *imgrec_flags)
+    found.append(Contender("prism_uint8", prism, "full", "uint8", True, doc="plain command on Prism"))
+    found.append(Contender("prism_uint8@quarter", prism, "quarter", "uint8", True, doc="plain command on Prism"))
     ceiling = ("python", "-m", "benchmarks.ceiling", "{input}", "{output}", "--config=", "--normalize=none",
                "--processes=2")
     found.append(Contender("ceiling_uint8", ceiling, "full", "uint8", True, doc="bare loop, 2 processes"))
@@ -147,6 +159,8 @@ TARGETS = (
            limit=1.2, at_least=False),
     Target("peak RSS growth imgrec float32, 4x images", "memory", "imgrec_float32", a_small="imgrec_float32@quarter",
            limit=1.2, at_least=False),
+    Target("Prism / FnApiRunner, steady-state rate (uint8)", "steady", "prism_uint8", "imgrec_uint8",
+           "prism_uint8@quarter", "imgrec_uint8@quarter", limit=1 / 1.2),
     Target("imgrec uint8 vs tf.data script", "speedup", "imgrec_uint8", "tfdata_uint8"),
     Target("imgrec jpeg vs tf.data script", "speedup", "imgrec_jpeg", "tfdata_jpeg"),
     Target("imgrec float32 vs Pool script", "speedup", "imgrec_float32", "pool_float32"),
