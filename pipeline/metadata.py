@@ -15,7 +15,7 @@ from typing import Mapping, Optional
 from pipeline import __version__
 from pipeline.errors import RunFailed
 from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAccounting, ReuseSummary, SplitInfo
-from transforms.example import feature_spec
+from transforms.example import feature_spec, image_description
 from transforms.parts import ShardResult
 from transforms.specs import ConversionSpec
 
@@ -104,8 +104,7 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
     return DatasetMetadata(
         splits=splits,
         features=feature_spec(spec.image, spec.features),
-        image={"height": spec.image.height, "width": spec.image.width, "channels": 3,
-               "dtype": spec.image.dtype, "encoding": spec.image.encoding},
+        image=image_description(spec.image),
         compression=spec.output.compression,
         label_map=dict(totals.label_map),
         inputs=inputs,

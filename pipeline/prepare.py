@@ -13,9 +13,11 @@ refuses bad layouts before a single image is converted:
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import posixpath
 import re
+import string
 from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
@@ -45,7 +47,8 @@ from transforms.reuse import ReuseSource
 from transforms.specs import InputSpec, OutputSpec
 
 LATEST = "latest"
-_TEMPLATE_FIELDS = {"date": r"\d{4}-\d{2}-\d{2}", "timestamp": r"\d{8}T\d{6}"}
+# The fields of a dated output template: the UTC strftime format of each, and a regex of its values.
+_TEMPLATE_FIELDS = {"date": ("%Y-%m-%d", r"\d{4}-\d{2}-\d{2}"), "timestamp": ("%Y%m%dT%H%M%S", r"\d{8}T\d{6}")}
 
 
 def list_names(folder: str) -> list[str]:
@@ -177,14 +180,29 @@ def clear_dead_runs(output: str) -> None:
 # Datasets a run compares with (--skip_unchanged) or takes images from (--reuse_from)
 
 
+def expand_output_template(path: str, now: datetime.datetime) -> str:
+    """`{date}` → 2026-12-02 and `{timestamp}` → 20261202T131500 (UTC), for scheduled runs; `{{`
+    and `}}` are literal braces. Any other `{...}` is a usage error, not a traceback."""
+    allowed = ", ".join(f"{{{field}}}" for field in _TEMPLATE_FIELDS)
+    try:
+        for _, field, spec, conversion in string.Formatter().parse(path):
+            if field is not None and (field not in _TEMPLATE_FIELDS or spec or conversion):
+                raise ValueError(f"unknown field {{{field}}}")
+    except ValueError as exc:
+        raise UsageError(f"--output={path}: {exc}; only {allowed} expand (write {{{{ and }}}} for a brace)") from None
+    return path.format(**{field: now.strftime(fmt) for field, (fmt, _) in _TEMPLATE_FIELDS.items()})
+
+
 def sibling_pattern(template: str) -> Optional[tuple[str, re.Pattern]]:
     """(parent folder, regex of sibling names) for a `.../{date}`-style output, else None."""
     parent, name = posixpath.split(template.rstrip("/"))
     if not any(f"{{{field}}}" in name for field in _TEMPLATE_FIELDS):
         return None
     regex = re.escape(name)
-    for field, pattern in _TEMPLATE_FIELDS.items():
+    for field, (_, pattern) in _TEMPLATE_FIELDS.items():
         regex = regex.replace(re.escape(f"{{{field}}}"), pattern)
+    for brace in "{}":
+        regex = regex.replace(re.escape(brace * 2), re.escape(brace))
     return parent, re.compile(regex)
 
 
@@ -196,8 +214,16 @@ def latest_sibling(template: str, current: str) -> Optional[str]:
                          f"folder, got --output={template}")
     parent, pattern = found
     names = [n for n in list_names(parent) if pattern.fullmatch(n) and join(parent, n) != current.rstrip("/")]
-    finished = [n for n in names if FileSystems.exists(join(join(parent, n), METADATA_FILE))]
-    return join(parent, max(finished)) if finished else None
+    return next((join(parent, n) for n in sorted(names, reverse=True) if _is_dataset(join(parent, n))), None)
+
+
+def _is_dataset(folder: str) -> bool:
+    """A finished imgrec dataset: a sibling whose metadata.json is somebody else's is none."""
+    path = join(folder, METADATA_FILE)
+    try:
+        return FileSystems.exists(path) and is_dataset_metadata(read_json(path))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
 
 
 def resolve_dataset(reference: Optional[str], template: str, current: str) -> Optional[str]:

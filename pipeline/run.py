@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import errno
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -19,7 +21,7 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState, create_runner
 
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
@@ -32,6 +34,7 @@ from pipeline.prepare import (
     check_output,
     clear_dead_runs,
     comparison,
+    expand_output_template,
     inspect_output,
     list_names,
     output_folder,
@@ -49,16 +52,12 @@ from transforms.parts import WriterSettings, record_digest
 from transforms.specs import ConversionSpec
 
 _LOG = logging.getLogger("imgrec")
+JOB_SERVICE_CONNECT_TIMEOUT = 10.0  # s
 # Runners whose translation loses data imgrec relies on: refused up front.
 UNSUPPORTED_RUNNERS = {
     "DaskRunner": "Beam's Dask translation merges tagged outputs (with_outputs) and drops side branches, so "
                   "dead letters and counts would be lost; use the DirectRunner, Prism, Flink, Spark or Dataflow",
 }
-
-
-def expand_output_template(path: str, now: datetime.datetime) -> str:
-    """`{date}` → 2026-12-02 and `{timestamp}` → 20261202T131500 (UTC), for scheduled runs."""
-    return path.format(date=now.strftime("%Y-%m-%d"), timestamp=now.strftime("%Y%m%dT%H%M%S"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +84,6 @@ def runs_in_one_process(options) -> bool:
     if name in ("DirectRunner", "BundleBasedDirectRunner"):
         return options.view_as(DirectOptions).direct_running_mode in (None, "in_memory")
     if name == "PrismRunner":
-        from apache_beam.options.pipeline_options import PortableOptions
-
         return options.view_as(PortableOptions).environment_type in (None, "LOOPBACK")
     return False
 
@@ -113,6 +110,22 @@ def engine_of(runner: str, result: PipelineResult) -> str:
         on_prism = "portable_runner" in module or "prism" in module
         return "DirectRunner (Prism)" if on_prism else "DirectRunner (FnApiRunner)"
     return runner
+
+
+def check_runner_options(options) -> None:
+    """Runner settings Beam would only trip over later: a job service nobody answers at (Beam
+    waits --job_server_timeout, 5 minutes, then fails with an empty message), a negative worker
+    count (an IndexError deep in the FnApiRunner)."""
+    if (options.view_as(DirectOptions).direct_num_workers or 0) < 0:
+        raise UsageError("--direct_num_workers must be 0 (one per core) or more")
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    host, _, port = (endpoint or "").rpartition(":")
+    if host and port.isdigit():
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
+        except OSError as exc:
+            raise UsageError(f"--job_endpoint={endpoint}: cannot connect ({exc.strerror or exc}); is the job "
+                             "service running there?") from None
 
 
 def check_input(spec: ConversionSpec) -> None:
@@ -148,6 +161,11 @@ def _dry_run(options) -> bool:
     return bool(options.view_as(TestOptions).dry_run) and runner_name(options) == "DataflowRunner"
 
 
+def _out_of_space(exc: BaseException) -> bool:
+    """A full disk, however many layers (Beam wraps worker errors in RuntimeErrors) wrap it."""
+    return os.strerror(errno.ENOSPC) in str(exc)
+
+
 def _cleanup(output: str, this_run: str, keep_run: bool, keep_parts: bool = True) -> None:
     """Nothing of a run that did not publish stays in the output but finished parts (for a
     restart) and, when the error message points at them, its dead letters."""
@@ -168,6 +186,7 @@ def convert(argv: Sequence[str]) -> Conversion:
     if runner in UNSUPPORTED_RUNNERS:
         raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
     check_runner(runner)
+    check_runner_options(options)
     started = datetime.datetime.now(datetime.timezone.utc)
     template = parsed.spec.output.path
     spec = dataclasses.replace(parsed.spec, output=dataclasses.replace(
@@ -241,8 +260,13 @@ def convert(argv: Sequence[str]) -> Conversion:
         keep_run = isinstance(exc, TooManyErrors) or "Dead letters" in str(exc)
         _cleanup(output, this_run, keep_run)
         raise
-    except BaseException:
-        _cleanup(output, this_run, keep_run=False)
+    except BaseException as exc:
+        # Parts kept on a full disk would keep it full, and fail the next run whatever its config.
+        full = _out_of_space(exc)
+        _cleanup(output, this_run, keep_run=False, keep_parts=not full)
+        if full:
+            _say(f"imgrec: {output}'s filesystem is full; removed this run's staging and the finished parts "
+                 "kept for a restart")
         raise
     finally:
         lock.release()

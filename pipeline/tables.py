@@ -1,13 +1,21 @@
 """Plain-text tables for the terminal: the run summary, the verifier and the benchmarks."""
 from __future__ import annotations
 
+import re
 from typing import Sequence
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_line(value: object) -> str:
+    """A cell on one line: control characters (a class folder named "a\nb") are shown escaped."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
     """Columns sized to their widest cell; the first column left-aligned, the others right-aligned,
     a dashed rule under the header."""
-    cells = [[str(c) for c in header], *([str(c) for c in row] for row in rows)]
+    cells = [[_one_line(c) for c in header], *([_one_line(c) for c in row] for row in rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
 
     def line(row: Sequence[str]) -> str:

@@ -3,11 +3,13 @@
 Reads every shard that metadata.json lists, end to end: TFRecord CRCs are checked by TensorFlow
 (a bad one raises DataLossError), every record is parsed with the metadata's parse spec and its
 image decoded, and what was found is compared with what metadata.json claims (per-file record
-counts, per-split totals, label counts and record bytes). The accounting is checked too: every
-input was written or rejected, and the dead letters hold one row per rejection, per split and
-per error class, and every record index line must frame a record holding its content hash.
-Prints OK/FAILED per check and exits 0 (all passed), 1 (a check failed) or 2
-(not a readable imgrec dataset), so it can gate a training job or a copy to another bucket.
+counts, per-split totals, label counts and record bytes). The parse spec must be what the recorded
+config gives and agree with each record's height/width/channels features. The accounting is
+checked too: every input was written or rejected, and the dead letters hold one row per
+rejection, per split and per error class, and every record index line must frame a record
+holding its content hash (in the decompressed stream for gzip shards).
+Prints OK/FAILED per check and exits 0 (all passed), 1 (a check failed) or 2 (not a readable
+imgrec dataset, or --out is a file), so it can gate a training job or a copy to another bucket.
 
 It also draws `contact_sheet.png` and `class_counts.png` (pipeline/drawing.py) for a human.
 """
@@ -19,12 +21,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # a CLI: TF's start-up chatt
 
 import argparse
 import collections
+import contextlib
 import dataclasses
+import gzip
 import json
 import posixpath
 import re
 import sys
-from typing import Mapping, Optional, Sequence, TextIO
+import zlib
+from typing import Any, BinaryIO, ContextManager, Mapping, Optional, Sequence, TextIO
 
 import cv2
 import numpy as np
@@ -32,6 +37,7 @@ import tensorflow as tf
 
 from pipeline import reader
 from pipeline.drawing import draw_bar_chart, draw_contact_sheet, to_display_uint8
+from pipeline.errors import UsageError
 from pipeline.tables import format_table
 from transforms import files, tfrecord
 from transforms.dataset_format import (
@@ -44,9 +50,11 @@ from transforms.dataset_format import (
     parse_shard_file_name,
     tf_compression_type,
 )
-from transforms.example import locates_image
+from transforms.example import feature_spec, image_description, locates_image
+from transforms.specs import FeatureKeys, ImageSpec
 
 _SCAN_BATCH = 256
+_SIZE_ROLES = ("height", "width", "channels")  # record features that restate the image shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +78,20 @@ class ShardScan:
     # (label id, label text) pairs, to check the text agrees with label_map.
     label_pairs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     non_finite: int = 0
+    wrong_size: int = 0  # records whose height/width/channels features are not the parse spec's shape
     error: Optional[str] = None
+
+
+def _size_keys(layout: reader.RecordLayout) -> dict[str, int]:
+    """{feature key: the dimension it must hold} for the size features the records have: a raw
+    image reshapes to any shape of the same element count, so only these tell a wrong shape."""
+    return {layout.extras[role]: dim for role, dim in zip(_SIZE_ROLES, layout.shape) if role in layout.extras}
 
 
 def _scan_fn(layout: reader.RecordLayout):
     """record → the few values the checks need; using the pixels keeps the decode from being pruned."""
     text_key = layout.extras.get("label_text")
+    sizes = _size_keys(layout)
 
     def scan(record: tf.Tensor) -> dict:
         parsed = tf.io.parse_single_example(record, layout.parse_spec)
@@ -85,6 +101,8 @@ def _scan_fn(layout: reader.RecordLayout):
                   "finite": tf.reduce_all(tf.math.is_finite(tf.cast(image, tf.float32)))}
         if text_key:
             values["label_text"] = parsed[text_key]
+        if sizes:
+            values["size_ok"] = tf.reduce_all(tf.stack([tf.equal(parsed[key], dim) for key, dim in sizes.items()]))
         return values
     return scan
 
@@ -110,6 +128,8 @@ def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> Shar
             scan.record_bytes += int(batch["bytes"].sum())
             scan.labels.update(batch["label"].tolist())
             scan.non_finite += int((~batch["finite"]).sum())
+            if "size_ok" in batch:
+                scan.wrong_size += int((~batch["size_ok"]).sum())
             if "label_text" in batch:
                 scan.label_pairs.update(zip(batch["label"].tolist(),
                                             (t.decode("utf-8", "replace") for t in batch["label_text"])))
@@ -127,7 +147,7 @@ def _diff(found: Mapping[str, int], expected: Mapping[str, int]) -> str:
 
 
 def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_map: Mapping[str, int],
-                 float_pixels: bool) -> list[Check]:
+                 layout: reader.RecordLayout) -> list[Check]:
     """Checks one split's shards against metadata; pure, given the scans."""
     checks = []
     files, lengths = list(info.files), list(info.shard_lengths)
@@ -166,14 +186,26 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     checks.append(Check(record_bytes == info.num_bytes, f"{name}: record bytes",
                         "" if record_bytes == info.num_bytes
                         else f"{record_bytes} read, metadata num_bytes {info.num_bytes}"))
-    if float_pixels:
+    sizes = _size_keys(layout)
+    if sizes:
+        wrong_size = sum(scan.wrong_size for scan in scans)
+        shape = "x".join(map(str, layout.shape))
+        checks.append(Check(wrong_size == 0, f"{name}: {', '.join(sizes)} agree with the parse spec's shape {shape}",
+                            f"{wrong_size} records disagree" if wrong_size else ""))
+    if layout.pixel_dtype != tf.uint8:
         non_finite = sum(scan.non_finite for scan in scans)
         checks.append(Check(non_finite == 0, f"{name}: pixels finite",
                             f"{non_finite} images with NaN/inf" if non_finite else ""))
     return checks
 
 
-def index_check(output: str, name: str, info: SplitInfo, holds_hashes: bool) -> Check:
+def _uncompressed(stored: BinaryIO, compression: str) -> ContextManager[BinaryIO]:
+    """The shard's record stream, which index offsets count in; gzip is decompressed as it is read
+    (index lines run forward, so seeking never holds more than a buffer)."""
+    return gzip.GzipFile(fileobj=stored, mode="rb") if compression == "gzip" else contextlib.nullcontext(stored)
+
+
+def index_check(output: str, name: str, info: SplitInfo, compression: str, holds_hashes: bool) -> Check:
     """Every line of the split's record indexes frames a record of its shard (checksums verified)
     that holds the line's content hash: incremental runs and random access trust these lines."""
     problems: list[str] = []
@@ -181,14 +213,15 @@ def index_check(output: str, name: str, info: SplitInfo, holds_hashes: bool) -> 
     for shard, index in zip(info.files, info.index_files):
         try:
             entries = parse_index(files.read_bytes(join(output, index)).decode("ascii"))
-            with files.open_read(join(output, shard)) as handle:
+            with files.open_read(join(output, shard)) as stored, _uncompressed(stored, compression) as handle:
                 for number, entry in enumerate(entries, 1):
                     data = tfrecord.read_record_at(handle, entry.offset, entry.length)
                     if holds_hashes and not locates_image(data, entry.image_offset, entry.image_length, entry.sha256):
                         problems.append(f"{index} line {number}: the record there does not hold content "
                                         f"{entry.sha256[:12]}... at the image bytes it names")
             lines += len(entries)
-        except (OSError, ValueError) as exc:  # a malformed line or a bad frame is a ValueError
+        # a malformed line or a bad frame is a ValueError; a damaged gzip stream an OSError, EOFError or zlib.error
+        except (OSError, ValueError, EOFError, zlib.error) as exc:
             problems.append(f"{index}: {exc}")
     if not problems and lines != info.num_examples:
         problems.append(f"{lines} index lines for {info.num_examples} examples")
@@ -200,6 +233,34 @@ def label_map_check(label_map: Mapping[str, int]) -> Check:
     ids = sorted(label_map.values())
     ok = len(set(ids)) == len(ids)
     return Check(ok, f"label_map: {len(ids)} classes", "" if ok else f"two classes share an id: {ids}")
+
+
+def _recorded_specs(config: Mapping[str, Any]) -> tuple[ImageSpec, FeatureKeys]:
+    """The image and feature-key specs of the run, from metadata.json's config (JSON lists back to tuples)."""
+    image = {key: tuple(value) if isinstance(value, list) else value for key, value in config["image"].items()}
+    return ImageSpec(**image), FeatureKeys(**config["features"])
+
+
+def _differences(found: Any, expected: Any, where: str) -> list[str]:
+    """`where.key found (config gives expected)` for every leaf where two JSON values differ."""
+    if isinstance(found, Mapping) and isinstance(expected, Mapping):
+        return [line for key in sorted(set(found) | set(expected))
+                for line in _differences(found.get(key), expected.get(key), f"{where}.{key}")]
+    return [] if found == expected else [f"{where} {found!r} (config gives {expected!r})"]
+
+
+def description_check(metadata: DatasetMetadata) -> Check:
+    """The parse spec (features) and image section must be what the recorded config gives: readers
+    take shape, dtype and normalization from them, and an edit that keeps the element count
+    still reads every record."""
+    name = "features and image agree with the recorded config"
+    try:
+        image, keys = _recorded_specs(metadata.config)
+    except (KeyError, TypeError, ValueError) as exc:
+        return Check(False, name, f"config.image or config.features is not a valid config: {type(exc).__name__}: {exc}")
+    differences = (_differences(metadata.features, feature_spec(image, keys), "features")
+                   + _differences(metadata.image, image_description(image), "image"))
+    return Check(not differences, name, "; ".join(differences[:3]))
 
 
 def unlisted_shards(output: str, metadata: DatasetMetadata) -> list[str]:
@@ -219,10 +280,10 @@ def dead_letter_counts(output: str,
         if not tf.io.gfile.exists(path):
             problems.append(f"{name} is listed in metadata.json but missing")
             continue
-        with tf.io.gfile.GFile(path, "r") as handle:
+        with tf.io.gfile.GFile(path, "rb") as handle:  # bytes: a line that is not UTF-8 is a bad row, not a crash
             for number, line in enumerate(handle, 1):
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line.decode("utf-8"))
                     by_split[row.get("split")] += 1
                     by_error[row["error"]] += 1
                 except (ValueError, KeyError, AttributeError):
@@ -308,7 +369,7 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     print(f"imgrec dataset {output}: format {metadata.format_version}, {metadata.image.get('encoding')} "
           f"{layout.pixel_dtype.name} {'x'.join(map(str, layout.shape))}, compression {metadata.compression}, "
           f"{len(classes)} classes", file=stream)
-    checks = [label_map_check(label_map)]
+    checks = [label_map_check(label_map), description_check(metadata)]
     by_split, by_error, problems = dead_letter_counts(output, metadata)
     checks.extend(accounting_checks(metadata, by_split, by_error, problems))
     for check in checks:
@@ -320,9 +381,10 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         print(f"\nsplit {name}: {info.num_examples} examples in {info.num_shards} shard(s)", file=stream)
         paths = reader.shard_paths(output, metadata, name)
         scans = [scan_shard(path, metadata.compression, layout) for path in paths]
-        split_result = split_checks(name, info, scans, label_map, layout.pixel_dtype != tf.uint8)
-        if metadata.compression == "none" and info.index_files:
-            split_result.append(index_check(output, name, info, "content_hash" in metadata.role_keys()))
+        split_result = split_checks(name, info, scans, label_map, layout)
+        if info.index_files:
+            split_result.append(index_check(output, name, info, metadata.compression,
+                                            "content_hash" in metadata.role_keys()))
         for check in split_result:
             print(check.line(), file=stream)
         checks.extend(split_result)
@@ -356,6 +418,17 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     return not failed
 
 
+def check_out_dir(out_dir: Optional[str]) -> None:
+    """Refuses an --out that cannot become a folder (it, or the nearest existing path above it, is
+    a file) before the dataset is read, not after every check."""
+    path = (out_dir or "").rstrip("/")
+    while path and not tf.io.gfile.exists(path):
+        parent = posixpath.dirname(path)
+        path = "" if parent == path else parent
+    if path and not tf.io.gfile.isdir(path):
+        raise UsageError(f"--out={out_dir}: {path} is a file, not a folder for the PNGs")
+
+
 def parse_args(argv: Optional[Sequence[str]], prog: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("output", help="A finished imgrec dataset folder (any TF filesystem, e.g. gs://).")
@@ -367,11 +440,15 @@ def parse_args(argv: Optional[Sequence[str]], prog: str) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
          prog: str = "python -m pipeline.verify") -> int:
-    """0: every check passed; 1: some check failed; 2: not a readable imgrec dataset."""
+    """0: every check passed; 1: some check failed; 2: bad usage or not a readable imgrec dataset."""
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
     stream = stream or sys.stdout
     try:
+        check_out_dir(args.out)
         ok = verify_dataset(args.output, args.samples, args.out, stream)
+    except UsageError as exc:
+        print(f"imgrec: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except (reader.NotAnImgrecDataset, reader.UnsupportedDataset) as exc:
         print(f"FAILED: {exc}", file=stream)
         print(f"imgrec: error: {exc}", file=sys.stderr)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 
 import pytest
 
 from tests.helpers import split_found, write_image, write_text
 from transforms.discover import (
     LABEL_COLUMNS,
+    MAX_LINE_BYTES,
     PATH_COLUMNS,
     ClassFolder,
     ManifestError,
@@ -21,6 +23,8 @@ from transforms.discover import (
     jsonl_layout,
     label_from_parent,
     list_local_root,
+    manifest_layout,
+    manifest_lines,
     manifest_rows,
     parse_manifest_line,
     resolve_listings,
@@ -92,6 +96,13 @@ def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(first_li
     assert all(name in message for name in (*PATH_COLUMNS, *LABEL_COLUMNS))
 
 
+def test_a_header_csv_cannot_split_is_unrecognised_and_quoted_short():
+    header = "x" * 140_000  # one cell over csv's field size limit (128 KiB)
+    with pytest.raises(ManifestError, match="not recognised") as info:
+        csv_layout(header, None, EXTENSIONS)
+    assert len(str(info.value)) < 1000
+
+
 def test_manifest_columns_pick_named_columns():
     assert csv_layout("a,Pic,b,Kind", ("pic", "kind"), EXTENSIONS) == ManifestLayout("csv", 1, 3, header=True)
     with pytest.raises(ManifestError, match="has no column kind"):
@@ -136,10 +147,34 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
     (JSONL, '{"label": "cat"}'),
     (JSONL, '{"path": "", "label": "cat"}'),
     (JSONL, '{"path": "a.jpg", "label": ""}'),
+    (JSONL, '{"path": "a.jpg", "label": ["dog"]}'),  # would be the class "['dog']"
+    (JSONL, '{"path": "a.jpg", "label": true}'),  # would be "True": a bool is no integer id
+    (JSONL, '{"path": "a.jpg", "label": {"a": 1}}'),
+    (JSONL, '{"path": "a.jpg", "label": 1.5}'),
+    (JSONL, '{"path": 5, "label": "cat"}'),
+    (JSONL, '{"path": ["a.jpg"], "label": "cat"}'),
+    (JSONL, '{"path": "a.jpg", "label": ' + "1" * 5000 + "}"),  # over Python's int conversion limit
+    (JSONL, "[" * 100_000),  # nested deeper than the JSON decoder recurses
 ])
 def test_bad_manifest_lines(layout, line):
     with pytest.raises(BadManifestLine):
         parse_manifest_line(line, layout, MANIFEST)
+
+
+@pytest.mark.parametrize("line", ['a.jpg,"dog', '"a.jpg,dog', 'a.jpg,"do""g'])
+def test_a_quote_left_open_is_a_bad_line_not_a_cut_short_label(line):
+    with pytest.raises(BadManifestLine, match="unbalanced quote; quoted fields cannot span lines"):
+        parse_manifest_line(line, CSV, MANIFEST)
+
+
+def test_messages_quote_only_an_excerpt_of_a_long_line():
+    for layout, line in ((CSV, "a" * 300_000), (CSV, f"a.jpg,{'b' * 300_000},c"), (JSONL, "{" * 300_000),
+                         (JSONL, '{"path": "a.jpg", "label": "' + "x" * 300_000 + '", "extra": 1, "label": null}')):
+        with pytest.raises(BadManifestLine) as info:
+            parse_manifest_line(line, layout, MANIFEST)
+        assert len(str(info.value)) < 1000, str(info.value)[:300]
+    _, rejected = split_found(resolve_listings("/x/a.jpg", [("c" * 300_000, 1, "/x/a.jpg"), ("dog", 2, "/x/a.jpg")]))
+    assert all(len(message) < 1000 for _, _, message in rejected)
 
 
 def test_manifest_rows_number_lines_and_report_bad_ones():
@@ -157,6 +192,31 @@ def test_manifest_rows_skip_only_the_first_nonblank_line_as_header():
     lines = [b"\n", b"path,label\n", b"path,label\n"]
     rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=True), MANIFEST))
     assert rows == [("/data/manifests/path", ("label", 3, "/data/manifests/path"))] and rejected == []
+
+
+def test_a_line_over_the_bound_is_one_bad_line_read_in_bounded_pieces(tmp_path):
+    """Cut to MAX_LINE_BYTES + 1 bytes (the rest skipped, not kept), then rejected; a line of
+    exactly MAX_LINE_BYTES, with a CRLF, is parsed; the lines after keep their numbers."""
+    manifest = tmp_path / "list.csv"
+    exact = b"a.jpg,cat" + b" " * (MAX_LINE_BYTES - 9)
+    manifest.write_bytes(b"cat/a.jpg,cat\n" + b"y" * (3 * MAX_LINE_BYTES) + b"\n" + exact + b"\r\n"
+                         + b"z" * (MAX_LINE_BYTES + 1) + b"\r\ndog/b.jpg,dog")
+    with open(manifest, "rb") as handle:
+        lines = list(manifest_lines(handle))
+        rows, rejected = split_found(manifest_rows(lines, CSV, str(manifest)))
+    assert max(len(line) for line in lines) == MAX_LINE_BYTES + 1
+    assert [(n, label) for _, (label, n, _) in rows] == [(1, "cat"), (3, "cat"), (5, "dog")]
+    assert [message.split(":")[0] for _, _, message in rejected] == [
+        f"line {n} is longer than {MAX_LINE_BYTES} bytes" for n in (2, 4)]
+    assert all(len(message) < 1000 for _, _, message in rejected)
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_manifest_that_is_not_a_regular_file_is_refused_before_it_is_read(tmp_path, kind):
+    os.mkfifo(tmp_path / "fifo")  # opening it for reading would block
+    for path, what in ((tmp_path, "a folder"), (tmp_path / "fifo", "a FIFO"), ("/dev/zero", "a character device")):
+        with pytest.raises(ManifestError, match=re.escape(f"cannot read the manifest {path}: {what}, not a regular")):
+            manifest_layout(InputSpec(str(path), kind=kind), kind)
 
 
 def test_manifest_rows_key_one_file_by_one_spelling(tmp_path):

@@ -82,6 +82,16 @@ def test_write_atomically_creates_folders_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["data.json"]
 
 
+def test_a_failed_atomic_write_leaves_no_temporary(tmp_path):
+    """The rename fails here (the destination is a non-empty folder); a full disk fails the
+    write instead, and both go through the same clean-up."""
+    target = tmp_path / "metadata.json"
+    (target / "inside").mkdir(parents=True)
+    with pytest.raises(OSError):
+        files.write_atomically(str(target), b"{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metadata.json"]
+
+
 def test_create_rename_exists_and_gzip(tmp_path):
     plain, packed = tmp_path / "sub" / "x.bin", tmp_path / "y.gz"
     with files.create(str(plain)) as handle:

@@ -231,17 +231,31 @@ def test_skip_unchanged_exits_0_and_says_so(tmp_path, capsys):
 
 
 def test_output_path_templates_expand_by_date(tmp_path):
-    from pipeline.run import expand_output_template, main
+    from pipeline.prepare import expand_output_template
+    from pipeline.run import main
 
     now = datetime.datetime(2026, 12, 2, 13, 15, 0, tzinfo=datetime.timezone.utc)
     assert expand_output_template("gs://b/ds/{date}", now) == "gs://b/ds/2026-12-02"
     assert expand_output_template(str(tmp_path / "{timestamp}"), now) == str(tmp_path / "20261202T131500")
+    assert expand_output_template("/d/{{x}}-{date}", now) == "/d/{x}-2026-12-02"
     root = tmp_path / "imgs"
     make_good_images(root, per_class=2)
     assert main([f"--input={root}", f"--output={tmp_path}/daily/{{date}}", "--runner=DirectRunner"]) == 0
     (dated,) = (tmp_path / "daily").iterdir()
     assert datetime.date.fromisoformat(dated.name) and (dated / "metadata.json").exists()
     assert read_metadata(dated).config["output"]["path"] == str(dated)
+
+
+@pytest.mark.parametrize("output", ["out/{foo}", "out/{date", "out/{}", "out/{date:%Y}", "out/{date!r}"])
+def test_unknown_output_template_fields_are_usage_errors(tmp_path, capsys, output):
+    from pipeline.run import main
+
+    root = tmp_path / "imgs"
+    make_good_images(root, per_class=1)
+    assert main([f"--input={root}", f"--output={tmp_path}/{output}"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "only {date}, {timestamp} expand" in err.strip().splitlines()[-1]
+    assert list(tmp_path.iterdir()) == [root]
 
 
 def test_beam_counters_count_each_rejection_class(messy_folder, tmp_path):

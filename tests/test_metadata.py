@@ -186,7 +186,8 @@ def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
 def test_config_fingerprint_ignores_where_and_how_to_publish():
     base = config_fingerprint(SPEC)
     for same in (with_output(path="elsewhere"), with_output(overwrite=True), with_output(skip_unchanged=True),
-                 with_output(allow_empty=True), with_output(compare_to="latest"), with_output(reuse_from="x")):
+                 with_output(allow_empty=True), with_output(skip_unchanged=True, compare_to="latest"),
+                 with_output(reuse_from="x")):
         assert config_fingerprint(same) == base
     for changed in (with_output(num_shards=3), with_output(shuffle_seed=1), with_output(compression="gzip"),
                     with_image(quality=80), dataclasses.replace(SPEC, splits=SplitSpec(salt="s")),

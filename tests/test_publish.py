@@ -23,6 +23,7 @@ from pipeline.prepare import (
 from pipeline.publish import JOURNAL_FILE, publish
 from pipeline.reaper import process_start_time
 from transforms.dataset_format import (
+    FORMAT_VERSION,
     LOCK_FILE,
     DatasetMetadata,
     DuplicateSummary,
@@ -204,12 +205,17 @@ def test_clear_dead_runs_keeps_finished_parts(tmp_path):
 def test_latest_sibling_of_a_dated_output(tmp_path):
     template = str(tmp_path / "{date}")
     assert sibling_pattern(str(tmp_path / "fixed")) is None
-    for name, finished in (("2026-12-01", True), ("2026-12-03", False), ("2026-11-30", True), ("notes", True)):
-        write(tmp_path / name, ["metadata.json"] if finished else ["x"])
+    dataset = {"format_version": FORMAT_VERSION, "splits": {}, "versions": {"imgrec": "1"}}
+    for name, metadata in (("2026-12-01", dataset), ("2026-12-03", None), ("2026-11-30", dataset), ("notes", dataset),
+                           ("2026-12-04", {"hello": 1})):  # somebody else's metadata.json: not a dataset
+        (tmp_path / name).mkdir()
+        (tmp_path / name / ("metadata.json" if metadata else "x")).write_text(json.dumps(metadata))
     assert latest_sibling(template, str(tmp_path / "2026-12-02")) == str(tmp_path / "2026-12-01")
     assert latest_sibling(template, str(tmp_path / "2026-12-01")) == str(tmp_path / "2026-11-30")
     with pytest.raises(UsageError, match=r"'latest' needs an output template with \{date\}"):
         latest_sibling(str(tmp_path / "fixed"), str(tmp_path / "fixed"))
+    parent, pattern = sibling_pattern(str(tmp_path / "{{v1}}-{date}"))
+    assert parent == str(tmp_path) and pattern.fullmatch("{v1}-2026-12-01") and not pattern.fullmatch("{{v1}}-x")
 
 
 # ----------------------------------------------------------------------------- publish

@@ -36,6 +36,12 @@ def test_format_table_aligns_columns():
     ]
 
 
+def test_format_table_keeps_each_row_on_one_line():
+    table = format_table(["split", "new\nline", "tab\there"], [["train", 1, "caf\u00e9"]])
+    assert table.splitlines()[0] == "split  new\\nline  tab\\there"
+    assert len(table.splitlines()) == 3 and "caf\u00e9" in table
+
+
 def test_format_table_strips_trailing_blanks_and_handles_no_rows():
     table = format_table(["a", "b"], [["x", ""]])
     assert all(line == line.rstrip() for line in table.splitlines())

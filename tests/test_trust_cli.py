@@ -68,8 +68,12 @@ def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path,
     (("--class_names=cat,cat,dog",), ("class_names", "distinct")),
     (("--convert_processes=-1",), ("--convert_processes", "-1")),
     (("--progress_interval=-1",), ("--progress_interval", "-1")),
+    (("--runner=PortableRunner", "--job_endpoint=localhost:1"), ("--job_endpoint=localhost:1", "cannot connect")),
+    (("--direct_running_mode=multi_processing", "--direct_num_workers=-1"), ("--direct_num_workers",)),
+    (("--compare_to=latest",), ("compare_to", "skip_unchanged")),
 ], ids=["split_ratios", "encoding_choice", "int_value", "missing_config", "unknown_runner", "nan_ratio",
-        "split_name_path", "num_shards_bound", "repeated_class", "negative_processes", "negative_interval"])
+        "split_name_path", "num_shards_bound", "repeated_class", "negative_processes", "negative_interval",
+        "unreachable_job_service", "negative_workers", "compare_to_alone"])
 def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts):
     out = tmp_path / "out"
     line = assert_refused(run_imgrec(data, out, *flags), out)
@@ -83,7 +87,11 @@ def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts)
     ("image:\n  normalize: mean_std\n  std: [0, 0, 0]\n", ("std",)),
     ("image:\n  height: 100000\n  width: 100000\n", ("100000x100000", "max_decoded_bytes")),
     ("splits:\n  ratios: [.nan, 0.5, 0.5]\n", ("finite",)),
-], ids=["fractional_int", "bool_int", "zero_std", "huge_output", "nan_ratio"])
+    ("image:\n  background: [300, -5, 0]\n", ("background", "0..255", "[300, -5, 0]")),
+    ("image:\n  background: [1, 2]\n", ("background", "three values")),
+    ("image:\n  resize_mode: pad\n  pad_value: 999\n", ("pad_value", "999")),
+], ids=["fractional_int", "bool_int", "zero_std", "huge_output", "nan_ratio", "background_range",
+        "background_length", "pad_value_range"])
 def test_a_degenerate_config_value_is_a_usage_error(tmp_path, data, yaml_text, facts):
     config = tmp_path / "config.yaml"
     config.write_text(yaml_text)

@@ -4,12 +4,13 @@ CSV headers, conflicting labels. Black-box: `python -m pipeline.run` in a subpro
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 
 import pytest
 
-from tests.trust_helpers import check_complete, error_line, make_tree, nothing_published, run_imgrec, write_csv
+from tests.trust_helpers import GiB, check_complete, error_line, make_tree, nothing_published, run_imgrec, write_csv
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -190,3 +191,75 @@ def test_a_path_listed_with_two_labels_is_rejected_every_time_and_never_written(
     assert [(pathlib.PurePosixPath(r["path"]).name, r["error"]) for r in dead] == [(name, "ConflictingLabels")] * 2
     assert name not in [pathlib.PurePosixPath(p).name for p, _, _ in records]
     assert len(records) == 5 and metadata["inputs"]["total"] == 7
+
+
+# ------------------------------------------------------------------------------------------
+# Malformed manifests: not a file, lines that do not parse, lines without end
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+@pytest.mark.parametrize("what", ["folder", "fifo", "device"])
+def test_a_manifest_that_is_not_a_regular_file_is_a_usage_error(tmp_path, images, kind, what):
+    """A folder must not crash the run, a FIFO must not block it, /dev/zero must not fill memory."""
+    source = {"folder": tmp_path / "imgs", "fifo": tmp_path / "list", "device": pathlib.Path("/dev/zero")}[what]
+    if what == "fifo":
+        os.mkfifo(source)
+    out = tmp_path / "out"
+    run = run_imgrec(source, out, PERMISSIVE, f"--input_kind={kind}", timeout=60, rss_limit=4 * GiB)
+    assert run.returncode == 2, run.brief()
+    assert "not a regular file" in error_line(run)
+    assert nothing_published(out)
+
+
+def test_a_csv_header_over_the_csv_field_limit_is_an_unrecognised_header(tmp_path, images):
+    manifest = write_csv(tmp_path / "list.csv", "x" * 140_000, [(rel(p, tmp_path), p.parent.name) for p in images])
+    out = tmp_path / "out"
+    run = run_imgrec(manifest, out, PERMISSIVE)
+    assert run.returncode == 2, run.brief()
+    line = error_line(run)
+    assert "not recognised" in line and len(line) < 1000, line[:300]
+    assert nothing_published(out)
+
+
+def test_a_huge_line_is_one_bad_line_quoted_short_in_bounded_memory(tmp_path, images):
+    rows = [json.dumps({"path": rel(p, tmp_path), "label": p.parent.name}).encode() for p in images]
+    manifest = tmp_path / "list.jsonl"
+    long_line = b'{"path": "' + b"a" * 64 * 2**20  # line 4, far over any line bound
+    manifest.write_bytes(b"\n".join([*rows[:3], long_line, *rows[3:]]) + b"\n")
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE, rss_limit=GiB)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert [r["error"] for r in dead] == ["BadManifestLine"], dead
+    assert re.search(r"(?<!\d)4(?!\d)", dead[0]["message"]) and len(dead[0]["message"]) < 1000, dead[0]["message"][:300]
+    assert len(records) == 6 and metadata["inputs"]["total"] == 7
+
+
+@pytest.mark.parametrize("value", ['["dog"]', "true", '{"a": 1}', "1.5", "null"])
+def test_a_jsonl_label_that_is_not_text_or_an_integer_is_a_bad_line_not_a_class(tmp_path, images, value):
+    rows = [json.dumps({"path": rel(p, tmp_path), "label": p.parent.name}) for p in images[1:]]
+    manifest = tmp_path / "list.jsonl"
+    manifest.write_text("".join(f"{row}\n" for row in [
+        f'{{"path": "{rel(images[0], tmp_path)}", "label": {value}}}', '{"path": 5, "label": "cat"}', *rows]))
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert metadata["label_map"] == {"cat": 0, "dog": 1}
+    assert [r["error"] for r in dead] == ["BadManifestLine"] * 2, dead
+    assert images[0].name not in names({"path": p} for p, _, _ in records)
+    assert len(records) == 5 and metadata["inputs"]["total"] == 7
+
+
+@pytest.mark.parametrize("tail", ["", "house\"\n"])  # a quote never closed; closed on the next line
+def test_a_csv_quote_left_open_is_a_bad_line_never_a_cut_short_label(tmp_path, images, tail):
+    listing = [f"{rel(p, tmp_path)},{p.parent.name}\n" for p in images]
+    opened = f'{rel(images[3], tmp_path)},"{images[3].parent.name}\n'  # line 5
+    manifest = tmp_path / "list.csv"
+    manifest.write_text("path,label\n" + "".join(listing[:3]) + opened + tail + "".join(listing[4:]))
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert images[3].name not in names({"path": p} for p, _, _ in records)
+    assert dead[0]["error"] == "BadManifestLine" and dead[0]["message"].startswith("line 5: "), dead
+    assert "quoted fields cannot span lines" in dead[0]["message"]
+    assert [r["error"] for r in dead] == ["BadManifestLine"] * (1 + bool(tail))
+    assert len(records) == 5

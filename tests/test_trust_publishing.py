@@ -276,6 +276,34 @@ def test_output_on_its_own_mount_point_is_published(tmp_path):
     assert {p.name for p in parent.iterdir()} == {"out"}, "staged beside the mounted output"
 
 
+def test_a_full_disk_fails_one_run_not_the_next(tmp_path):
+    """A run that fills the output's filesystem fails; its finished parts must not keep the disk
+    full, so a smaller conversion into the same output still succeeds, and nothing half-written
+    (a metadata.json.tmp-*) stays behind."""
+    if not _namespace_available(tmp_path):
+        pytest.skip("cannot create a private mount namespace with a tmpfs here")
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 6, "bee": 6})
+    out, copy = tmp_path / "out", tmp_path / "copy"
+    out.mkdir()
+    copy.mkdir()
+    small = ("--height=32", "--width=32", "--overwrite")
+    # 12 float32 224x224 records are 7.2 MB, staged and then concatenated: more than the 6 MB there.
+    script = ('mount -t tmpfs -o size=6m tmpfs "$1" || exit 97; o="$1"; c="$2"; shift 2; '
+              '"$@" --overwrite 2> "$c/big.err"; echo $? > "$c/big.rc"; '
+              '"$@" ' + " ".join(small) + '; rc=$?; cp -a "$o/." "$c/out/"; exit $rc')
+    (copy / "out").mkdir()
+    run = Watched(in_mount_namespace(script, str(out), str(copy), *imgrec_argv(root, out))).finish(180)
+    assert run.returncode != 97, run.brief()
+    big_err = (copy / "big.err").read_text()
+    assert (copy / "big.rc").read_text().strip() == "1", big_err[-2000:]
+    assert "No space left on device" in big_err and "filesystem is full" in big_err, big_err[-2000:]
+    assert run.returncode == 0, run.brief()
+    metadata, records, _ = check_complete(copy / "out")
+    assert len(records) == 12 and metadata["image"]["height"] == 32
+    assert not [p for p in (copy / "out").rglob("*") if ".tmp-" in p.name]
+
+
 @pytest.mark.parametrize("where", ["read-only parent", "read-only output"])
 def test_unwritable_output_fails_fast_with_one_line(tmp_path, where):
     if not _namespace_available(tmp_path):

@@ -1,6 +1,7 @@
 """pipeline.verify (and its old name, pipeline.inspect): passes on datasets the real pipeline wrote;
-fails naming the file when a shard is damaged, missing or miscounted, or when the accounting in
-metadata.json was edited; refuses folders that are not readable datasets."""
+fails naming the file when a shard, a record index or a dead-letter file is damaged, missing or
+miscounted, or when the accounting or the parse spec in metadata.json was edited; refuses folders
+that are not readable datasets and an --out that is a file."""
 from __future__ import annotations
 
 import io
@@ -62,6 +63,7 @@ def test_good_dataset_passes_and_draws(written, name, tmp_path):
     for split in ("train", "val", "test"):
         assert f"split {split}:" in report
     assert "inputs: 38 = written + rejected" in report and "format 2" in report
+    assert report.count("record index matches the shards") == 3  # gzip shards too
     sheet = cv2.imread(str(tmp_path / verify.CONTACT_SHEET))
     chart = cv2.imread(str(tmp_path / verify.CLASS_COUNTS))
     assert sheet is not None and chart is not None
@@ -143,6 +145,88 @@ def test_a_deleted_dead_letter_file_fails(written, tmp_path):
     code, report = run_verify(str(output), "--samples", "0")
     assert code == 1
     assert any("listed in metadata.json but missing" in line for line in failed_lines(report)), report
+
+
+def test_a_dead_letter_file_that_is_not_utf8_fails_with_a_summary(written, tmp_path):
+    output, metadata = copy_of(written, "jpeg", tmp_path)
+    (output / metadata["error_files"][0]).write_bytes(b"\xff\xfe\n")
+    code, report = run_verify(str(output), "--samples", "0")
+    assert code == 1, report
+    assert any(line.startswith("FAILED  dead letters are readable: ") and "line 1" in line
+               for line in failed_lines(report)), report
+    assert "FAILED: 3 of " in report  # the verdict, with the two accounting checks the rows no longer satisfy
+
+
+def _set_shape(m: dict, height: int, width: int) -> None:
+    m["features"]["image"]["shape"] = [height, width, 3]
+
+
+def _set_all_shapes(m: dict, height: int, width: int) -> None:
+    """A consistent edit of every description of the shape: only the records can tell."""
+    _set_shape(m, height, width)
+    m["config"]["image"].update(height=height, width=width)
+    m["image"].update(height=height, width=width)
+
+
+CONFIG = "features and image agree with the recorded config"
+RECORD_SIZES = "agree with the parse spec's shape"
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (lambda m: _set_shape(m, 20, 112), [f"{CONFIG}: features.image.shape [20, 112, 3] (config gives [40, 56, 3])",
+                                        f"train: image/height, image/width, image/channels {RECORD_SIZES} 20x112x3"]),
+    (lambda m: _set_all_shapes(m, 56, 40), [f"train: image/height, image/width, image/channels {RECORD_SIZES} 56x40x3: "
+                                            "{train} records disagree"]),  # every one
+    (lambda m: m["features"]["image"].update(normalize="unit"), [f"{CONFIG}: features.image.normalize 'unit'"]),
+    (lambda m: m["features"]["image"]["mean"].__setitem__(0, 0.5), [f"{CONFIG}: features.image.mean [0.5, "]),
+    (lambda m: m["config"]["image"].update(height=41), ["features.image.shape [40, 56, 3] (config gives [41, 56, 3])",
+                                                        "image.height 40 (config gives 41)"]),
+    (lambda m: m["image"].update(dtype="uint8"), [f"{CONFIG}: image.dtype 'uint8' (config gives 'float32')"]),
+    (lambda m: m["config"]["image"].update(std=[0, 1, 1]),
+     [f"{CONFIG}: config.image or config.features is not a valid config: ValueError: mean and std"]),
+], ids=["same-size-shape", "every-shape", "normalize", "mean", "config-height", "image-dtype", "config-invalid"])
+def test_an_edited_parse_spec_fails(written, tmp_path, edit, expected):
+    """Raw pixels reshape to any shape of the same size: the edit must be caught before a reader trusts it."""
+    output, metadata = copy_of(written, "gzip_mean_std", tmp_path)
+    edit(metadata)
+    (output / "metadata.json").write_text(json.dumps(metadata))
+    code, report = run_verify(str(output), "--samples", "0")
+    assert code == 1, report
+    failed = failed_lines(report)
+    for text in expected:
+        text = text.replace("{train}", str(metadata["splits"]["train"]["num_examples"]))
+        assert any(text in line for line in failed), report
+
+
+def _swap_two_hashes(index: pathlib.Path) -> None:
+    lines = [line.split() for line in index.read_text().splitlines()]
+    lines[0][2], lines[1][2] = lines[1][2], lines[0][2]
+    index.write_text("".join(" ".join(line) + "\n" for line in lines))
+
+
+@pytest.mark.parametrize("damage,problem", [
+    (pathlib.Path.unlink, "No such file"),
+    (_swap_two_hashes, "line 1: the record there does not hold content"),
+], ids=["deleted", "hashes-swapped"])
+def test_a_damaged_record_index_of_gzip_shards_fails(written, tmp_path, damage, problem):
+    output, metadata = copy_of(written, "gzip_mean_std", tmp_path)
+    shard = largest_train_shard(output, metadata)
+    damage(output / "index" / f"{shard}.idx")
+    code, report = run_verify(str(output), "--samples", "0")
+    assert code == 1, report
+    failed = [line for line in failed_lines(report) if line.startswith("FAILED  train: record index")]
+    assert failed and f"{shard}.idx" in failed[0] and problem in failed[0], report
+
+
+@pytest.mark.parametrize("below", ["", "sub/folder"], ids=["file", "below-a-file"])
+def test_an_out_that_is_a_file_is_a_usage_error_before_reading(tmp_path, capsys, below):
+    """Refused at once (exit 2, one line), not after reading the dataset: the folder need not even be one."""
+    taken = tmp_path / "report.png"
+    taken.write_bytes(b"not a folder")
+    code, report = run_verify(str(tmp_path / "no-dataset"), "--out", str(taken / below))
+    assert code == 2 and report == ""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"imgrec: error: --out={taken / below}: {taken} is a file, not a folder for the PNGs"]
 
 
 def test_unlisted_shards_are_warned_about(written, tmp_path):

@@ -20,7 +20,7 @@ import json
 import os
 import posixpath
 import stat
-from typing import Callable, Iterable, Iterator, Optional, Union
+from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -28,7 +28,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.batches import BATCH, GroupInBuckets, batched, split_by
 from transforms.dataset_format import is_temporary_metadata
-from transforms.files import local_path
+from transforms.files import file_kind, local_path
 from transforms.refs import Candidate
 from transforms.rejections import (
     BadManifestLine,
@@ -47,6 +47,11 @@ LABELS = "labels"
 # Manifest header names, lower case; the first of each kind found in the header is used.
 PATH_COLUMNS = ("path", "filepath", "file_path", "filename", "file_name", "file", "image", "image_path")
 LABEL_COLUMNS = ("label", "class", "category", "class_name", "label_name")
+
+# A manifest line is a path and a label (and, in JSONL, perhaps a few more keys): a longer line
+# is a BadManifestLine, so one huge line, or a file without newlines, never fills memory.
+MAX_LINE_BYTES = 4 * 2**20
+EXCERPT_CHARS = 200  # of a line, quoted in a message
 
 
 class ManifestError(ValueError):
@@ -267,8 +272,27 @@ class ManifestLayout:
     header: bool = False  # the first non-blank CSV line names the columns
 
 
+def excerpt(line: Union[str, bytes]) -> str:
+    """A line as quoted in a message: the start of its repr, so a dead letter or an error line
+    stays short however long the line is."""
+    return repr(line[:EXCERPT_CHARS]) + ("..." if len(line) > EXCERPT_CHARS else "")
+
+
 def _cells(line: str) -> list[str]:
+    """A header's cells, read leniently: only the names matter (csv.Error if it is not CSV at all)."""
     return [cell.strip() for cell in next(csv.reader([line]), [])]
+
+
+def csv_row(line: str) -> list[str]:
+    """One data line's cells, read strictly: lines are parsed one by one (possibly in parallel), so
+    a quote left open would otherwise end the line's last cell early instead of being refused."""
+    try:
+        return next(csv.reader([line], strict=True), [])
+    except csv.Error as exc:
+        # The strict reader's only complaint at the end of a single line is an open quote.
+        reason = ("unbalanced quote; quoted fields cannot span lines" if str(exc) == "unexpected end of data"
+                  else str(exc))
+        raise BadManifestLine(f"unparseable CSV line {excerpt(line)}: {reason}") from None
 
 
 def _looks_like_data(cells: list[str], extensions: tuple[str, ...]) -> bool:
@@ -278,12 +302,15 @@ def _looks_like_data(cells: list[str], extensions: tuple[str, ...]) -> bool:
 def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
                extensions: tuple[str, ...]) -> ManifestLayout:
     """The CSV layout from its first non-blank line: a recognised header, or none (path,label)."""
-    cells = [c.lower() for c in _cells(first_line.lstrip("\ufeff"))] if first_line else []
+    try:
+        cells = [c.lower() for c in _cells(first_line.lstrip("\ufeff"))] if first_line else []
+    except csv.Error:  # e.g. a cell over csv's field size limit: neither a header nor a data line
+        raise unrecognised_header(first_line) from None
     if columns:
         wanted = [c.lower() for c in columns]
         missing = [c for c in wanted if c not in cells]
         if missing:
-            raise ManifestError(f"manifest header {first_line!r} has no column {', '.join(missing)} "
+            raise ManifestError(f"manifest header {excerpt(first_line)} has no column {', '.join(missing)} "
                                 f"(from --manifest_columns={','.join(columns)})")
         return ManifestLayout("csv", cells.index(wanted[0]), cells.index(wanted[1]), header=True)
     path = next((i for i, c in enumerate(cells) if c in PATH_COLUMNS), None)
@@ -292,8 +319,13 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
         return ManifestLayout("csv", path, label, header=True)
     if not cells or _looks_like_data(cells, extensions):
         return ManifestLayout("csv", 0, 1)
-    raise ManifestError(
-        f"manifest header {first_line.strip()!r} is not recognised: name the path column one of "
+    raise unrecognised_header(first_line)
+
+
+def unrecognised_header(first_line: str) -> ManifestError:
+    """One message, naming the accepted columns, whatever made the header unusable."""
+    return ManifestError(
+        f"manifest header {excerpt(first_line.strip())} is not recognised: name the path column one of "
         f"{', '.join(PATH_COLUMNS)} and the label column one of {', '.join(LABEL_COLUMNS)}, "
         "or pass --manifest_columns=PATH_COLUMN,LABEL_COLUMN")
 
@@ -302,11 +334,35 @@ def jsonl_layout(columns: Optional[tuple[str, str]]) -> ManifestLayout:
     return ManifestLayout("jsonl", columns[0], columns[1]) if columns else ManifestLayout("jsonl", "", "")
 
 
+def open_manifest(path: str) -> BinaryIO:
+    """A local manifest must be a regular file: a FIFO would block and /dev/zero never ends."""
+    local = local_path(path)
+    if local is not None:
+        mode = os.stat(local).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnreadableFile(f"{file_kind(mode)}, not a regular file")
+    return FileSystems.open(path, compression_type="uncompressed")
+
+
+def manifest_lines(handle: BinaryIO) -> Iterator[bytes]:
+    """The lines of an open manifest, with at most MAX_LINE_BYTES + 1 bytes of one in memory: a
+    longer line comes cut to that (so `too_long` tells it) and its rest is skipped piece by piece."""
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        if not line.endswith(b"\n"):
+            while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+        yield line
+
+
+def too_long(raw: bytes) -> bool:
+    return len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES
+
+
 def first_line(path: str) -> Optional[str]:
     """The manifest's first non-blank line, or None (empty file). Undecodable bytes are replaced:
     the header check only needs the names."""
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
-        for raw in handle:
+    with open_manifest(path) as handle:
+        for raw in manifest_lines(handle):
             line = raw.decode("utf-8", "replace").strip()
             if line:
                 return line
@@ -314,13 +370,14 @@ def first_line(path: str) -> Optional[str]:
 
 
 def manifest_layout(spec: InputSpec, kind: str) -> ManifestLayout:
-    """Read before the pipeline runs, so a bad header is a usage error, not a failed job."""
-    if kind == "jsonl":
-        return jsonl_layout(spec.manifest_columns)
+    """Read before the pipeline runs, so an unreadable manifest (a folder, a FIFO, a device) or a
+    bad header is a usage error, not a failed job."""
     try:
         line = first_line(spec.path)
     except Exception as exc:  # each filesystem raises its own error types
         raise ManifestError(f"cannot read the manifest {spec.path}: {exc}") from None
+    if kind == "jsonl":
+        return jsonl_layout(spec.manifest_columns)
     return csv_layout(line, spec.manifest_columns, tuple(e.lower() for e in spec.extensions))
 
 
@@ -340,28 +397,31 @@ def _pick(row: dict, key: str, names: tuple[str, ...]) -> object:
     return next((lowered[n] for n in names if n in lowered), None)
 
 
+def _is_label(value: object) -> bool:
+    """A JSON label is text or an integer id; a bool, list, object or float would become a
+    made-up class ('True', "['dog']")."""
+    return (isinstance(value, str) and value != "") or (isinstance(value, int) and not isinstance(value, bool))
+
+
 def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Candidate:
     if layout.kind == "csv":
-        try:
-            row = next(csv.reader([line]))
-        except csv.Error as exc:
-            raise BadManifestLine(f"unparseable CSV line {line!r}: {exc}") from exc
+        row = csv_row(line)
         wanted = max(layout.path, layout.label) + 1
         path = row[layout.path].strip() if len(row) >= wanted else ""
         label = row[layout.label].strip() if len(row) >= wanted else ""
         if not path or not label or (not layout.header and len(row) != 2):
-            raise BadManifestLine(f"expected a path and a label, got {line!r}")
+            raise BadManifestLine(f"expected a path and a label, got {excerpt(line)}")
         return Candidate(resolve_path(path, manifest), label)
     try:
         row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise BadManifestLine(f"invalid JSON {line!r}: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # also integers over 4300 digits, nesting too deep
+        raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
     if not isinstance(row, dict):
-        raise BadManifestLine(f"expected a JSON object, got {line!r}")
+        raise BadManifestLine(f"expected a JSON object, got {excerpt(line)}")
     path, label = _pick(row, layout.path, PATH_COLUMNS), _pick(row, layout.label, LABEL_COLUMNS)
-    if not path or label in (None, ""):
-        raise BadManifestLine(f"expected {{\"path\": ..., \"label\": ...}}, got {line!r}")
-    return Candidate(resolve_path(str(path), manifest), str(label))
+    if not isinstance(path, str) or not path or not _is_label(label):
+        raise BadManifestLine(f"expected {{\"path\": text, \"label\": text or integer}}, got {excerpt(line)}")
+    return Candidate(resolve_path(path, manifest), str(label))
 
 
 ManifestRow = tuple[str, tuple[str, int, str]]  # (canonical path, (label, line number, path))
@@ -376,15 +436,19 @@ def canonical_path(path: str) -> str:
 
 def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout,
                   manifest: str) -> Iterator[Union[ManifestRow, beam.pvalue.TaggedOutput]]:
-    """(canonical path, (label, line number, path)) per data line; undecodable or malformed
-    lines as rejections."""
+    """(canonical path, (label, line number, path)) per data line; undecodable, malformed or too
+    long lines (`manifest_lines` cuts those) as rejections."""
     header_pending = layout.header
     for number, raw in enumerate(lines, 1):
+        if too_long(raw):
+            yield reject(manifest, BadManifestLine(f"line {number} is longer than {MAX_LINE_BYTES} bytes: "
+                                                   f"{excerpt(raw)}"))
+            continue
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             yield reject(manifest, BadManifestLine(f"line {number} is not UTF-8 ({exc.reason} at byte "
-                                                   f"{exc.start}): {raw[:200]!r}"))
+                                                   f"{exc.start}): {excerpt(raw)}"))
             continue
         line = line.lstrip("\ufeff").strip()  # editors and pandas may save manifests with a UTF-8 BOM
         if not line:
@@ -406,7 +470,7 @@ def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) 
     listings = sorted(listings, key=lambda listing: listing[1])
     labels = sorted({label for label, _, _ in listings})
     if len(labels) > 1:
-        where = ", ".join(f"line {n}: {label!r}" for label, n, _ in listings)
+        where = ", ".join(f"line {n}: {excerpt(label)}" for label, n, _ in listings)
         for _, _, path in listings:
             yield reject(path, ConflictingLabels(f"listed with different labels ({where})"))
         return
@@ -422,9 +486,9 @@ class _ReadManifest(beam.DoFn):
 
     def process(self, manifest: str):
         """Rows in batches, rejections as they come."""
-        with FileSystems.open(manifest, compression_type="uncompressed") as handle:
+        with open_manifest(manifest) as handle:
             rows = []
-            for row in manifest_rows(handle, self._layout, manifest):
+            for row in manifest_rows(manifest_lines(handle), self._layout, manifest):
                 if isinstance(row, beam.pvalue.TaggedOutput):
                     yield row
                 else:

@@ -183,6 +183,12 @@ def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: Fe
     return EncodedRecord(b"".join(chunks), image_offset, memoryview(pixels).nbytes)
 
 
+def image_description(spec: ImageSpec) -> dict:
+    """metadata.json's `image` section: the stored image at a glance."""
+    height, width, channels = spec.shape
+    return {"height": height, "width": width, "channels": channels, "dtype": spec.dtype, "encoding": spec.encoding}
+
+
 def feature_spec(spec: ImageSpec, keys: FeatureKeys) -> dict[str, dict]:
     """The parse spec a reader needs, as JSON: {key: {"kind", "dtype", ...}} for metadata.json."""
     described = {

@@ -100,11 +100,28 @@ def read_bytes(path: str) -> bytes:
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """Via a temporary name and a rename, so a reader sees the whole file or none of it."""
+    """Via a temporary name and a rename, so a reader sees the whole file or none of it; a
+    failed write (a full disk) leaves no half-written temporary behind."""
     temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-    with create(temporary) as handle:
-        handle.write(data)
-    rename(temporary, path)
+    try:
+        with create(temporary) as handle:
+            handle.write(data)
+        rename(temporary, path)
+    except BaseException:
+        _remove_quietly(temporary)
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    """Best effort: the error that brought us here is the one to report."""
+    local = local_path(path)
+    try:
+        if local is not None:
+            os.remove(local)
+        elif _filesystems().exists(path):
+            _filesystems().delete([path])
+    except Exception:  # pylint: disable=broad-except
+        pass
 
 
 def content_hash(data: bytes) -> str:

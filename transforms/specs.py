@@ -87,6 +87,10 @@ class ImageSpec:
                              f"more than max_decoded_bytes={self.max_decoded_bytes}")
         if not 1 <= self.quality <= 100:
             raise ValueError(f"quality must be in 1..100; got {self.quality}")
+        if len(self.background) != 3 or not all(0 <= v <= 255 for v in self.background):
+            raise ValueError(f"background must be three values in 0..255 (R, G, B); got {list(self.background)}")
+        if not 0 <= self.pad_value <= 255:
+            raise ValueError(f"pad_value must be in 0..255; got {self.pad_value}")
 
     @property
     def dtype(self) -> str:
@@ -179,7 +183,8 @@ class OutputSpec:
             raise ValueError(f"num_shards must be in 0..{MAX_SHARDS} and target_shard_bytes > 0")
         if not 0 <= self.max_error_fraction <= 1:
             raise ValueError(f"max_error_fraction must be in [0, 1]; got {self.max_error_fraction}")
-
+        if self.compare_to and not self.skip_unchanged:
+            raise ValueError("compare_to only matters with skip_unchanged: add --skip_unchanged, or drop compare_to")
 
 
 def _is_local_folder(path: str) -> bool:
