@@ -25,6 +25,7 @@ from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, 
 SECTIONS = {"input": InputSpec, "output": OutputSpec, "image": ImageSpec, "features": FeatureKeys,
             "splits": SplitSpec}
 CONFIG_PACKAGE = "imgrec_configs"  # configs/ as installed, so --config=local works anywhere
+MAX_CONVERT_PROCESSES = 64  # at least; or 4 per core on bigger machines
 
 
 def _csv_of(kind: Callable[[str], Any]) -> Callable[[str], tuple]:
@@ -97,14 +98,18 @@ def _defaults() -> dict[str, Any]:
     for flag in FLAGS:
         field = {f.name: f for f in dataclasses.fields(SECTIONS[flag.section])}[flag.field]
         if field.default is not dataclasses.MISSING:
-            defaults[flag.name] = field.default
+            # a flag given in MiB shows its default in MiB
+            defaults[flag.name] = f"{field.default / 2**20:g}" if flag.type is _mebibytes else field.default
     return defaults
 
 
 def _processes(text: str) -> int:
+    """Each converter process holds a decoder and its buffers: far more of them than cores only
+    takes memory (999 took 16 GB and kept starting processes)."""
     count = 0 if text == "auto" else int(text)
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"must be auto or a positive number, got {text}")
+    limit = max(MAX_CONVERT_PROCESSES, 4 * (os.cpu_count() or 1))
+    if not 0 <= count <= limit:
+        raise argparse.ArgumentTypeError(f"must be auto or a number up to {limit}, got {text}")
     return count
 
 

@@ -247,6 +247,14 @@ def test_a_path_listed_with_two_labels_is_rejected_on_every_line():
     assert rejected == [("/l/a.jpg", "ConflictingLabels", message), ("/x/a.jpg", "ConflictingLabels", message)]
 
 
+def test_conflicting_listings_quote_a_few_lines_however_many_there_are():
+    listings = [("cat" if n % 2 else "dog", n, "/x/a.jpg") for n in range(1, 1001)]
+    _, rejected = split_found(resolve_listings("/x/a.jpg", listings))
+    assert len(rejected) == 1000
+    message = rejected[0][2]
+    assert message.endswith("line 5: 'cat' and 995 more lines)") and len(message) < 300, message
+
+
 # ----------------------------------------------------------------------------- local class folders
 
 @pytest.fixture
@@ -278,6 +286,15 @@ def test_list_local_root(tree):
     assert rejected == [(f"{tree}/.hidden", "SkippedFile", "hidden folder, not a class"),
                         (f"{tree}/broken", "UnreadableFile", f"{tree}/broken is a broken symlink"),
                         (f"{tree}/top.jpg", "SkippedFile", "not inside a class folder")]
+
+
+def test_a_top_level_symlink_loop_is_a_dead_letter_not_a_crash(tmp_path):
+    write_image(tmp_path / "cat" / "a.jpg")
+    (tmp_path / "spin").symlink_to(tmp_path / "spin")
+    classes, rejected = split_found(list_local_root(str(tmp_path)))
+    assert classes == [ClassFolder("cat", f"{tmp_path}/cat")]
+    assert [(path, error) for path, error, _ in rejected] == [(f"{tmp_path}/spin", "UnreadableFile")]
+    assert "Too many levels of symbolic links" in rejected[0][2]
 
 
 def test_walk_class_folder_accounts_for_every_entry(tree):

@@ -67,12 +67,14 @@ def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path,
     (("--num_shards=1000000000",), ("num_shards",)),
     (("--class_names=cat,cat,dog",), ("class_names", "distinct")),
     (("--convert_processes=-1",), ("--convert_processes", "-1")),
+    (("--convert_processes=999",), ("--convert_processes", "999", "up to")),
     (("--progress_interval=-1",), ("--progress_interval", "-1")),
     (("--runner=PortableRunner", "--job_endpoint=localhost:1"), ("--job_endpoint=localhost:1", "cannot connect")),
     (("--direct_running_mode=multi_processing", "--direct_num_workers=-1"), ("--direct_num_workers",)),
     (("--compare_to=latest",), ("compare_to", "skip_unchanged")),
 ], ids=["split_ratios", "encoding_choice", "int_value", "missing_config", "unknown_runner", "nan_ratio",
-        "split_name_path", "num_shards_bound", "repeated_class", "negative_processes", "negative_interval",
+        "split_name_path", "num_shards_bound", "repeated_class", "negative_processes", "too_many_processes",
+        "negative_interval",
         "unreachable_job_service", "negative_workers", "compare_to_alone"])
 def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts):
     out = tmp_path / "out"

@@ -52,6 +52,7 @@ LABEL_COLUMNS = ("label", "class", "category", "class_name", "label_name")
 # is a BadManifestLine, so one huge line, or a file without newlines, never fills memory.
 MAX_LINE_BYTES = 4 * 2**20
 EXCERPT_CHARS = 200  # of a line, quoted in a message
+LISTINGS_QUOTED = 5  # of a file's conflicting manifest lines, quoted in each of their messages
 
 
 class ManifestError(ValueError):
@@ -189,7 +190,11 @@ def list_local_root(root: str,
     except OSError as exc:
         raise UnreadableFile(f"cannot list the input folder {root}: {exc.strerror or exc}") from None
     for entry in entries:
-        is_dir = entry.is_dir(follow_symlinks=True)
+        try:
+            is_dir = entry.is_dir(follow_symlinks=True)
+        except OSError as exc:  # a symlink loop (ELOOP) or an unreadable target
+            yield reject(entry.path, UnreadableFile(f"cannot follow {entry.path}: {exc.strerror or exc}"))
+            continue
         if is_dir and output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
             continue
         if is_dir and not entry.name.startswith("."):
@@ -470,7 +475,9 @@ def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) 
     listings = sorted(listings, key=lambda listing: listing[1])
     labels = sorted({label for label, _, _ in listings})
     if len(labels) > 1:
-        where = ", ".join(f"line {n}: {excerpt(label)}" for label, n, _ in listings)
+        where = ", ".join(f"line {n}: {excerpt(label)}" for label, n, _ in listings[:LISTINGS_QUOTED])
+        if len(listings) > LISTINGS_QUOTED:  # one message per listing: quoting all would grow as n²
+            where += f" and {len(listings) - LISTINGS_QUOTED} more lines"
         for _, _, path in listings:
             yield reject(path, ConflictingLabels(f"listed with different labels ({where})"))
         return
