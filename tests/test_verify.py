@@ -47,6 +47,12 @@ def run_verify(*argv: str) -> tuple[int, str]:
     return code, stream.getvalue()
 
 
+def verify_edited(output: pathlib.Path, metadata: dict) -> tuple[int, str]:
+    """Writes the edited `metadata` back into the copy and verifies it."""
+    (output / "metadata.json").write_text(json.dumps(metadata))
+    return run_verify(str(output), "--samples", "0")
+
+
 def failed_lines(report: str) -> list[str]:
     return [line.strip() for line in report.splitlines() if line.strip().startswith("FAILED")]
 
@@ -114,8 +120,7 @@ def test_counts_that_disagree_with_metadata_fail(written, tmp_path):
     train["num_examples"] += 1
     first_class = sorted(train["label_counts"])[0]
     train["label_counts"][first_class] += 1
-    (output / "metadata.json").write_text(json.dumps(metadata))
-    code, report = run_verify(str(output), "--samples", "0")
+    code, report = verify_edited(output, metadata)
     assert code == 1
     failed = failed_lines(report)
     assert any(shard in line and "metadata says" in line for line in failed), report
@@ -133,8 +138,7 @@ def test_counts_that_disagree_with_metadata_fail(written, tmp_path):
 def test_edited_accounting_fails(written, tmp_path, edit, check):
     output, metadata = copy_of(written, "jpeg", tmp_path)
     edit(metadata)
-    (output / "metadata.json").write_text(json.dumps(metadata))
-    code, report = run_verify(str(output), "--samples", "0")
+    code, report = verify_edited(output, metadata)
     assert code == 1, report
     assert any(check in line for line in failed_lines(report)), report
 
@@ -189,8 +193,7 @@ def test_an_edited_parse_spec_fails(written, tmp_path, edit, expected):
     """Raw pixels reshape to any shape of the same size: the edit must be caught before a reader trusts it."""
     output, metadata = copy_of(written, "gzip_mean_std", tmp_path)
     edit(metadata)
-    (output / "metadata.json").write_text(json.dumps(metadata))
-    code, report = run_verify(str(output), "--samples", "0")
+    code, report = verify_edited(output, metadata)
     assert code == 1, report
     failed = failed_lines(report)
     for text in expected:
