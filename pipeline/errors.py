@@ -4,6 +4,7 @@
     1  the run failed: the pipeline failed, the error budget was exceeded, no images, ...
     2  usage: bad flags or config, or refused before any work (output not a dataset, ...)
     3  the output is locked by another run that is still going
+  130  interrupted by SIGINT or SIGTERM (the message says what the output holds)
 """
 from __future__ import annotations
 
@@ -26,3 +27,7 @@ class UsageError(ImgrecError):
 
 class OutputLocked(ImgrecError):
     exit_code = 3
+
+
+class Interrupted(ImgrecError):
+    exit_code = 130

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
-from pipeline.publish import JOURNAL_FILE, read_json, run_id_of
+from pipeline.publish import JOURNAL_FILE, journal_path, read_json, run_id_of
 from transforms.dataset_format import (
     CLASS_COUNTS,
     CONTACT_SHEET,
@@ -90,7 +90,7 @@ class OutputState:
 
 def journal_files(output: str) -> list[str]:
     """Files an interrupted publish was moving (both the old and the new dataset's)."""
-    path = join(staging_dir(output), JOURNAL_FILE)
+    path = journal_path(output)
     if not FileSystems.exists(path):
         return []
     journal = read_json(path)

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import interrupts
 from pipeline.errors import RunFailed
 from pipeline.lock import check_publisher
 from transforms import files
@@ -57,19 +58,40 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
     if foreign:
         raise RunFailed(f"{output} holds {', '.join(foreign[:5])}, which imgrec did not write and would have to "
                         "replace; nothing was published: move them away and run again")
-    files.write_atomically(join(staging_dir(output), JOURNAL_FILE),
-                           json.dumps({"old": list(previous_files), "new": new}).encode("utf-8"))
-    if current is not None:
-        FileSystems.delete([metadata_path])
-    stale = [join(output, f) for f in old if FileSystems.exists(join(output, f))]
-    if stale:
-        FileSystems.delete(stale)
-    index_dir = join(output, INDEX_DIR)
-    if not FileSystems.exists(index_dir):
-        FileSystems.mkdirs(index_dir)
-    FileSystems.rename([join(run_dir, f) for f in new], [join(output, f) for f in new])
-    files.write_atomically(metadata_path, metadata.dumps().encode("utf-8"))
-    discard_staging(output)
+    with interrupts.publishing():
+        files.write_atomically(journal_path(output),
+                               json.dumps({"old": list(previous_files), "new": new}).encode("utf-8"))
+        if current is not None:
+            FileSystems.delete([metadata_path])
+        stale = [join(output, f) for f in old if FileSystems.exists(join(output, f))]
+        if stale:
+            FileSystems.delete(stale)
+        index_dir = join(output, INDEX_DIR)
+        if not FileSystems.exists(index_dir):
+            FileSystems.mkdirs(index_dir)
+        FileSystems.rename([join(run_dir, f) for f in new], [join(output, f) for f in new])
+        files.write_atomically(metadata_path, metadata.dumps().encode("utf-8"))
+        discard_staging(output)
+
+
+def journal_path(output: str) -> str:
+    return join(staging_dir(output), JOURNAL_FILE)
+
+
+def interrupted_outcome(output: str, run_id: str) -> str:
+    """What an interrupted run left in `output`, read from the output itself: the signal may
+    have come before, during (a worker in another process) or after publishing."""
+    metadata_path = join(output, METADATA_FILE)
+    try:
+        current = read_json(metadata_path) if FileSystems.exists(metadata_path) else None
+    except (OSError, ValueError):
+        current = None
+    if run_id_of(current) == run_id:
+        return f"interrupted after publishing: {output} holds this run's complete dataset"
+    if current is None and FileSystems.exists(journal_path(output)):
+        return (f"interrupted while publishing: {output} holds no finished dataset until a run publishes "
+                "one; run the same command again (it resumes from the finished parts)")
+    return "interrupted; nothing was published" + (f" ({output} still holds the dataset it held)" if current else "")
 
 
 def discard_staging(output: str) -> None:

@@ -64,8 +64,9 @@ def driver_alive(marker: str) -> bool:
     return True
 
 
-def marked_processes(marker: str) -> list[int]:
-    """Processes whose environment carries the driver's marker."""
+def marked_processes(marker: str, also: bytes = b"") -> list[int]:
+    """Processes whose environment carries the driver's marker (and a variable starting with
+    `also`, when given)."""
     needle = f"{DRIVER_ENV}={marker}".encode()
     found = []
     for entry in os.listdir("/proc"):
@@ -73,8 +74,9 @@ def marked_processes(marker: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as handle:
-                if needle in handle.read().split(b"\0"):
-                    found.append(int(entry))
+                variables = handle.read().split(b"\0")
+            if needle in variables and (not also or any(v.startswith(also) for v in variables)):
+                found.append(int(entry))
         except OSError:
             continue
     return found

@@ -12,7 +12,6 @@ import errno
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -24,8 +23,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState, create_runner
 
+from pipeline import interrupts
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
-from pipeline.errors import ImgrecError, RunFailed, UsageError
+from pipeline.errors import ImgrecError, Interrupted, RunFailed, UsageError
 from pipeline.lock import OutputLock
 from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
 from pipeline.options import ImgrecOptions, parse_arguments
@@ -41,6 +41,7 @@ from pipeline.prepare import (
     reuse_source,
 )
 from pipeline.progress import ProgressReporter, default_interval
+from pipeline.publish import interrupted_outcome
 from pipeline.reaper import reaped
 from pipeline.summary import format_header, format_summary
 from transforms import files
@@ -249,6 +250,8 @@ def convert(argv: Sequence[str]) -> Conversion:
             finally:
                 close_shared_pools()
         reporter.finish()
+        if interrupts.received():  # it came while this process published: the run stops now
+            raise KeyboardInterrupt
         elapsed = time.monotonic() - clock
         engine = engine_of(runner, result)
         if FileSystems.exists(join(this_run, UNCHANGED_MARKER)):
@@ -261,12 +264,18 @@ def convert(argv: Sequence[str]) -> Conversion:
         _cleanup(output, this_run, keep_run)
         raise
     except BaseException as exc:
+        # Beam wraps an interrupt that hits a step in a RuntimeError: the handler's record tells.
+        interrupted = isinstance(exc, KeyboardInterrupt) or interrupts.received()
+        if interrupted:
+            interrupts.wait_for_publishing()
         # Parts kept on a full disk would keep it full, and fail the next run whatever its config.
         full = _out_of_space(exc)
         _cleanup(output, this_run, keep_run=False, keep_parts=not full)
         if full:
             _say(f"imgrec: {output}'s filesystem is full; removed this run's staging and the finished parts "
                  "kept for a restart")
+        if interrupted:
+            raise Interrupted(interrupted_outcome(output, run_id)) from None
         raise
     finally:
         lock.release()
@@ -328,10 +337,6 @@ def print_help() -> None:
     parser.print_help()
 
 
-def _interrupt(signum: int, _frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
@@ -347,9 +352,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_help()
         return 0
     configure_logging()
-    # A scheduler's timeout or `docker stop` sends SIGTERM: unwind like Ctrl-C, so the lock is
-    # released and the run's staging removed (finished parts stay for a restart).
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupts.install()
     try:
         conversion = convert(argv)
     except ImgrecError as exc:

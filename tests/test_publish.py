@@ -20,7 +20,7 @@ from pipeline.prepare import (
     latest_sibling,
     sibling_pattern,
 )
-from pipeline.publish import JOURNAL_FILE, publish
+from pipeline.publish import JOURNAL_FILE, interrupted_outcome, publish
 from pipeline.reaper import process_start_time
 from transforms.dataset_format import (
     FORMAT_VERSION,
@@ -336,3 +336,16 @@ def test_parts_and_runs_are_staged_inside_the_output(tmp_path):
     assert parts_dir(str(tmp_path)).startswith(staging_dir(str(tmp_path)) + "/")
     assert run_dir(str(tmp_path), "x").startswith(staging_dir(str(tmp_path)) + "/")
     assert os.path.dirname(staging_dir(str(tmp_path))) == str(tmp_path)
+
+
+def test_an_interrupted_run_is_told_what_the_output_holds(tmp_path):
+    out = str(tmp_path)
+    assert interrupted_outcome(out, "r1") == "interrupted; nothing was published"
+    publish_run(tmp_path, dataset("r1", 1))
+    assert interrupted_outcome(out, "r1") == f"interrupted after publishing: {out} holds this run's complete dataset"
+    kept = f"interrupted; nothing was published ({out} still holds the dataset it held)"
+    assert interrupted_outcome(out, "r2") == kept
+    write(tmp_path, [f".imgrec-staging/{JOURNAL_FILE}"], json.dumps({"old": [], "new": []}))
+    assert interrupted_outcome(out, "r2").startswith("interrupted; nothing was published")  # the renames had not begun
+    (tmp_path / "metadata.json").unlink()
+    assert interrupted_outcome(out, "r2").startswith(f"interrupted while publishing: {out} holds no finished dataset")

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.trust_helpers import (
+    IN_MEMORY,
     MULTI_PROCESSING,
     Watched,
     check_complete,
@@ -492,6 +493,106 @@ def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input
     assert rerun.returncode == 0, rerun.brief()
     metadata, records, _ = check_complete(out)
     assert len(records) == 300
+
+
+# ------------------------------------------------------------------------------------------
+# Signals: SIGINT and SIGTERM unwind cleanly, and never halfway through publishing
+
+JOURNAL = "publishing.json"
+
+
+def wait_for_exit(run: Watched, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while run.sample():
+        assert time.monotonic() < deadline, f"still running {seconds:.0f} s after the signal: {run.finish(1).brief()}"
+        time.sleep(0.05)
+
+
+def survivors(run: Watched, grace: float = 10) -> list[tuple[int, str]]:
+    """Descendants of an ended run still alive after `grace` seconds (the reaper needs a moment)."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = [(p.pid, " ".join(p.cmdline())[-100:]) for pid, p in run.seen.items() if pid != run.pid and alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("runner,signum,moment", [
+    (IN_MEMORY, signal.SIGINT, "writing"), (IN_MEMORY, signal.SIGTERM, "writing"),
+    (MULTI_PROCESSING, signal.SIGTERM, "writing"), (MULTI_PROCESSING, signal.SIGINT, "writing"),
+    (MULTI_PROCESSING, signal.SIGTERM, "workers_started")],
+    ids=["in_memory-SIGINT", "in_memory-SIGTERM", "multi_processing-SIGTERM", "multi_processing-SIGINT",
+         "multi_processing-SIGTERM-workers_started"])
+def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input, tmp_path, runner, signum, moment):
+    """A signal to the driver alone (a scheduler's timeout, `docker stop`) while workers start or
+    shards are being written: exit 130 with one line, the lock released, nothing published, no
+    process left, and the same command then completes. Before, multi_processing could hang in
+    Beam's join of its worker threads (holding the lock until SIGKILL), SIGINT could exit 1 with
+    Beam's RuntimeError, and Beam's tracebacks buried the message."""
+    out = tmp_path / "out"
+    run = Watched(imgrec_argv(heavy_input, out, *HEAVY, runner=runner))
+    try:
+        if moment == "workers_started":
+            wait_for(lambda: len(run.seen) >= 3, 150, run, "worker processes were started")
+        else:
+            wait_for(lambda: any_shard_under(tmp_path), 150, run, "a shard was being written")
+        os.kill(run.pid, signum)
+        wait_for_exit(run, 30)
+        assert not survivors(run)
+    finally:
+        done = run.finish(1)
+    assert done.returncode == 130, done.brief()
+    assert error_line(done) == "imgrec: error: interrupted; nothing was published"
+    assert not (out / LOCK).exists()
+    assert nothing_published(out)
+    rerun = run_imgrec(heavy_input, out, *HEAVY, runner=runner, timeout=150)
+    assert rerun.returncode == 0, rerun.brief()
+    assert len(check_complete(out)[1]) == 300
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("runner", [IN_MEMORY, MULTI_PROCESSING], ids=["in_memory", "multi_processing"])
+def test_a_signal_while_publishing_is_reported_as_what_the_output_holds(tmp_path, runner):
+    """SIGTERM the moment publishing starts (its journal appears), while a dataset is replaced.
+    In the driver's process (in_memory) the renames finish first, so the new dataset is whole; a
+    worker process (multi_processing) may be cut short, and then the message says the output holds
+    no finished dataset until the same command runs again. Before, the message was always
+    "nothing was published", and in_memory left a half-published output."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    make_tree(data, {"ant": 20, "bee": 20})
+    first = run_imgrec(data, out, "--num_shards=1", runner=runner)
+    assert first.returncode == 0, first.brief()
+    old_run = metadata_of(out)["run"]["run_id"]
+    many_files = ("--overwrite", "--num_shards=300")  # 900 shards and their index files: a slow publish
+    run = Watched(imgrec_argv(data, out, *many_files, runner=runner))
+    journal = out / STAGING / JOURNAL
+    deadline = time.monotonic() + 150
+    while not journal.exists():
+        assert run.popen.poll() is None, f"the run ended before publishing was seen: {run.finish(1).brief()}"
+        assert time.monotonic() < deadline, "publishing never began"
+    os.kill(run.pid, signal.SIGTERM)
+    wait_for_exit(run, 60)
+    done = run.finish(1)
+    assert done.returncode == 130, done.brief()
+    line = error_line(done)
+    published = (out / "metadata.json").exists()
+    if runner == IN_MEMORY:
+        assert published and not journal.exists()
+    if published:  # the old dataset, untouched yet, or the new one, whole
+        replaced = metadata_of(out)["run"]["run_id"] != old_run
+        assert line == (f"imgrec: error: interrupted after publishing: {out} holds this run's complete dataset"
+                        if replaced else f"imgrec: error: interrupted; nothing was published ({out} still holds "
+                        "the dataset it held)")
+        assert len(check_complete(out)[1]) == 40
+        return
+    assert line.startswith(f"imgrec: error: interrupted while publishing: {out} holds no finished dataset"), line
+    again = run_imgrec(data, out, *many_files, runner=runner, timeout=150)
+    assert again.returncode == 0, again.brief()
+    assert len(check_complete(out)[1]) == 40
 
 
 # ------------------------------------------------------------------------------------------
