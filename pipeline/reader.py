@@ -6,12 +6,17 @@ the parse spec with the image encoding, pixel dtype and shape. Datasets written 
 script, which have no metadata, go through the same parsing, decoding and batching code: both
 entry points reduce to a `RecordLayout` and call `build_dataset`.
 
+A run with `--overwrite` may replace a dataset while a training job reads it. `load_dataset`
+remembers the run that published what it read, and refuses to go on (`DatasetChanged`) once
+metadata.json names another run, rather than mix shards of two datasets.
+
 This module imports TensorFlow but not Beam or OpenCV, so training jobs can use it without the
 pipeline's dependencies; `tf.io.gfile` makes `gs://` and other TF filesystems work.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 from typing import Callable, Mapping, Optional, Sequence, Union
 
@@ -42,6 +47,14 @@ class UnsupportedDataset(ValueError):
     unknown dtype)."""
 
 
+class DatasetChanged(RuntimeError):
+    """Another run replaced the dataset while it was being read; reading on would mix two datasets.
+
+    Raised inside tf.data as shards are opened and finished, so iterating reports it as a
+    `tf.errors.UnknownError` whose message holds `DatasetChanged: <why>`.
+    """
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordLayout:
     """How one serialized record becomes (image, label[, extras]).
@@ -64,12 +77,16 @@ class RecordLayout:
 # metadata.json
 
 
+def metadata_path(output_dir: str) -> str:
+    return posixpath.join(output_dir.rstrip("/"), METADATA_FILE)
+
+
 def read_metadata(output_dir: str) -> DatasetMetadata:
     """The dataset's metadata.json; its absence means the dataset is unfinished or not imgrec's.
 
     The pipeline writes metadata.json last, so shards without it may be partial or stale.
     """
-    path = posixpath.join(output_dir.rstrip("/"), METADATA_FILE)
+    path = metadata_path(output_dir)
     if not tf.io.gfile.exists(path):
         raise NotAnImgrecDataset(
             f"{output_dir} is not a finished imgrec dataset: {METADATA_FILE} is missing (was it written "
@@ -80,6 +97,42 @@ def read_metadata(output_dir: str) -> DatasetMetadata:
         return DatasetMetadata.loads(text)
     except FormatError as exc:
         raise UnsupportedDataset(f"{path}: {exc}") from None
+
+
+def run_id_in(text: str) -> Optional[str]:
+    """`run.run_id` of a metadata.json's text; None if it names no run."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    run = value.get("run") if isinstance(value, dict) else None
+    return run.get("run_id") if isinstance(run, dict) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedRun:
+    """The dataset a reader was built for: its folder and the run that published it.
+
+    A run replacing the dataset deletes metadata.json before it touches any shard and writes its
+    own last, so a shard read while metadata.json still names this run is this run's shard.
+    """
+
+    output_dir: str
+    run_id: Optional[str]
+
+    def check(self) -> None:
+        """Raises `DatasetChanged` unless metadata.json still names this run."""
+        try:
+            with tf.io.gfile.GFile(metadata_path(self.output_dir), "r") as handle:
+                now = run_id_in(handle.read())
+        except tf.errors.NotFoundError:
+            raise DatasetChanged(self._replaced(f"{METADATA_FILE} of run {self.run_id} is gone")) from None
+        if now != self.run_id:
+            raise DatasetChanged(self._replaced(f"{METADATA_FILE} now has run {now}, not {self.run_id}"))
+
+    def _replaced(self, why: str) -> str:
+        return (f"{self.output_dir} was replaced by another run while it was being read ({why}); "
+                "re-open the dataset")
 
 
 def shard_paths(output_dir: str, metadata: DatasetMetadata, split: str) -> list[str]:
@@ -209,6 +262,41 @@ def _check_normalize(normalize: Optional[str], layout: RecordLayout, mean: Seque
 # The one pipeline builder
 
 
+def _checked(path: tf.Tensor, published: PublishedRun) -> tf.data.Dataset:
+    """`path` as a one-element dataset that runs `published.check` when the element is read."""
+    def check(name: bytes) -> bytes:
+        published.check()
+        return name
+    return tf.data.Dataset.from_tensors(path).map(
+        lambda p: tf.ensure_shape(tf.numpy_function(check, [p], tf.string, stateful=True), []))
+
+
+def _checked_shard(compression_type: str, published: PublishedRun) -> Callable[[tf.Tensor], tf.data.Dataset]:
+    """shard path → its records, checked against metadata.json just before the shard is opened
+    (so a replacement is normally caught before any of its records is read) and again after its
+    last record (closing the gap between that check and the open, and covering filesystems such
+    as GCS, where an open file does not keep its old content)."""
+    def read(path: tf.Tensor) -> tf.data.Dataset:
+        records = _checked(path, published).flat_map(
+            lambda p: tf.data.TFRecordDataset(p, compression_type=compression_type))
+        return records.concatenate(_checked(path, published).filter(lambda _: tf.constant(False)))
+    return read
+
+
+def _read_checked(file_names: tf.data.Dataset, compression_type: str, published: PublishedRun,
+                  num_parallel_reads: Optional[int]) -> tf.data.Dataset:
+    """Records of the files, in exactly the order `tf.data.TFRecordDataset(file_names,
+    num_parallel_reads=...)` gives them (it interleaves the same way), with one check per shard at
+    each end, not one per record."""
+    read = _checked_shard(compression_type, published)
+    if num_parallel_reads is None:
+        return file_names.flat_map(read)
+    if num_parallel_reads == tf.data.AUTOTUNE:
+        return file_names.interleave(read, num_parallel_calls=tf.data.AUTOTUNE)
+    return file_names.interleave(read, cycle_length=num_parallel_reads, block_length=1,
+                                 num_parallel_calls=num_parallel_reads, deterministic=True)
+
+
 def _record_fn(layout: RecordLayout, normalize: Optional[str], mean: Sequence[float], std: Sequence[float],
                with_metadata: bool) -> Callable[[tf.Tensor], tuple]:
     def parse(record: tf.Tensor) -> tuple:
@@ -228,7 +316,7 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
                   shuffle_buffer: int = 10_000, normalize: Optional[str] = None,
                   mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD,
                   with_metadata: bool = False, num_parallel_reads: Optional[int] = tf.data.AUTOTUNE,
-                  drop_remainder: bool = False) -> tf.data.Dataset:
+                  drop_remainder: bool = False, published: Optional[PublishedRun] = None) -> tf.data.Dataset:
     """files → records → (shuffle) → parse + decode (+ normalize) → batch → prefetch.
 
     Shuffling happens on serialized records, before decoding, so the buffer holds compact JPEG/PNG
@@ -236,7 +324,8 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
     buffer of 224x224x3 float32 images is ~6 GB). Each pass over the dataset (epoch) is shuffled
     anew. With a seed the sequence of orders is reproducible, but parallel reads interleave
     `num_parallel_reads` files at once and AUTOTUNE picks that from the CPU count: pass an int
-    for the same order on every machine.
+    for the same order on every machine. With `published`, each shard is read only while that run's
+    metadata.json is in place (see `PublishedRun`), else `DatasetChanged` stops the iteration.
     """
     normalize = _check_normalize(normalize, layout, mean, std)
     if batch_size is not None and batch_size <= 0:
@@ -244,8 +333,12 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
     file_names = tf.data.Dataset.from_tensor_slices(tf.constant(list(files), dtype=tf.string))
     if shuffle:
         file_names = file_names.shuffle(max(len(files), 1), seed=seed)
-    records = tf.data.TFRecordDataset(file_names, compression_type=tf_compression_type(compression or "none"),
-                                      num_parallel_reads=num_parallel_reads)
+    compression_type = tf_compression_type(compression or "none")
+    if published is None:
+        records = tf.data.TFRecordDataset(file_names, compression_type=compression_type,
+                                          num_parallel_reads=num_parallel_reads)
+    else:
+        records = _read_checked(file_names, compression_type, published, num_parallel_reads)
     if shuffle:
         records = records.shuffle(shuffle_buffer, seed=seed)
     dataset = records.map(_record_fn(layout, normalize, mean, std, with_metadata),
@@ -272,7 +365,9 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
     time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata.label_map.
     `batch_size=None` yields single examples. With an `input_context` (from
     `strategy.distribute_datasets_from_function`) each input pipeline reads its own shard files,
-    and `batch_size` is the per-replica batch.
+    and `batch_size` is the per-replica batch. If another run replaces the dataset while it is
+    read, iterating fails with `DatasetChanged` (as a `tf.errors.UnknownError`) instead of mixing
+    the two datasets.
     """
     metadata = read_metadata(output_dir)
     files = shard_paths(output_dir, metadata, split)
@@ -283,7 +378,8 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
         files, layout_from_metadata(metadata, with_metadata),
         compression=metadata.compression, batch_size=batch_size, shuffle=shuffle,
         seed=seed, shuffle_buffer=shuffle_buffer, normalize=normalize, mean=mean, std=std,
-        with_metadata=with_metadata, num_parallel_reads=num_parallel_reads, drop_remainder=drop_remainder)
+        with_metadata=with_metadata, num_parallel_reads=num_parallel_reads, drop_remainder=drop_remainder,
+        published=PublishedRun(output_dir, metadata.run.get("run_id")))
 
 
 def resolve_files(files: Files) -> list[str]:

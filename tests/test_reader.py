@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from pipeline import reader
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, load_dataset, load_seed_layout
-from tests.helpers import SAMPLE, written_datasets
+from tests.helpers import SAMPLE, make_good_images, parse_records, run_pipeline, written_datasets
+from transforms.dataset_format import METADATA_FILE, index_file_name, parse_index
 from transforms.normalize import normalize_image
 from transforms.specs import ImageSpec
 
@@ -203,6 +204,102 @@ def test_wrong_image_shape_fails_loudly(written, tmp_path):
     (copy / "metadata.json").write_text(json.dumps(edited))
     with pytest.raises(tf.errors.InvalidArgumentError):
         examples(load_dataset(str(copy), "val"))
+
+
+# --- a dataset replaced while it is read -------------------------------------------------
+
+# Three shards of 40 records: a reader a few records in (plus tf.data's read-ahead) is inside the first.
+REPLACEABLE = ("--height=40", "--width=56", "--num_shards=3", "--split_names=train", "--split_ratios=1",
+               "--encoding=raw", "--normalize=none")
+
+
+@pytest.fixture(scope="module")
+def replaceable(tmp_path_factory) -> tuple[pathlib.Path, reader.DatasetMetadata]:
+    """Dataset A (120 photos) in `root/a_out`, and other photos in `root/b` to replace it with."""
+    root = tmp_path_factory.mktemp("replaceable")
+    make_good_images(root / "a", per_class=60)
+    make_good_images(root / "b", per_class=25, size=(50, 70))
+    return root, run_pipeline(root / "a", root / "a_out", *REPLACEABLE)
+
+
+@pytest.fixture
+def dataset_a(replaceable, tmp_path) -> pathlib.Path:
+    """A copy of dataset A to replace."""
+    shutil.copytree(replaceable[0] / "a_out", tmp_path / "out")
+    return tmp_path / "out"
+
+
+def content_hashes(elements) -> list[str]:
+    return [extras["content_hash"].decode() for _, _, extras in elements]
+
+
+def indexed_hashes(output: pathlib.Path, metadata) -> set[str]:
+    return {entry.sha256 for name in metadata.splits["train"].files
+            for entry in parse_index((output / index_file_name(name)).read_text())}
+
+
+def read_on(iterator, seen: list) -> None:
+    """Appends elements one by one, so what came back before an error stays in `seen`."""
+    for element in iterator:
+        seen.append(element)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kwargs", [{"num_parallel_reads": 1}, {"num_parallel_reads": None},
+                                    {"input_context": tf.distribute.InputContext(3, 1)}],
+                         ids=["interleave", "sequential", "one_shard_per_pipeline"])
+def test_a_dataset_replaced_while_read_fails_loudly(replaceable, dataset_a, kwargs):
+    """An --overwrite run publishing into the folder mid-epoch stops the reader instead of mixing datasets;
+    with one shard per input pipeline only the check after the shard's last record can see it."""
+    root, metadata = replaceable
+    dataset = load_dataset(str(dataset_a), "train", batch_size=None, with_metadata=True, **kwargs)
+    iterator = dataset.as_numpy_iterator()
+    seen = [next(iterator) for _ in range(3)]
+    replacement = run_pipeline(root / "b", dataset_a, *REPLACEABLE, "--overwrite")
+    with pytest.raises(tf.errors.UnknownError) as caught:
+        read_on(iterator, seen)
+    assert (f"DatasetChanged: {dataset_a} was replaced by another run while it was being read ({METADATA_FILE} "
+            f"now has run {replacement.run['run_id']}, not {metadata.run['run_id']}); re-open the dataset"
+            ) in caught.value.message
+    assert set(content_hashes(seen)) <= indexed_hashes(root / "a_out", metadata)  # nothing of B came back
+    with pytest.raises(tf.errors.UnknownError, match="was replaced by another run"):
+        examples(dataset)  # nor does a new epoch of the old dataset
+    assert len(examples(load_dataset(str(dataset_a), "train", batch_size=None))) == 50
+
+
+def test_a_publish_under_way_stops_the_reader(replaceable, dataset_a):
+    """A publish deletes metadata.json before it touches any shard."""
+    _, metadata = replaceable
+    iterator = load_dataset(str(dataset_a), "train", batch_size=None, num_parallel_reads=None).as_numpy_iterator()
+    seen = [next(iterator)]
+    (dataset_a / METADATA_FILE).unlink()
+    with pytest.raises(tf.errors.UnknownError,
+                       match=f"{METADATA_FILE} of run {metadata.run['run_id']} is gone\\); re-open the dataset"):
+        read_on(iterator, seen)
+    assert len(seen) <= metadata.splits["train"].shard_lengths[0]
+
+
+def plain_tf_data_order(output: pathlib.Path, metadata, num_parallel_reads, seed) -> list[str]:
+    """Content hashes in the order the reader gave before it checked for replacement: plain tf.data."""
+    names = tf.data.Dataset.from_tensor_slices([str(output / f) for f in metadata.splits["train"].files])
+    if seed is not None:
+        names = names.shuffle(len(metadata.splits["train"].files), seed=seed)
+    records = tf.data.TFRecordDataset(names, num_parallel_reads=num_parallel_reads)
+    if seed is not None:
+        records = records.shuffle(10_000, seed=seed)
+    key = metadata.role_keys()["content_hash"]
+    return [r[key].decode() for r in parse_records((bytes(r.numpy()) for r in records), metadata)]
+
+
+@pytest.mark.parametrize("num_parallel_reads", [None, 1, 2, tf.data.AUTOTUNE])
+@pytest.mark.parametrize("seed", [None, 7])
+def test_checks_leave_the_order_of_an_unreplaced_dataset_alone(replaceable, num_parallel_reads, seed):
+    root, metadata = replaceable
+    read = load_dataset(str(root / "a_out"), "train", batch_size=None, with_metadata=True, shuffle=seed is not None,
+                        seed=seed, num_parallel_reads=num_parallel_reads)
+    expected = plain_tf_data_order(root / "a_out", metadata, num_parallel_reads, seed)
+    assert len(expected) == metadata.splits["train"].num_examples == 120
+    assert content_hashes(examples(read)) == expected
 
 
 # --- the old seed layout -------------------------------------------------------------------
