@@ -522,16 +522,18 @@ def survivors(run: Watched, grace: float = 10) -> list[tuple[int, str]]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("runner,signum,moment", [
     (IN_MEMORY, signal.SIGINT, "writing"), (IN_MEMORY, signal.SIGTERM, "writing"),
+    (IN_MEMORY, signal.SIGINT, "writing, to every process"),
     (MULTI_PROCESSING, signal.SIGTERM, "writing"), (MULTI_PROCESSING, signal.SIGINT, "writing"),
     (MULTI_PROCESSING, signal.SIGTERM, "workers_started")],
-    ids=["in_memory-SIGINT", "in_memory-SIGTERM", "multi_processing-SIGTERM", "multi_processing-SIGINT",
-         "multi_processing-SIGTERM-workers_started"])
+    ids=["in_memory-SIGINT", "in_memory-SIGTERM", "in_memory-Ctrl-C", "multi_processing-SIGTERM",
+         "multi_processing-SIGINT", "multi_processing-SIGTERM-workers_started"])
 def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input, tmp_path, runner, signum, moment):
-    """A signal to the driver alone (a scheduler's timeout, `docker stop`) while workers start or
-    shards are being written: exit 130 with one line, the lock released, nothing published, no
-    process left, and the same command then completes. Before, multi_processing could hang in
-    Beam's join of its worker threads (holding the lock until SIGKILL), SIGINT could exit 1 with
-    Beam's RuntimeError, and Beam's tracebacks buried the message."""
+    """A signal to the driver alone (a scheduler's timeout, `docker stop`), or to all its processes
+    (Ctrl-C), while workers start or shards are being written: exit 130 with one line, the lock
+    released, nothing published, no process left, and the same command then completes. Before,
+    multi_processing could hang in Beam's join of its worker threads (holding the lock until
+    SIGKILL), SIGINT could exit 1 with Beam's RuntimeError, and tracebacks (Beam's, the
+    converters') buried the message."""
     out = tmp_path / "out"
     run = Watched(imgrec_argv(heavy_input, out, *HEAVY, runner=runner))
     try:
@@ -539,7 +541,8 @@ def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input
             wait_for(lambda: len(run.seen) >= 3, 150, run, "worker processes were started")
         else:
             wait_for(lambda: any_shard_under(tmp_path), 150, run, "a shard was being written")
-        os.kill(run.pid, signum)
+        for process in tree(run.root) if moment.endswith("every process") else [run.root]:
+            os.kill(process.pid, signum)
         wait_for_exit(run, 30)
         assert not survivors(run)
     finally:

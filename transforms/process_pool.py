@@ -138,6 +138,7 @@ class SubprocessPool(concurrent.futures.Executor):
 def main() -> None:
     """Worker loop: (function, args) in, (ok, result or exception) out, until stdin closes."""
     die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the driver stops the pool
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # tasks that print must not corrupt the result stream
     initializer = _receive(stdin)
