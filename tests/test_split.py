@@ -59,38 +59,51 @@ def test_salt_changes_assignments():
     assert changed > 300  # independent draws differ with probability 1 - (.49 + .04 + .01)
 
 
-@pytest.mark.parametrize("total,expected", [
-    (0, [0, 0, 0]), (1, [1, 0, 0]), (3, [2, 1, 0]), (7, [5, 1, 1]), (10, [7, 2, 1]), (100, [70, 20, 10]),
+@pytest.mark.parametrize("total,offset,expected", [
+    (0, 0.5, [0, 0, 0]), (1, 0.0, [0, 0, 1]), (1, 0.15, [0, 1, 0]), (1, 0.35, [1, 0, 0]), (10, 0.0, [7, 2, 1]),
+    (12, 0.5, [8, 3, 1]), (12, 0.7, [9, 2, 1]), (100, 0.0, [70, 20, 10]), (100, 0.99, [70, 20, 10]),
 ])
-def test_split_counts_largest_remainder(total, expected):
-    assert split_counts(total, (0.7, 0.2, 0.1)) == expected
+def test_split_counts_end_each_split_at_its_cumulative_share_plus_the_offset(total, offset, expected):
+    assert split_counts(total, (0.7, 0.2, 0.1), offset) == expected
 
 
-@pytest.mark.parametrize("ratios", [(0.7, 0.2, 0.1), (1 / 3, 1 / 3, 1 / 3), (0.5, 0.5), (1.0,), (0.9, 0.0, 0.1)])
+@pytest.mark.parametrize("ratios", [(0.7, 0.2, 0.1), (1 / 3, 1 / 3, 1 / 3), (0.5, 0.5), (1.0,), (0.9, 0.0, 0.1),
+                                    (0.9, 0.1, 0.0)])
 def test_split_counts_sum_to_total(ratios):
     for total in range(300):
-        counts = split_counts(total, ratios)
-        assert sum(counts) == total
-        assert all(abs(n - total * r) < 1 for n, r in zip(counts, ratios)), (total, counts)
+        for offset in (0.0, 0.3, 0.999):
+            counts = split_counts(total, ratios, offset)
+            assert sum(counts) == total and min(counts) >= 0
+            assert all(abs(n - total * r) < 1 for n, r in zip(counts, ratios)), (total, counts)
+            assert all(n == 0 for n, r in zip(counts, ratios) if r == 0)
 
 
 @pytest.mark.parametrize("ratios", [(0.5, 0.4999991), (0.5, 0.5000009)], ids=["under", "over"])
 def test_split_counts_sum_to_total_with_tolerated_ratio_error(ratios):
     SplitSpec(names=("a", "b"), ratios=ratios)  # accepted as summing to 1
-    assert sum(split_counts(10_000_000, ratios)) == 10_000_000
+    assert sum(split_counts(10_000_000, ratios, 0.5)) == 10_000_000
 
 
-def test_stratified_splits_exact_counts():
+def test_stratified_splits_give_each_label_its_share_within_one_key():
     spec = SplitSpec(ratios=(0.7, 0.2, 0.1))
     for n in (1, 7, 10, 33, 100):
         assignment = stratified_splits(KEYS[:n], spec)
         assert set(assignment) == set(KEYS[:n])
         counts = collections.Counter(assignment.values())
-        assert [counts[name] for name in spec.names] == split_counts(n, spec.ratios)
+        assert all(abs(counts[name] - n * ratio) < 1 for name, ratio in zip(spec.names, spec.ratios)), counts
+    assert collections.Counter(stratified_splits(KEYS[:100], spec).values()) == {"train": 70, "val": 20, "test": 10}
     # Independent of the order keys arrive in (and of repeats), as a GroupByKey delivers them.
     assert stratified_splits(KEYS[:50], spec) == stratified_splits([*reversed(KEYS[:50]), *KEYS[:5]], spec)
     # Which keys go where follows the salted hash, not the input order.
     assert stratified_splits(KEYS[:50], spec) != stratified_splits(KEYS[:50], SplitSpec(salt="other"))
+
+
+def test_labels_smaller_than_the_splits_still_follow_the_ratios():
+    """2,000 labels of one image each: rounding each label alike sent all 2,000 to train."""
+    spec = SplitSpec(ratios=(0.7, 0.2, 0.1))
+    totals = collections.Counter(split for key in KEYS[:2000] for split in stratified_splits([key], spec).values())
+    expected, tolerance = {"train": 1400, "val": 400, "test": 200}, {"train": 100, "val": 90, "test": 65}
+    assert all(abs(totals[name] - expected[name]) < tolerance[name] for name in expected), totals
 
 
 @pytest.mark.parametrize("image,output,num_examples,expected", [

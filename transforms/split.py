@@ -42,30 +42,35 @@ def assign_split(key: str, spec: SplitSpec) -> str:
     return split_for_fraction(unit_fraction(spec.salt, key), spec)
 
 
-def split_counts(total: int, ratios: Sequence[float]) -> list[int]:
-    """Integer counts closest to `total * ratios` that add up to `total` (largest remainder).
+def split_counts(total: int, ratios: Sequence[float], offset: float) -> list[int]:
+    """Integer counts, each within 1 of `total * ratio`, that add up to `total`.
 
-    Ratios are rescaled to sum to exactly 1, since specs accept a small rounding error.
+    Split i ends at floor(total * cumulative ratio + offset), systematic sampling. With `offset`
+    drawn uniformly from [0, 1) for each label, every split's expected count is exactly its share,
+    also for labels smaller than the number of splits: rounding every label the same way would send
+    every one-image label to the same split. Ratios are rescaled to sum to exactly 1, since specs
+    accept a small rounding error, and float noise is rounded away (100 * (0.7 + 0.2) is 90).
     """
-    scale = sum(ratios)
-    exact = [total * r / scale for r in ratios]
-    counts = [math.floor(x) for x in exact]
-    by_remainder = sorted(range(len(ratios)), key=lambda i: (counts[i] - exact[i], i))
-    for step in range(total - sum(counts)):
-        counts[by_remainder[step % len(ratios)]] += 1
-    return counts
+    scale, cumulative, ends = sum(ratios), 0.0, []
+    for ratio in ratios[:-1]:
+        cumulative += ratio
+        ends.append(min(total, math.floor(round(total * cumulative / scale, 9) + offset)))
+    ends.append(total)
+    return [end - start for start, end in zip([0, *ends], ends)]
 
 
 def stratified_splits(keys: Iterable[str], spec: SplitSpec) -> dict[str, str]:
-    """Splits one label's keys so each split gets its exact share of that label.
+    """Splits one label's keys so each split gets its share of that label, within one key.
 
     Keys are ordered by their salted hash, so which keys go where is as random as the hash split
-    but the per-label proportions are exact rather than approximate.
+    but the per-label proportions are as exact as whole keys allow. The rounding offset comes from
+    the hash of the label's first key, so it is as independent between labels as their keys are.
     """
     ordered = sorted(set(keys), key=lambda k: (stable_hash(spec.salt, k), k))
+    offset = unit_fraction(spec.salt, "offset", ordered[0]) if ordered else 0.0
     assignment: dict[str, str] = {}
     start = 0
-    for name, count in zip(spec.names, split_counts(len(ordered), spec.ratios)):
+    for name, count in zip(spec.names, split_counts(len(ordered), spec.ratios, offset)):
         for key in ordered[start:start + count]:
             assignment[key] = name
         start += count
