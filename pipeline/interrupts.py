@@ -32,6 +32,7 @@ _PUBLISH_WAIT_SECONDS = 60.0  # a publish is renames; a minute is a hung filesys
 _publishing = 0  # threads of this process inside `publishing()`
 _idle = threading.Condition()
 _received: Optional[int] = None  # the first signal of this run, if any
+_settled = False  # the run is over: a signal is only recorded
 
 
 def received() -> Optional[int]:
@@ -44,8 +45,8 @@ def on_signal(signum: int, _frame) -> None:
     """Defers while this process publishes; otherwise kills Beam's SDK workers and interrupts."""
     global _received
     _received = _received or signum
-    if _publishing:
-        return  # `publishing()` has the renames under way; the driver raises after the run
+    if _publishing or _settled:
+        return  # the renames are under way (the driver raises after the run), or the run is over
     kill_sdk_workers()
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -53,8 +54,8 @@ def on_signal(signum: int, _frame) -> None:
 def install() -> None:
     """Handles both signals in this (main) thread. Once interrupted, what Beam reports about the
     steps and worker threads it cut short (a traceback each) is noise: the one line is the news."""
-    global _received
-    _received = None
+    global _received, _settled
+    _received, _settled = None, False
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     for handler in logging.getLogger().handlers:
@@ -66,6 +67,13 @@ def install() -> None:
             default_hook(args)
 
     threading.excepthook = thread_died
+
+
+def settle() -> None:
+    """The run is over and its outcome known; what is left is Beam's clean-up (stopping Prism takes
+    a second, in an atexit hook). A signal now would only turn that outcome into a traceback."""
+    global _settled
+    _settled = True
 
 
 @contextlib.contextmanager

@@ -366,6 +366,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         last = (str(exc).strip().splitlines() or [""])[-1]
         print(f"imgrec: error: the run failed: {type(exc).__name__}: {last}", file=sys.stderr)
         return 1
+    finally:
+        interrupts.settle()
     output = conversion.spec.output.path
     if conversion.dry_run:
         print(f"dry run: built the Dataflow job for {output}; nothing was staged, submitted or written")

@@ -474,11 +474,13 @@ class PipelineRun:
 
 
 def run_imgrec(flags: Sequence[str], log_path: pathlib.Path, netns: Optional[Netns] = None,
-               timeout: float = 900, env: Optional[Mapping[str, str]] = None) -> PipelineRun:
+               timeout: float = 900, env: Optional[Mapping[str, str]] = None,
+               terminate_when: Optional[Callable[[], bool]] = None) -> PipelineRun:
     """`python -m pipeline.run FLAGS` as a subprocess (in its own process group, in `netns`
-    if given); waits for it, then kills and reports any process it left behind."""
+    if given); waits for it, then kills and reports any process it left behind. With
+    `terminate_when`, SIGTERM goes to the driver as soon as that turns true (a scheduler's timeout)."""
     argv = [sys.executable, "-m", "pipeline.run", *flags]
-    wrapped = netns.wrap(argv) if netns else argv
+    wrapped = netns.wrap(argv) if netns else argv  # nsenter execs: the pid is the driver's
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(log_path, "wb") as log:
@@ -486,6 +488,10 @@ def run_imgrec(flags: Sequence[str], log_path: pathlib.Path, netns: Optional[Net
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         service = Service("imgrec", 0, process, log_path, log_path)
         try:
+            if terminate_when is not None:
+                while process.poll() is None and not terminate_when() and time.monotonic() - started < timeout:
+                    time.sleep(0.01)
+                process.terminate()
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             returncode = -9

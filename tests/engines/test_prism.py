@@ -110,3 +110,28 @@ def test_prism_teardown_stops_every_process_when_the_test_fails(tmp_path):
             assert all(live_group_members(pgid) for pgid in groups)
             raise RuntimeError("a failing test")
     assert groups and not [pgid for pgid in groups if live_group_members(pgid)]
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("moment", ["staging", "summary"])
+def test_sigterm_on_prism_tells_what_the_output_holds(prism, inputs, tmp_path, moment):
+    """SIGTERM to `--runner=PrismRunner` (loopback), the user's command. While the run stages,
+    it exits 130 with one line and stops the Prism it started. Once the summary is out, what is
+    left is Beam stopping Prism (an atexit hook that sleeps a second): the run keeps its exit 0,
+    with no traceback."""
+    out, log_path = tmp_path / "out", tmp_path / "imgrec.log"
+
+    def summary_printed() -> bool:
+        return f"output: {out} (metadata.json" in log_path.read_text(errors="replace")
+
+    run = run_imgrec(imgrec_flags(inputs, "sample", out, prism.runner_flags("loopback")), log_path, prism.netns,
+                     terminate_when=summary_printed if moment == "summary" else (out / ".imgrec-staging").exists,
+                     timeout=300)
+    assert not run.survivors, f"processes outlived the pipeline: {run.survivors}"
+    assert "Traceback" not in run.log.read_text(errors="replace"), run.tail()
+    if moment == "summary":
+        assert run.returncode == 0, run.tail()
+    else:
+        assert run.returncode == 130, run.tail()
+        assert run.tail(1) == "imgrec: error: interrupted; nothing was published", run.tail()
+        assert not (out / "metadata.json").exists()
