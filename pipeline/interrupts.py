@@ -32,7 +32,6 @@ _PUBLISH_WAIT_SECONDS = 60.0  # a publish is renames; a minute is a hung filesys
 _publishing = 0  # threads of this process inside `publishing()`
 _idle = threading.Condition()
 _received: Optional[int] = None  # the first signal of this run, if any
-_settled = False  # the run is over: a signal is only recorded
 
 
 def received() -> Optional[int]:
@@ -42,11 +41,13 @@ def received() -> Optional[int]:
 
 
 def on_signal(signum: int, _frame) -> None:
-    """Defers while this process publishes; otherwise kills Beam's SDK workers and interrupts."""
+    """Defers while this process publishes; otherwise kills Beam's SDK workers and interrupts.
+    A later signal only adds to the first: interrupting the clean-up would leave staging behind."""
     global _received
+    first = _received is None
     _received = _received or signum
-    if _publishing or _settled:
-        return  # the renames are under way (the driver raises after the run), or the run is over
+    if _publishing or not first:
+        return  # the renames are under way (the driver raises after the run), or the run is stopping
     kill_sdk_workers()
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -54,8 +55,8 @@ def on_signal(signum: int, _frame) -> None:
 def install() -> None:
     """Handles both signals in this (main) thread. Once interrupted, what Beam reports about the
     steps and worker threads it cut short (a traceback each) is noise: the one line is the news."""
-    global _received, _settled
-    _received, _settled = None, False
+    global _received
+    _received = None
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     for handler in logging.getLogger().handlers:
@@ -71,9 +72,11 @@ def install() -> None:
 
 def settle() -> None:
     """The run is over and its outcome known; what is left is Beam's clean-up (stopping Prism takes
-    a second, in an atexit hook). A signal now would only turn that outcome into a traceback."""
-    global _settled
-    _settled = True
+    a second, in an atexit hook) and the interpreter's. A signal now would only turn that outcome
+    into a traceback or a death by signal, so both are ignored: at the C level, because Python
+    restores the default action of signals with Python handlers while it finalizes."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 @contextlib.contextmanager

@@ -80,13 +80,15 @@ def journal_path(output: str) -> str:
 
 def interrupted_outcome(output: str, run_id: str) -> str:
     """What an interrupted run left in `output`, read from the output itself: the signal may
-    have come before, during (a worker in another process) or after publishing."""
+    have come before, during (a worker in another process) or after publishing. A publish cut
+    short after its metadata.json had only its staging left to remove: that is done here."""
     metadata_path = join(output, METADATA_FILE)
     try:
         current = read_json(metadata_path) if FileSystems.exists(metadata_path) else None
     except (OSError, ValueError):
         current = None
     if run_id_of(current) == run_id:
+        discard_staging(output)
         return f"interrupted after publishing: {output} holds this run's complete dataset"
     if current is None and FileSystems.exists(journal_path(output)):
         return (f"interrupted while publishing: {output} holds no finished dataset until a run publishes "

@@ -219,7 +219,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         summary = export(args.output, name=args.name)
     except (NotExportable, NotAnImgrecDataset, UnsupportedDataset) as error:
-        print(f"tfds_export: {error}", file=sys.stderr)
+        print(f"imgrec: error: {error}", file=sys.stderr)
         return 2
     print(f"TFDS metadata written to {args.output} as {summary['name']!r}:")
     for key, feature in summary["features"].items():

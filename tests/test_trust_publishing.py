@@ -20,8 +20,10 @@ import pytest
 from tests.trust_helpers import (
     IN_MEMORY,
     MULTI_PROCESSING,
+    REPO,
     Watched,
     check_complete,
+    env,
     error_line,
     finish_all,
     imgrec_argv,
@@ -524,9 +526,9 @@ def survivors(run: Watched, grace: float = 10) -> list[tuple[int, str]]:
     (IN_MEMORY, signal.SIGINT, "writing"), (IN_MEMORY, signal.SIGTERM, "writing"),
     (IN_MEMORY, signal.SIGINT, "writing, to every process"),
     (MULTI_PROCESSING, signal.SIGTERM, "writing"), (MULTI_PROCESSING, signal.SIGINT, "writing"),
-    (MULTI_PROCESSING, signal.SIGTERM, "workers_started")],
+    (IN_MEMORY, signal.SIGINT, "writing, twice"), (MULTI_PROCESSING, signal.SIGTERM, "workers_started")],
     ids=["in_memory-SIGINT", "in_memory-SIGTERM", "in_memory-Ctrl-C", "multi_processing-SIGTERM",
-         "multi_processing-SIGINT", "multi_processing-SIGTERM-workers_started"])
+         "multi_processing-SIGINT", "in_memory-SIGINT-twice", "multi_processing-SIGTERM-workers_started"])
 def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input, tmp_path, runner, signum, moment):
     """A signal to the driver alone (a scheduler's timeout, `docker stop`), or to all its processes
     (Ctrl-C), while workers start or shards are being written: exit 130 with one line, the lock
@@ -543,6 +545,9 @@ def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input
             wait_for(lambda: any_shard_under(tmp_path), 150, run, "a shard was being written")
         for process in tree(run.root) if moment.endswith("every process") else [run.root]:
             os.kill(process.pid, signum)
+        if moment.endswith("twice"):  # an impatient user: the second one must not cut the clean-up short
+            time.sleep(0.05)
+            os.kill(run.pid, signum)
         wait_for_exit(run, 30)
         assert not survivors(run)
     finally:
@@ -551,6 +556,7 @@ def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input
     assert error_line(done) == "imgrec: error: interrupted; nothing was published"
     assert not (out / LOCK).exists()
     assert nothing_published(out)
+    assert not list((out / STAGING).glob("run-*")), "the run's staging outlived it"
     rerun = run_imgrec(heavy_input, out, *HEAVY, runner=runner, timeout=150)
     assert rerun.returncode == 0, rerun.brief()
     assert len(check_complete(out)[1]) == 300
@@ -596,6 +602,25 @@ def test_a_signal_while_publishing_is_reported_as_what_the_output_holds(tmp_path
     again = run_imgrec(data, out, *many_files, runner=runner, timeout=150)
     assert again.returncode == 0, again.brief()
     assert len(check_complete(out)[1]) == 40
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_after_the_summary_leaves_the_run_finished(tmp_path, signum):
+    """Once the summary is out, the interpreter still takes a few tenths of a second to exit (Beam
+    stops Prism for a whole second). A signal then used to kill it (exit 143) or print a
+    traceback, and a scheduler retrying on that met "already holds a finished dataset"."""
+    data, out, stdout_path = tmp_path / "data", tmp_path / "out", tmp_path / "stdout"
+    make_tree(data, {"ant": 3, "bee": 3})
+    with open(stdout_path, "wb") as stdout:
+        process = subprocess.Popen(imgrec_argv(data, out), cwd=REPO, env=env(), stdout=stdout, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while process.poll() is None and f"output: {out}" not in stdout_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "no summary"
+        time.sleep(0.005)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0 and b"Traceback" not in stderr, stderr.decode(errors="replace")[-3000:]
+    assert len(check_complete(out)[1]) == 6
 
 
 # ------------------------------------------------------------------------------------------
