@@ -360,10 +360,11 @@ print(json.dumps({"images": images, "batches": batches, "import_and_build_s": bu
 """
 
 
-def reader_run(output: pathlib.Path, split: str = "train") -> dict:
-    """Iterates one split of a jpeg-encoded imgrec output with load_dataset(batch_size=64)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
-    proc = subprocess.run([PYTHON, "-c", READER_SNIPPET, str(output), split], cwd=REPO, env=env,
+def reader_run(output: pathlib.Path, split: str = "train", code: pathlib.Path = REPO) -> dict:
+    """Iterates one split of a jpeg-encoded imgrec output with load_dataset(batch_size=64), with
+    the reader of the checkout `code`."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(code))
+    proc = subprocess.run([PYTHON, "-c", READER_SNIPPET, str(output), split], cwd=code, env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-5000:])
