@@ -11,7 +11,9 @@ two exceptions that keep the output whole:
 - Beam's multi_processing workers are killed first: the FnApiRunner joins the threads that wait
   for them, and a worker whose job is gone would keep the driver (and its lock) forever.
 
-What the user is then told comes from the output (`outcome`), not from when the signal came.
+A second signal does not interrupt the clean-up of the first, and once the outcome is known
+(`settle`) signals are ignored. What the user is told comes from the output
+(`pipeline.publish.interrupted_outcome`), not from when the signal came.
 """
 from __future__ import annotations
 
@@ -82,10 +84,10 @@ def settle() -> None:
 @contextlib.contextmanager
 def publishing() -> Iterator[None]:
     """Marks the renames of a publish: a signal arriving meanwhile takes effect after them.
-
-    No lock is taken here: the handler runs in the main thread, which may be the one inside."""
+    (The handler only reads the count, so it never waits for `_idle`, even in the thread inside.)"""
     global _publishing
-    _publishing += 1
+    with _idle:
+        _publishing += 1
     try:
         yield
     finally:
