@@ -17,7 +17,7 @@ setup(
     # configs/ ships as the imgrec_configs package, so `--config=local` names configs/local.yaml anywhere.
     package_dir={"imgrec_configs": "configs"},
     package_data={"imgrec_configs": ["*.yaml"]},
-    entry_points={"console_scripts": ["imgrec = pipeline.cli:main"]},
+    entry_points={"console_scripts": ["imgrec = pipeline.cli:entry_point"]},
     install_requires=[
         "apache-beam>=2.60,<3",
         "crc32c>=2.4",  # TFRecord checksums (transforms/tfrecord.py)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional, Sequence
 
+from pipeline.interrupts import exit_quietly
+
 USAGE = """usage: imgrec COMMAND [ARGS]
 
 commands:
@@ -53,5 +55,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return COMMANDS[command](rest)
 
 
+def entry_point() -> None:
+    """The `imgrec` console script."""
+    exit_quietly(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

@@ -1,19 +1,20 @@
 """SIGINT and SIGTERM stop a run cleanly, and never halfway through publishing.
 
-`python -m pipeline.run` installs `on_signal` for both (a scheduler's timeout and `docker stop`
-send SIGTERM). A signal raises KeyboardInterrupt in the driver's main thread, as Ctrl-C does,
-so the lock is released and the run's staging removed (finished parts stay for a restart), with
-two exceptions that keep the output whole:
+`python -m pipeline.run` handles both (a scheduler's timeout and `docker stop` send SIGTERM)
+while its `main()` runs (`handled`), and restores what was there after. A signal is recorded,
+and raises KeyboardInterrupt in the driver's main thread only while the pipeline runs
+(`interruptible`); one that comes earlier takes effect when the pipeline would start, one that
+comes later (the lock's release, reading the result back) changes nothing. Then:
 
-- While publishing runs in the driver's process (the default in_memory mode, Prism's loopback
-  workers), the signal waits until the renames are done: the output then holds either the old
-  dataset or the new one, never the journal of a half-finished publish.
 - Beam's multi_processing workers are killed first: the FnApiRunner joins the threads that wait
   for them, and a worker whose job is gone would keep the driver (and its lock) forever.
+- A publish under way in the driver's process (the default in_memory mode, Prism's loopback
+  workers) finishes first, and one not yet begun does not begin: the output holds either the
+  old dataset or the new one, never the journal of a half-finished publish.
+- A second signal does not cut the clean-up short; a third exits at once (a hung filesystem).
 
-A second signal does not interrupt the clean-up of the first, and once the outcome is known
-(`settle`) signals are ignored. What the user is told comes from the output
-(`pipeline.publish.interrupted_outcome`), not from when the signal came.
+What the user is told comes from the output (`pipeline.publish.interrupted_outcome`), not from
+when the signal came.
 """
 from __future__ import annotations
 
@@ -21,74 +22,101 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Iterator, NoReturn, Optional
 
-from pipeline.reaper import DRIVER_ENV, marked_processes
+from pipeline.errors import RunFailed
+from pipeline.reaper import DRIVER_ENV, kill_marked
 
 # Beam's SubprocessSdkWorker passes this to every worker it starts (and to their `sh -c`).
 _SDK_WORKER_ENV = b"CONTROL_API_SERVICE_DESCRIPTOR="
 _PUBLISH_WAIT_SECONDS = 60.0  # a publish is renames; a minute is a hung filesystem
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_GIVE_UP_AFTER = 3  # signals
 
+# Process-wide: one conversion at a time per process is handled (`main()` runs one).
 _publishing = 0  # threads of this process inside `publishing()`
 _idle = threading.Condition()
-_received: Optional[int] = None  # the first signal of this run, if any
+_received: list[int] = []  # the signals since `handled()` began
+_interruptible = False
 
 
 def received() -> Optional[int]:
-    """The signal that interrupted this process, if one did (Beam may have wrapped the
-    KeyboardInterrupt in a RuntimeError on its way up)."""
-    return _received
+    """The first signal since `handled()` began, if any (Beam may have wrapped the
+    KeyboardInterrupt it raised in a RuntimeError on its way up)."""
+    return _received[0] if _received else None
 
 
 def on_signal(signum: int, _frame) -> None:
-    """Defers while this process publishes; otherwise kills Beam's SDK workers and interrupts.
-    A later signal only adds to the first: interrupting the clean-up would leave staging behind."""
-    global _received
-    first = _received is None
-    _received = _received or signum
-    if _publishing or not first:
-        return  # the renames are under way (the driver raises after the run), or the run is stopping
+    """Records the signal; interrupts the pipeline if it is running and not publishing."""
+    _received.append(signum)
+    if len(_received) >= _GIVE_UP_AFTER:
+        os.write(2, b"imgrec: error: interrupted again: exiting without cleaning up; run the same command again\n")
+        os._exit(130)
+    if len(_received) > 1 or _publishing or not _interruptible:
+        return
     kill_sdk_workers()
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def install() -> None:
-    """Handles both signals in this (main) thread. Once interrupted, what Beam reports about the
-    steps and worker threads it cut short (a traceback each) is noise: the one line is the news."""
-    global _received
-    _received = None
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(lambda record: _received is None or not record.name.startswith("apache_beam"))
+@contextlib.contextmanager
+def handled() -> Iterator[None]:
+    """Handles both signals in this (main) thread, and restores the previous handlers after.
+    Once interrupted, what Beam reports about the steps and worker threads it cut short (a
+    traceback each) is noise: the one line is the news."""
+    previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
     default_hook = threading.excepthook
 
+    def beam_noise(record: logging.LogRecord) -> bool:
+        return not _received or not record.name.startswith("apache_beam")
+
     def thread_died(args) -> None:
-        if _received is None:
+        if not _received:
             default_hook(args)
 
+    handlers = list(logging.getLogger().handlers)
+    _received.clear()
+    for signum in _SIGNALS:
+        signal.signal(signum, on_signal)
+    for handler in handlers:
+        handler.addFilter(beam_noise)
     threading.excepthook = thread_died
+    try:
+        yield
+    finally:
+        for signum, handler_before in previous.items():
+            signal.signal(signum, handler_before)
+        for handler in handlers:
+            handler.removeFilter(beam_noise)
+        threading.excepthook = default_hook
 
 
-def settle() -> None:
-    """The run is over and its outcome known; what is left is Beam's clean-up (stopping Prism takes
-    a second, in an atexit hook) and the interpreter's. A signal now would only turn that outcome
-    into a traceback or a death by signal, so both are ignored: at the C level, because Python
-    restores the default action of signals with Python handlers while it finalizes."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """The pipeline's run: a signal (or one that came before it) raises KeyboardInterrupt."""
+    global _interruptible
+    if _received:
+        raise KeyboardInterrupt(f"signal {_received[0]}")
+    _interruptible = True
+    try:
+        yield
+    finally:
+        _interruptible = False
 
 
 @contextlib.contextmanager
 def publishing() -> Iterator[None]:
-    """Marks the renames of a publish: a signal arriving meanwhile takes effect after them.
-    (The handler only reads the count, so it never waits for `_idle`, even in the thread inside.)"""
+    """Marks the renames of a publish: a signal arriving meanwhile takes effect after them, and
+    after a signal no publish begins. The count goes up before the signal is looked at, and the
+    handler records before it looks at the count, so one of them always sees the other."""
     global _publishing
     with _idle:
         _publishing += 1
     try:
+        if _received:
+            raise RunFailed(f"interrupted (signal {_received[0]}) before publishing; nothing was published")
         yield
     finally:
         with _idle:
@@ -96,22 +124,28 @@ def publishing() -> Iterator[None]:
             _idle.notify_all()
 
 
-def wait_for_publishing(timeout: float = _PUBLISH_WAIT_SECONDS) -> None:
+def wait_for_publishing(timeout: float = _PUBLISH_WAIT_SECONDS) -> bool:
     """Blocks while another thread of this process publishes (Prism's loopback workers): the
-    interrupted driver must not remove the staging that is being moved."""
+    interrupted driver must not remove the staging that is being moved. False on a timeout."""
     deadline = time.monotonic() + timeout
     with _idle:
         while _publishing and time.monotonic() < deadline:
             _idle.wait(0.1)
+        return not _publishing
 
 
 def kill_sdk_workers() -> None:
     """Kills the Beam SDK worker processes this driver started (multi_processing mode)."""
     marker = os.environ.get(DRIVER_ENV)
-    if not marker:
-        return
-    for pid in marked_processes(marker, also=_SDK_WORKER_ENV):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    if marker:
+        kill_marked(marker, also=_SDK_WORKER_ENV)
+
+
+def exit_quietly(code: int) -> NoReturn:
+    """`sys.exit` for the entry points, after `main()`. What is left is Beam's clean-up (stopping
+    Prism takes a second, in an atexit hook) and the interpreter's; a signal now would only turn
+    the outcome into a traceback or a death by signal. So both are ignored, at the C level: Python
+    restores the default action of signals with Python handlers while it finalizes."""
+    for signum in _SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    sys.exit(code)

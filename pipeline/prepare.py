@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
-from pipeline.publish import JOURNAL_FILE, journal_path, read_json, run_id_of
+from pipeline.publish import JOURNAL_FILE, journal_path, read_json
 from transforms.dataset_format import (
     CLASS_COUNTS,
     CONTACT_SHEET,
@@ -39,6 +39,7 @@ from transforms.dataset_format import (
     join,
     listed_files,
     parts_dir,
+    run_id_of,
     staging_dir,
 )
 from transforms.discover import OutputFolder

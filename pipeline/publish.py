@@ -28,17 +28,21 @@ from pipeline import interrupts
 from pipeline.errors import RunFailed
 from pipeline.lock import check_publisher
 from transforms import files
-from transforms.dataset_format import INDEX_DIR, METADATA_FILE, DatasetMetadata, is_dataset_metadata, join, staging_dir
+from transforms.dataset_format import (
+    INDEX_DIR,
+    METADATA_FILE,
+    DatasetMetadata,
+    is_dataset_metadata,
+    join,
+    run_id_of,
+    staging_dir,
+)
 
 JOURNAL_FILE = "publishing.json"  # in the staging folder while files move into the output
 
 
 def read_json(path: str) -> dict:
     return json.loads(files.read_bytes(path).decode("utf-8"))
-
-
-def run_id_of(metadata: Optional[dict]) -> Optional[str]:
-    return ((metadata or {}).get("run") or {}).get("run_id")
 
 
 def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_id: Optional[str],
@@ -78,10 +82,11 @@ def journal_path(output: str) -> str:
     return join(staging_dir(output), JOURNAL_FILE)
 
 
-def interrupted_outcome(output: str, run_id: str) -> str:
-    """What an interrupted run left in `output`, read from the output itself: the signal may
-    have come before, during (a worker in another process) or after publishing. A publish cut
-    short after its metadata.json had only its staging left to remove: that is done here."""
+def interrupted_outcome(output: str, run_id: str) -> Optional[str]:
+    """What an interrupted run left in `output`, read from the output itself (the signal may have
+    come before, during or after a publish in another process), as an error message; None when
+    it is this run's complete dataset. A publish cut short after its metadata.json had only its
+    staging left to remove: that is done here."""
     metadata_path = join(output, METADATA_FILE)
     try:
         current = read_json(metadata_path) if FileSystems.exists(metadata_path) else None
@@ -89,7 +94,7 @@ def interrupted_outcome(output: str, run_id: str) -> str:
         current = None
     if run_id_of(current) == run_id:
         discard_staging(output)
-        return f"interrupted after publishing: {output} holds this run's complete dataset"
+        return None
     if current is None and FileSystems.exists(journal_path(output)):
         return (f"interrupted while publishing: {output} holds no finished dataset until a run publishes "
                 "one; run the same command again (it resumes from the finished parts)")

@@ -22,7 +22,14 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
-from transforms.dataset_format import METADATA_FILE, DatasetMetadata, FormatError, split_files, tf_compression_type
+from transforms.dataset_format import (
+    METADATA_FILE,
+    DatasetMetadata,
+    FormatError,
+    run_id_of,
+    split_files,
+    tf_compression_type,
+)
 from transforms.specs import ImageSpec
 
 # Read-time normalization: the same formulas (and float32 arithmetic) as transforms/normalize.py.
@@ -99,16 +106,6 @@ def read_metadata(output_dir: str) -> DatasetMetadata:
         raise UnsupportedDataset(f"{path}: {exc}") from None
 
 
-def run_id_in(text: str) -> Optional[str]:
-    """`run.run_id` of a metadata.json's text; None if it names no run."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    run = value.get("run") if isinstance(value, dict) else None
-    return run.get("run_id") if isinstance(run, dict) else None
-
-
 @dataclasses.dataclass(frozen=True)
 class PublishedRun:
     """The dataset a reader was built for: its folder and the run that published it.
@@ -124,9 +121,12 @@ class PublishedRun:
         """Raises `DatasetChanged` unless metadata.json still names this run."""
         try:
             with tf.io.gfile.GFile(metadata_path(self.output_dir), "r") as handle:
-                now = run_id_in(handle.read())
+                text = handle.read()
+            now = run_id_of(json.loads(text))
         except tf.errors.NotFoundError:
             raise DatasetChanged(self._replaced(f"{METADATA_FILE} of run {self.run_id} is gone")) from None
+        except ValueError:  # being rewritten, or not JSON any more
+            now = None
         if now != self.run_id:
             raise DatasetChanged(self._replaced(f"{METADATA_FILE} now has run {now}, not {self.run_id}"))
 
@@ -357,7 +357,8 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
                  mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD,
                  with_metadata: bool = False, num_parallel_reads: Optional[int] = tf.data.AUTOTUNE,
                  drop_remainder: bool = False,
-                 input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+                 input_context: Optional[tf.distribute.InputContext] = None,
+                 check_replaced: bool = True) -> tf.data.Dataset:
     """One split of a finished imgrec dataset as (image, label) or, with `with_metadata`,
     (image, label, {role: value}) for the other features (label_text, source_path, ...).
 
@@ -367,7 +368,8 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
     `strategy.distribute_datasets_from_function`) each input pipeline reads its own shard files,
     and `batch_size` is the per-replica batch. If another run replaces the dataset while it is
     read, iterating fails with `DatasetChanged` (as a `tf.errors.UnknownError`) instead of mixing
-    the two datasets.
+    the two datasets; that check is a Python function in the graph, so pass `check_replaced=False`
+    where the graph must be serialized (the tf.data service).
     """
     metadata = read_metadata(output_dir)
     files = shard_paths(output_dir, metadata, split)
@@ -379,7 +381,7 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
         compression=metadata.compression, batch_size=batch_size, shuffle=shuffle,
         seed=seed, shuffle_buffer=shuffle_buffer, normalize=normalize, mean=mean, std=std,
         with_metadata=with_metadata, num_parallel_reads=num_parallel_reads, drop_remainder=drop_remainder,
-        published=PublishedRun(output_dir, metadata.run.get("run_id")))
+        published=PublishedRun(output_dir, metadata.run.get("run_id")) if check_replaced else None)
 
 
 def resolve_files(files: Files) -> list[str]:

@@ -95,16 +95,21 @@ def wait_for_exit(marker: str) -> None:
         time.sleep(_POLL)
 
 
+def kill_marked(marker: str, also: bytes = b"") -> bool:
+    """SIGKILLs the processes `marked_processes` finds; False if there were none."""
+    found = marked_processes(marker, also)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return bool(found)
+
+
 def reap(marker: str) -> None:
     for _ in range(20):
-        leftovers = marked_processes(marker)
-        if not leftovers:
+        if not kill_marked(marker):
             return
-        for pid in leftovers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.1)
 
 

@@ -246,12 +246,13 @@ def convert(argv: Sequence[str]) -> Conversion:
         reporter = ProgressReporter(this_run, interval)
         with reaped(), reporter.running():
             try:
-                result = _run_to_completion(pipeline, this_run)
+                with interrupts.interruptible():
+                    result = _run_to_completion(pipeline, this_run)
             finally:
                 close_shared_pools()
         reporter.finish()
-        if interrupts.received():  # it came while this process published: the run stops now
-            raise KeyboardInterrupt
+        if interrupts.received():
+            _say("imgrec: a signal came while this run published its dataset; publishing finished first")
         elapsed = time.monotonic() - clock
         engine = engine_of(runner, result)
         if FileSystems.exists(join(this_run, UNCHANGED_MARKER)):
@@ -259,28 +260,40 @@ def convert(argv: Sequence[str]) -> Conversion:
             return Conversion(result, spec, run_id, engine, elapsed, unchanged_from=compared.dataset)
         metadata = read_published(output, run_id)
         return Conversion(result, spec, run_id, engine, elapsed, metadata)
-    except RunFailed as exc:
-        keep_run = isinstance(exc, TooManyErrors) or "Dead letters" in str(exc)
-        _cleanup(output, this_run, keep_run)
-        raise
     except BaseException as exc:
-        # Beam wraps an interrupt that hits a step in a RuntimeError: the handler's record tells.
-        interrupted = isinstance(exc, KeyboardInterrupt) or interrupts.received()
-        if interrupted:
-            interrupts.wait_for_publishing()
+        if interrupts.received() is not None:  # Beam may have wrapped the KeyboardInterrupt
+            return _after_interrupt(spec, run_id, runner, this_run, started)
+        if isinstance(exc, RunFailed):
+            _cleanup(output, this_run, keep_run=isinstance(exc, TooManyErrors) or "Dead letters" in str(exc))
+            raise
         # Parts kept on a full disk would keep it full, and fail the next run whatever its config.
         full = _out_of_space(exc)
         _cleanup(output, this_run, keep_run=False, keep_parts=not full)
         if full:
             _say(f"imgrec: {output}'s filesystem is full; removed this run's staging and the finished parts "
                  "kept for a restart")
-        if interrupted:
-            raise Interrupted(interrupted_outcome(output, run_id)) from None
         raise
     finally:
         lock.release()
         if created and FileSystems.exists(output) and not list_names(output):
             FileSystems.delete([output])
+
+
+def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: str,
+                     started: datetime.datetime) -> Conversion:
+    """The outcome of a run a signal stopped, read from the output: its dataset (it published
+    before the signal took effect: a success), or an `Interrupted` error saying what is there."""
+    output = spec.output.path
+    if not interrupts.wait_for_publishing():  # a hung filesystem: leave the staging being moved alone
+        raise Interrupted(f"interrupted while publishing, which was still under way a minute later; {output} may "
+                          "hold no finished dataset until the same command runs again")
+    _cleanup(output, this_run, keep_run=False)
+    outcome = interrupted_outcome(output, run_id)
+    if outcome:
+        raise Interrupted(outcome)
+    _say("imgrec: a signal came after this run published its dataset, which is complete")
+    elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+    return Conversion(None, spec, run_id, runner, elapsed, read_published(output, run_id))
 
 
 def _check_verdict(this_run: str) -> None:
@@ -332,7 +345,7 @@ def print_help() -> None:
         epilog="Every other flag is a Beam pipeline option and passes straight to Beam, e.g. --runner, "
                "--direct_running_mode, --direct_num_workers, --job_endpoint, --project, --temp_location. "
                "A config's beam: section holds the same options. Exit codes: 0 dataset published or kept, "
-               "1 run failed, 2 usage error, 3 output locked by another run.")
+               "1 run failed, 2 usage error, 3 output locked by another run, 130 interrupted (SIGINT, SIGTERM).")
     ImgrecOptions._add_argparse_args(parser)  # pylint: disable=protected-access
     parser.print_help()
 
@@ -352,22 +365,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_help()
         return 0
     configure_logging()
-    interrupts.install()
+    with interrupts.handled():
+        return _convert_and_report(argv)
+
+
+def _convert_and_report(argv: Sequence[str]) -> int:
     try:
         conversion = convert(argv)
     except ImgrecError as exc:
         print(f"imgrec: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("imgrec: error: interrupted; nothing was published", file=sys.stderr)
-        return 130
     except Exception as exc:  # a failed pipeline: Beam's own error, with its traceback in the log
         _LOG.exception("the run failed")
         last = (str(exc).strip().splitlines() or [""])[-1]
         print(f"imgrec: error: the run failed: {type(exc).__name__}: {last}", file=sys.stderr)
         return 1
-    finally:
-        interrupts.settle()
     output = conversion.spec.output.path
     if conversion.dry_run:
         print(f"dry run: built the Dataflow job for {output}; nothing was staged, submitted or written")
@@ -378,6 +390,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine))
     return 0
 
-
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_quietly(main())

@@ -3,6 +3,7 @@ rules, the error budget), and the fingerprints that decide skip_unchanged and re
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 
 import pytest
@@ -20,7 +21,7 @@ from pipeline.metadata import (
 )
 from transforms.dataset_format import DatasetMetadata, DuplicateSummary, ReuseSummary
 from transforms.example import feature_spec
-from transforms.fingerprint import FingerprintFn, config_fingerprint, image_row, rows_sum
+from transforms.fingerprint import POLICY_FIELDS, FingerprintFn, config_fingerprint, image_row, rows_sum
 from transforms.parts import ShardResult
 from transforms.specs import ConversionSpec, FeatureKeys, InputSpec, OutputSpec, SplitSpec
 
@@ -212,3 +213,13 @@ def test_input_fingerprint_is_order_independent_and_sensitive():
     assert combine(rows[:-1]) != whole
     assert combine([*rows[:-1], image_row("/img/19.jpg", f"{19:064x}", "dog")]) != whole  # label changed
     assert FingerprintFn("other config").extract_output(fn.merge_accumulators([])) != combine([])
+
+
+def test_stratified_fingerprints_name_the_rounding():
+    """--skip_unchanged must not keep a stratified dataset that an older rounding cut."""
+    stratified = dataclasses.replace(SPEC, splits=dataclasses.replace(SPEC.splits, method="stratified"))
+    config = json.loads(json.dumps(stratified.to_dict()))
+    for field in POLICY_FIELDS:
+        config["output"].pop(field)
+    without_rounding = hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()
+    assert config_fingerprint(stratified) != without_rounding

@@ -343,7 +343,7 @@ def test_an_interrupted_run_is_told_what_the_output_holds(tmp_path):
     assert interrupted_outcome(out, "r1") == "interrupted; nothing was published"
     publish_run(tmp_path, dataset("r1", 1))
     write(tmp_path, [f".imgrec-staging/{JOURNAL_FILE}", ".imgrec-staging/parts/a.records"])  # cut short
-    assert interrupted_outcome(out, "r1") == f"interrupted after publishing: {out} holds this run's complete dataset"
+    assert interrupted_outcome(out, "r1") is None  # its dataset is complete
     assert not (tmp_path / ".imgrec-staging").exists()  # what that publish had left to do
     kept = f"interrupted; nothing was published ({out} still holds the dataset it held)"
     assert interrupted_outcome(out, "r2") == kept

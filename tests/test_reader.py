@@ -279,6 +279,17 @@ def test_a_publish_under_way_stops_the_reader(replaceable, dataset_a):
     assert len(seen) <= metadata.splits["train"].shard_lengths[0]
 
 
+def test_the_replacement_check_can_be_left_out(replaceable, dataset_a):
+    """check_replaced=False (for graphs that must be serialized): plain tf.data, no Python function."""
+    _, metadata = replaceable
+    dataset = load_dataset(str(dataset_a), "train", batch_size=None, num_parallel_reads=None, check_replaced=False)
+    iterator = dataset.as_numpy_iterator()
+    seen = [next(iterator)]
+    (dataset_a / METADATA_FILE).unlink()
+    read_on(iterator, seen)
+    assert len(seen) == metadata.splits["train"].num_examples
+
+
 def plain_tf_data_order(output: pathlib.Path, metadata, num_parallel_reads, seed) -> list[str]:
     """Content hashes in the order the reader gave before it checked for replacement: plain tf.data."""
     names = tf.data.Dataset.from_tensor_slices([str(output / f) for f in metadata.splits["train"].files])

@@ -17,6 +17,7 @@ import time
 import psutil
 import pytest
 
+from pipeline.publish import JOURNAL_FILE
 from tests.trust_helpers import (
     IN_MEMORY,
     MULTI_PROCESSING,
@@ -500,9 +501,6 @@ def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input
 # ------------------------------------------------------------------------------------------
 # Signals: SIGINT and SIGTERM unwind cleanly, and never halfway through publishing
 
-JOURNAL = "publishing.json"
-
-
 def wait_for_exit(run: Watched, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while run.sample():
@@ -567,10 +565,10 @@ def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input
 @pytest.mark.parametrize("runner", [IN_MEMORY, MULTI_PROCESSING], ids=["in_memory", "multi_processing"])
 def test_a_signal_while_publishing_is_reported_as_what_the_output_holds(tmp_path, runner):
     """SIGTERM the moment publishing starts (its journal appears), while a dataset is replaced.
-    In the driver's process (in_memory) the renames finish first, so the new dataset is whole; a
-    worker process (multi_processing) may be cut short, and then the message says the output holds
-    no finished dataset until the same command runs again. Before, the message was always
-    "nothing was published", and in_memory left a half-published output."""
+    In the driver's process (in_memory) the renames finish first, so the new dataset is whole and
+    the run a success (exit 0, with a note); a worker process (multi_processing) may be cut short,
+    and then the message says what the output holds. Before, the message was always "nothing was
+    published", and in_memory left a half-published output."""
     data, out = tmp_path / "data", tmp_path / "out"
     make_tree(data, {"ant": 20, "bee": 20})
     first = run_imgrec(data, out, "--num_shards=1", runner=runner)
@@ -578,25 +576,28 @@ def test_a_signal_while_publishing_is_reported_as_what_the_output_holds(tmp_path
     old_run = metadata_of(out)["run"]["run_id"]
     many_files = ("--overwrite", "--num_shards=300")  # 900 shards and their index files: a slow publish
     run = Watched(imgrec_argv(data, out, *many_files, runner=runner))
-    journal = out / STAGING / JOURNAL
+    journal = out / STAGING / JOURNAL_FILE
     deadline = time.monotonic() + 150
     while not journal.exists():
         assert run.popen.poll() is None, f"the run ended before publishing was seen: {run.finish(1).brief()}"
         assert time.monotonic() < deadline, "publishing never began"
+        time.sleep(0.001)
     os.kill(run.pid, signal.SIGTERM)
     wait_for_exit(run, 60)
     done = run.finish(1)
+    assert "Traceback" not in done.stderr, done.brief()
+    published = (out / "metadata.json").exists()
+    if published and metadata_of(out)["run"]["run_id"] != old_run:  # the new dataset, whole
+        assert done.returncode == 0, done.brief()
+        assert "imgrec: a signal came " in done.stderr and not (out / STAGING).exists()
+        assert len(check_complete(out)[1]) == 40
+        return
+    assert runner != IN_MEMORY, f"the driver's own publish was cut short: {done.brief()}"
     assert done.returncode == 130, done.brief()
     line = error_line(done)
-    published = (out / "metadata.json").exists()
-    if runner == IN_MEMORY:
-        assert published and not journal.exists()
-    if published:  # the old dataset, untouched yet, or the new one, whole
-        replaced = metadata_of(out)["run"]["run_id"] != old_run
-        assert line == (f"imgrec: error: interrupted after publishing: {out} holds this run's complete dataset"
-                        if replaced else f"imgrec: error: interrupted; nothing was published ({out} still holds "
-                        "the dataset it held)")
-        assert len(check_complete(out)[1]) == 40
+    if published:  # the old dataset, untouched yet
+        assert line == f"imgrec: error: interrupted; nothing was published ({out} still holds the dataset it held)"
+        assert metadata_of(out)["run"]["run_id"] == old_run and len(check_complete(out)[1]) == 40
         return
     assert line.startswith(f"imgrec: error: interrupted while publishing: {out} holds no finished dataset"), line
     again = run_imgrec(data, out, *many_files, runner=runner, timeout=150)

@@ -386,6 +386,12 @@ def is_temporary_metadata(name: str) -> bool:
     return name.startswith(f"{METADATA_FILE}.tmp-")
 
 
+def run_id_of(value: Any) -> Optional[str]:
+    """`run.run_id` of a parsed metadata.json (None if it names no run): which run published it."""
+    run = value.get("run") if isinstance(value, dict) else None
+    return run.get("run_id") if isinstance(run, dict) else None
+
+
 def is_dataset_metadata(value: Any) -> bool:
     """Whether a parsed metadata.json was written by imgrec (any format version). Any other
     metadata.json is somebody else's file: never a dataset to replace."""

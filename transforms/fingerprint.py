@@ -12,6 +12,7 @@ from typing import Iterable
 import apache_beam as beam
 
 from transforms.specs import ConversionSpec
+from transforms.split import STRATIFIED_ROUNDING
 
 _MODULUS = 2**256
 # Output settings that say where to write and what to do with an existing dataset, not what
@@ -28,6 +29,8 @@ def config_fingerprint(spec: ConversionSpec) -> str:
     config = spec.to_dict()
     for field in POLICY_FIELDS:
         config["output"].pop(field)
+    if spec.splits.method == "stratified":  # a dataset cut by an older rounding is not unchanged
+        config["splits"]["rounding"] = STRATIFIED_ROUNDING
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()
 
 

@@ -42,6 +42,11 @@ def assign_split(key: str, spec: SplitSpec) -> str:
     return split_for_fraction(unit_fraction(spec.salt, key), spec)
 
 
+# How `split_counts` rounds; part of the input fingerprint of stratified runs, so that
+# --skip_unchanged re-converts a dataset an older rounding cut.
+STRATIFIED_ROUNDING = "systematic, per-label offset"
+
+
 def split_counts(total: int, ratios: Sequence[float], offset: float) -> list[int]:
     """Integer counts, each within 1 of `total * ratio`, that add up to `total`.
 

@@ -1,0 +1,66 @@
+"""pipeline.interrupts without Beam: when a signal raises, waits, or stops a publish."""
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+from pipeline import interrupts
+from pipeline.errors import RunFailed
+
+pytestmark = pytest.mark.unit
+
+
+def test_handled_restores_the_handlers_and_the_thread_hook():
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), threading.excepthook)
+    with interrupts.handled():
+        assert signal.getsignal(signal.SIGTERM) == interrupts.on_signal
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), threading.excepthook) == before
+
+
+def test_a_signal_raises_only_while_the_pipeline_runs():
+    with interrupts.handled():
+        interrupts.on_signal(signal.SIGTERM, None)  # before the pipeline: recorded
+        assert interrupts.received() == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):  # takes effect when it would start
+            with interrupts.interruptible():
+                pass
+    with interrupts.handled():
+        assert interrupts.received() is None
+        with pytest.raises(KeyboardInterrupt, match="signal 2"):
+            with interrupts.interruptible():
+                interrupts.on_signal(signal.SIGINT, None)
+        interrupts.on_signal(signal.SIGINT, None)  # a second one: the clean-up goes on
+        assert interrupts.received() == signal.SIGINT
+
+
+def test_a_publish_under_way_finishes_and_none_begins_after_a_signal():
+    with interrupts.handled(), interrupts.interruptible():
+        with interrupts.publishing():
+            interrupts.on_signal(signal.SIGTERM, None)  # deferred: no KeyboardInterrupt here
+            renamed = True
+        assert renamed and interrupts.received() == signal.SIGTERM
+        with pytest.raises(RunFailed, match="before publishing; nothing was published"):
+            with interrupts.publishing():
+                raise AssertionError("a publish began after the signal")
+        assert interrupts.wait_for_publishing(timeout=1)
+
+
+def test_the_driver_waits_for_a_publish_in_another_thread():
+    entered, release, done = threading.Event(), threading.Event(), []
+
+    def publish() -> None:
+        with interrupts.publishing():
+            entered.set()
+            release.wait(5)
+            done.append(True)
+
+    with interrupts.handled():
+        worker = threading.Thread(target=publish)
+        worker.start()
+        entered.wait(5)
+        assert not interrupts.wait_for_publishing(timeout=0.2)  # still under way: staging stays
+        release.set()
+        assert interrupts.wait_for_publishing(timeout=5) and done == [True]
+        worker.join()
