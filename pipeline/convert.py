@@ -21,7 +21,7 @@ from pipeline.progress import RecordProgress
 from pipeline.publish import publish
 from transforms import files
 from transforms.assign import DUPLICATES, ComputeLabelMap, PlanSplits
-from transforms.dataset_format import DatasetMetadata, join
+from transforms.dataset_format import DatasetMetadata, FormatError, join
 from transforms.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
 from transforms.fingerprint import InputFingerprint
 from transforms.parts import WriterSettings
@@ -61,6 +61,15 @@ def check_not_empty(metadata: DatasetMetadata, spec: ConversionSpec, dead_letter
                         f"an empty dataset.{where}")
 
 
+def check_readable(metadata: DatasetMetadata) -> None:
+    """What readers will parse is parsed before it is published: a metadata.json they refuse
+    must never replace a dataset."""
+    try:
+        DatasetMetadata.loads(metadata.dumps())
+    except FormatError as exc:
+        raise RunFailed(f"this run's metadata.json would not be readable ({exc}); nothing was published") from None
+
+
 def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> Optional[str]:
     """Counts → dead letters and metadata → checks → published dataset; None when unchanged.
 
@@ -76,6 +85,7 @@ def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> O
     try:
         check_error_budget(metadata, spec.output.max_error_fraction, join(context.run_dir, error_file))
         check_not_empty(metadata, spec, join(context.run_dir, error_file))
+        check_readable(metadata)
         publish(context.output, context.run_dir, metadata, context.previous_run_id, context.previous_files)
     except RunFailed as exc:
         files.write_atomically(join(context.run_dir, VERDICT_FILE), str(exc).encode("utf-8", "backslashreplace"))

@@ -15,7 +15,10 @@ pytestmark = pytest.mark.unit
     (["0", "1", "10", "2"], None, False, {"0": 0, "1": 1, "10": 2, "2": 3}),
     # manifests with integer labels: the integers are the ids
     (["10", "2", "0", "2"], None, True, {"0": 0, "2": 2, "10": 10}),
-    (["-1", "5"], None, True, {"-1": -1, "5": 5}),
+    # ids must fit int64 and not be negative ("-1"/"1" are names of two classes)
+    (["-1", "5"], None, True, {"-1": 0, "5": 1}),
+    ([str(2**63), "1"], None, True, {"1": 0, str(2**63): 1}),
+    ([str(2**63 - 1), "1"], None, True, {"1": 1, str(2**63 - 1): 2**63 - 1}),
     # "01" is not canonical, so "1" and "01" can never share an id: names, sorted
     (["1", "01"], None, True, {"01": 0, "1": 1}),
     (["1", "cat"], None, True, {"1": 0, "cat": 1}),
@@ -23,7 +26,8 @@ pytestmark = pytest.mark.unit
     (["3", "7"], ("7", "3"), True, {"7": 0, "3": 1}),
     ([], None, False, {}),
     ([], None, True, {}),
-], ids=["names", "int-folders-sort-as-strings", "manifest-ints", "negative-int", "non-canonical-int", "mixed",
+], ids=["names", "int-folders-sort-as-strings", "manifest-ints", "negative-int", "over-int64", "int64-max",
+        "non-canonical-int", "mixed",
         "class-names", "class-names-beat-ints", "empty", "empty-manifest"])
 def test_build_label_map(labels, class_names, integer_ids, expected):
     label_map = build_label_map(labels, class_names, integer_ids=integer_ids)

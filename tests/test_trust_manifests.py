@@ -146,6 +146,19 @@ def test_a_recognised_header_does_not_shift_integer_label_ids(tmp_path, images):
     assert sorted({(text, label) for _, text, label in records}) == [("3", 3), ("7", 7)]
 
 
+@pytest.mark.parametrize("cat,dog", [("-1", "1"), (str(2**63), "1")], ids=["negative", "over-int64"])
+def test_integer_labels_that_are_no_int64_id_are_class_names(tmp_path, images, cat, dog):
+    """-1 used to become id -1, published in a metadata.json no reader accepts (exit 1 after
+    publishing); 2**63 wrapped to a negative int64 in the records (exit 0)."""
+    manifest = write_csv(tmp_path / "list.csv", "path,label",
+                         [(rel(p, tmp_path), cat if p.parent.name == "cat" else dog) for p in images])
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, _ = check_complete(tmp_path / "out")
+    assert metadata["label_map"] == {name: i for i, name in enumerate(sorted((cat, dog)))}
+    assert sorted({(text, label) for _, text, label in records}) == sorted(metadata["label_map"].items())
+
+
 def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(tmp_path, images):
     manifest = write_csv(tmp_path / "list.csv", "foo,bar", [(rel(p, tmp_path), p.parent.name) for p in images])
     out = tmp_path / "out"

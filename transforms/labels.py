@@ -9,7 +9,7 @@ def build_label_map(labels: Iterable[str], class_names: Optional[Sequence[str]] 
     """Label text → id.
 
     A fixed `class_names` list wins (ids by position). Otherwise, with `integer_ids` (manifests)
-    and every label an integer, the integers are the ids; else ids follow the names sorted as
+    and every label an integer from 0 to 2**63 - 1, the integers are the ids; else ids follow the names sorted as
     strings, the order of Keras `image_dataset_from_directory`'s class_names (so class folders
     `0, 1, 10, 2` get ids 0, 1, 2, 3, as in Keras).
     """
@@ -21,9 +21,13 @@ def build_label_map(labels: Iterable[str], class_names: Optional[Sequence[str]] 
     return {name: i for i, name in enumerate(sorted(distinct))}
 
 
+MAX_LABEL_ID = 2**63 - 1  # an int64 feature
+
+
 def _is_int(text: str) -> bool:
-    """Canonical integers only, so "1" and "01" can never share an id."""
+    """Canonical integers that fit an int64 id: "1" and "01" can never share an id, and "-1"
+    (a common class name: labels -1/1) or 2**63 would not be a valid one."""
     try:
-        return str(int(text)) == text
+        return str(int(text)) == text and 0 <= int(text) <= MAX_LABEL_ID
     except ValueError:
         return False
