@@ -33,7 +33,10 @@ def _csv_of(kind: Callable[[str], Any]) -> Callable[[str], tuple]:
 
 
 def _mebibytes(text: str) -> int:
-    return int(float(text) * 2**20)
+    try:
+        return int(float(text) * 2**20)
+    except OverflowError:  # inf: like nan, a bad value (argparse reports ValueErrors), not a crash
+        raise ValueError(f"{text} MiB is not a finite size") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +206,8 @@ def read_config(path: Optional[str]) -> dict:
         raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(config, dict):
         raise UsageError(f"config {path} must be a mapping of sections")
     for section in config:

@@ -72,10 +72,11 @@ def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path,
     (("--runner=PortableRunner", "--job_endpoint=localhost:1"), ("--job_endpoint=localhost:1", "cannot connect")),
     (("--direct_running_mode=multi_processing", "--direct_num_workers=-1"), ("--direct_num_workers",)),
     (("--compare_to=latest",), ("compare_to", "skip_unchanged")),
+    (("--target_shard_mb=inf",), ("--target_shard_mb", "inf")),
 ], ids=["split_ratios", "encoding_choice", "int_value", "missing_config", "unknown_runner", "nan_ratio",
         "split_name_path", "num_shards_bound", "repeated_class", "negative_processes", "too_many_processes",
         "negative_interval",
-        "unreachable_job_service", "negative_workers", "compare_to_alone"])
+        "unreachable_job_service", "negative_workers", "compare_to_alone", "infinite_shard_size"])
 def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts):
     out = tmp_path / "out"
     line = assert_refused(run_imgrec(data, out, *flags), out)
@@ -92,8 +93,12 @@ def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts)
     ("image:\n  background: [300, -5, 0]\n", ("background", "0..255", "[300, -5, 0]")),
     ("image:\n  background: [1, 2]\n", ("background", "three values")),
     ("image:\n  resize_mode: pad\n  pad_value: 999\n", ("pad_value", "999")),
+    ("image:\n  normalize: mean_std\n  std: [1.0e-46, 1, 1]\n", ("float32", "1e-46")),
+    ("image:\n  normalize: mean_std\n  std: [1.0e-300, 1, 1]\n", ("float32",)),
+    ("image:\n  normalize: mean_std\n  mean: [1.0e+39, 0, 0]\n", ("float32", "1e+39")),
 ], ids=["fractional_int", "bool_int", "zero_std", "huge_output", "nan_ratio", "background_range",
-        "background_length", "pad_value_range"])
+        "background_length", "pad_value_range", "std_zero_in_float32", "std_overflows_float32",
+        "mean_overflows_float32"])
 def test_a_degenerate_config_value_is_a_usage_error(tmp_path, data, yaml_text, facts):
     config = tmp_path / "config.yaml"
     config.write_text(yaml_text)
@@ -101,6 +106,14 @@ def test_a_degenerate_config_value_is_a_usage_error(tmp_path, data, yaml_text, f
     line = assert_refused(run_imgrec(data, out, f"--config={config}"), out)
     for fact in facts:
         assert fact in line, f"{fact!r} missing from {line}"
+
+
+def test_a_config_that_is_not_utf8_is_a_usage_error(tmp_path, data):
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"image:\n  height: 64  # caf\xe9\n")  # Latin-1 in a comment
+    out = tmp_path / "out"
+    line = assert_refused(run_imgrec(data, out, f"--config={config}"), out)
+    assert "not UTF-8" in line and str(config) in line
 
 
 def test_a_missing_input_is_a_usage_error(tmp_path):

@@ -14,6 +14,8 @@ from typing import Optional
 from transforms import dataset_format, files
 
 RESIZE_MODES = ("stretch", "center_crop", "pad")
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32
 INTERPOLATIONS = ("nearest", "linear", "area", "cubic", "lanczos")
 NORMALIZATIONS = ("none", "unit", "mean_std")
 ENCODINGS = ("raw", "jpeg", "png")
@@ -31,6 +33,13 @@ MAX_SHARDS = 100_000  # per split; every shard is a file, even an empty one
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _finite_in_float32(mean: tuple[float, ...], std: tuple[float, ...]) -> bool:
+    """Whether mean_std normalization, done in float32, stays finite for every pixel (0..1 after
+    /255): a std of 1e-46 is 0 in float32, and 1 / 1e-300 or a mean of 1e39 overflow it."""
+    return all(abs(m) <= FLOAT32_MAX and abs(s) >= FLOAT32_TINY and (1 + abs(m)) / abs(s) <= FLOAT32_MAX
+               for m, s in zip(mean, std))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +91,9 @@ class ImageSpec:
             raise ValueError("mean_std needs three means and three stds (R, G, B)")
         if not all(math.isfinite(v) for v in (*self.mean, *self.std)) or not all(self.std):
             raise ValueError(f"mean and std must be finite and std non-zero; got mean={self.mean} std={self.std}")
+        if not _finite_in_float32(self.mean, self.std):
+            raise ValueError(f"mean and std must keep (x/255 - mean) / std finite in float32, the pixels' type; "
+                             f"got mean={self.mean} std={self.std}")
         if self.output_bytes > self.max_decoded_bytes:
             raise ValueError(f"a {self.height}x{self.width} {self.dtype} output image takes {self.output_bytes} bytes, "
                              f"more than max_decoded_bytes={self.max_decoded_bytes}")
