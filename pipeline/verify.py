@@ -206,19 +206,29 @@ def _uncompressed(stored: BinaryIO, compression: str) -> ContextManager[BinaryIO
 
 
 def index_check(output: str, name: str, info: SplitInfo, compression: str, holds_hashes: bool) -> Check:
-    """Every line of the split's record indexes frames a record of its shard (checksums verified)
-    that holds the line's content hash: incremental runs and random access trust these lines."""
+    """The split's record indexes list every record of its shards once, in file order: each line
+    frames the record that follows the previous line's (checksums verified), holding the line's
+    content hash, and the last ends the shard. Incremental runs and random access trust them."""
     problems: list[str] = []
     lines = 0
     for shard, index in zip(info.files, info.index_files):
         try:
             entries = parse_index(files.read_bytes(join(output, index)).decode("ascii"))
             with files.open_read(join(output, shard)) as stored, _uncompressed(stored, compression) as handle:
+                end = 0
                 for number, entry in enumerate(entries, 1):
+                    if entry.offset != end:
+                        problems.append(f"{index} line {number}: offset {entry.offset}, but the record after the "
+                                        f"previous line's starts at {end}")
+                        break
                     data = tfrecord.read_record_at(handle, entry.offset, entry.length)
+                    end = entry.offset + entry.length
                     if holds_hashes and not locates_image(data, entry.image_offset, entry.image_length, entry.sha256):
                         problems.append(f"{index} line {number}: the record there does not hold content "
                                         f"{entry.sha256[:12]}... at the image bytes it names")
+                handle.seek(end)
+                if handle.read(1):
+                    problems.append(f"{index}: {shard} holds records after the one its last line frames")
             lines += len(entries)
         # a malformed line or a bad frame is a ValueError; a damaged gzip stream an OSError, EOFError or zlib.error
         except (OSError, ValueError, EOFError, zlib.error) as exc:

@@ -207,10 +207,19 @@ def _swap_two_hashes(index: pathlib.Path) -> None:
     index.write_text("".join(" ".join(line) + "\n" for line in lines))
 
 
+def _edit_lines(index: pathlib.Path, edit) -> None:
+    lines = index.read_text().splitlines(keepends=True)
+    index.write_text("".join(edit(lines)))
+
+
 @pytest.mark.parametrize("damage,problem", [
     (pathlib.Path.unlink, "No such file"),
     (_swap_two_hashes, "line 1: the record there does not hold content"),
-], ids=["deleted", "hashes-swapped"])
+    (lambda p: _edit_lines(p, lambda lines: [lines[0]] * len(lines)), "line 2: offset 0, but the record after"),
+    (lambda p: _edit_lines(p, lambda lines: [lines[1], lines[0], *lines[2:]]), "line 1: offset "),
+    (lambda p: _edit_lines(p, lambda lines: [*lines[:-2], lines[-1], lines[-1]]), "offset "),
+    (lambda p: _edit_lines(p, lambda lines: lines[:-1]), "holds records after the one its last line frames"),
+], ids=["deleted", "hashes-swapped", "first-line-repeated", "lines-swapped", "a-line-twice", "last-line-missing"])
 def test_a_damaged_record_index_of_gzip_shards_fails(written, tmp_path, damage, problem):
     output, metadata = copy_of(written, "gzip_mean_std", tmp_path)
     shard = largest_train_shard(output, metadata)
