@@ -3,6 +3,7 @@ CSV headers, conflicting labels. Black-box: `python -m pipeline.run` in a subpro
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -10,7 +11,19 @@ import re
 
 import pytest
 
-from tests.trust_helpers import GiB, check_complete, error_line, make_tree, nothing_published, run_imgrec, write_csv
+from tests.trust_helpers import (
+    GiB,
+    bytes_feature,
+    check_complete,
+    error_line,
+    feature_key,
+    make_tree,
+    nothing_published,
+    read_examples,
+    run_imgrec,
+    write_csv,
+    write_image,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -157,6 +170,25 @@ def test_integer_labels_that_are_no_int64_id_are_class_names(tmp_path, images, c
     metadata, records, _ = check_complete(tmp_path / "out")
     assert metadata["label_map"] == {name: i for i, name in enumerate(sorted((cat, dog)))}
     assert sorted({(text, label) for _, text, label in records}) == sorted(metadata["label_map"].items())
+
+
+def test_dot_dot_after_a_symlink_is_the_file_the_os_opens(tmp_path):
+    """`link/../x.png` beside a symlink to elsewhere/deep is elsewhere/x.png, as open() has it; it
+    used to be read as the x.png beside the manifest (another image), and the two x.png files
+    listed together were rejected as one path with conflicting labels."""
+    beside, elsewhere = tmp_path / "m" / "x.png", tmp_path / "elsewhere" / "x.png"
+    expected = {"near": write_image(beside, seed=7101), "far": write_image(elsewhere, seed=7102)}
+    (tmp_path / "elsewhere" / "deep").mkdir()
+    (tmp_path / "m" / "link").symlink_to("../elsewhere/deep", target_is_directory=True)
+    manifest = write_csv(tmp_path / "m" / "list.csv", "path,label", [("x.png", "near"), ("link/../x.png", "far")])
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert dead == [] and sorted(text for _, text, _ in records) == ["far", "near"]
+    text_key, hash_key = feature_key(metadata, "label_text"), feature_key(metadata, "content_hash")
+    hashes = {bytes_feature(e, text_key): bytes_feature(e, hash_key)
+              for examples in read_examples(tmp_path / "out", metadata).values() for e in examples}
+    assert hashes == {text: hashlib.sha256(data).hexdigest() for text, data in expected.items()}
 
 
 def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(tmp_path, images):

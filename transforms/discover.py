@@ -391,8 +391,19 @@ def resolve_path(path: str, manifest: str) -> str:
     if "://" in path or path.startswith("/"):
         return path
     folder = posixpath.dirname(manifest)
-    return posixpath.normpath(posixpath.join(folder, path)) if local_path(manifest) is not None \
-        else FileSystems.join(folder, path)
+    return join_local(folder, path) if local_path(manifest) is not None else FileSystems.join(folder, path)
+
+
+def join_local(folder: str, path: str) -> str:
+    """`folder/path`, tidied (`./`, `//`), with `..` resolved as the OS opens it: after a symlink,
+    `link/../x.png` is the x.png beside the link's target, not beside the link."""
+    joined = posixpath.join(folder, path)
+    parts = joined.split("/")
+    if ".." not in parts:
+        return posixpath.normpath(joined)
+    last = len(parts) - 1 - parts[::-1].index("..")
+    up_to = os.path.realpath(local_path("/".join(parts[:last + 1])) or ".")
+    return posixpath.normpath(posixpath.join(up_to, *parts[last + 1:]))
 
 
 def _pick(row: dict, key: str, names: tuple[str, ...]) -> object:
