@@ -86,6 +86,7 @@ def handled() -> Iterator[None]:
     try:
         yield
     finally:
+        _received.clear()  # a later run(), unhandled, must not find this one's signal
         for signum, handler_before in previous.items():
             signal.signal(signum, handler_before)
         for handler in handlers:

@@ -19,6 +19,15 @@ def test_handled_restores_the_handlers_and_the_thread_hook():
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), threading.excepthook) == before
 
 
+def test_a_signal_is_forgotten_after_main():
+    """A later run() in the same process, without handlers, must not stop for main()'s signal."""
+    with interrupts.handled():
+        interrupts.on_signal(signal.SIGTERM, None)
+    assert interrupts.received() is None
+    with interrupts.interruptible(), interrupts.publishing():
+        pass
+
+
 def test_a_signal_raises_only_while_the_pipeline_runs():
     with interrupts.handled():
         interrupts.on_signal(signal.SIGTERM, None)  # before the pipeline: recorded
