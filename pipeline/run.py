@@ -54,6 +54,7 @@ from transforms.specs import ConversionSpec
 
 _LOG = logging.getLogger("imgrec")
 JOB_SERVICE_CONNECT_TIMEOUT = 10.0  # s
+PUBLISHED_BEFORE_SIGNAL = "imgrec: a signal came as this run finished; its dataset was published and is complete"
 # Runners whose translation loses data imgrec relies on: refused up front.
 UNSUPPORTED_RUNNERS = {
     "DaskRunner": "Beam's Dask translation merges tagged outputs (with_outputs) and drops side branches, so "
@@ -251,14 +252,14 @@ def convert(argv: Sequence[str]) -> Conversion:
             finally:
                 close_shared_pools()
         reporter.finish()
-        if interrupts.received():
-            _say("imgrec: a signal came while this run published its dataset; publishing finished first")
         elapsed = time.monotonic() - clock
         engine = engine_of(runner, result)
         if FileSystems.exists(join(this_run, UNCHANGED_MARKER)):
             _cleanup(output, this_run, keep_run=False, keep_parts=False)
             return Conversion(result, spec, run_id, engine, elapsed, unchanged_from=compared.dataset)
         metadata = read_published(output, run_id)
+        if interrupts.received():  # it came while this process published, which finished first
+            _say(PUBLISHED_BEFORE_SIGNAL)
         return Conversion(result, spec, run_id, engine, elapsed, metadata)
     except BaseException as exc:
         if interrupts.received() is not None:  # Beam may have wrapped the KeyboardInterrupt
@@ -291,7 +292,7 @@ def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: s
     outcome = interrupted_outcome(output, run_id)
     if outcome:
         raise Interrupted(outcome)
-    _say("imgrec: a signal came after this run published its dataset, which is complete")
+    _say(PUBLISHED_BEFORE_SIGNAL)
     elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
     return Conversion(None, spec, run_id, runner, elapsed, read_published(output, run_id))
 
@@ -389,6 +390,7 @@ def _convert_and_report(argv: Sequence[str]) -> int:
     else:
         print(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine))
     return 0
+
 
 if __name__ == "__main__":
     interrupts.exit_quietly(main())

@@ -402,7 +402,7 @@ def join_local(folder: str, path: str) -> str:
     if ".." not in parts:
         return posixpath.normpath(joined)
     last = len(parts) - 1 - parts[::-1].index("..")
-    up_to = os.path.realpath(local_path("/".join(parts[:last + 1])) or ".")
+    up_to = os.path.realpath("/".join(parts[:last + 1]))
     return posixpath.normpath(posixpath.join(up_to, *parts[last + 1:]))
 
 

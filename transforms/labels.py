@@ -9,9 +9,9 @@ def build_label_map(labels: Iterable[str], class_names: Optional[Sequence[str]] 
     """Label text → id.
 
     A fixed `class_names` list wins (ids by position). Otherwise, with `integer_ids` (manifests)
-    and every label an integer from 0 to 2**63 - 1, the integers are the ids; else ids follow the names sorted as
-    strings, the order of Keras `image_dataset_from_directory`'s class_names (so class folders
-    `0, 1, 10, 2` get ids 0, 1, 2, 3, as in Keras).
+    and every label an integer from 0 to 2**63 - 1, the integers are the ids; else ids follow the
+    names sorted as strings, the order of Keras `image_dataset_from_directory`'s class_names (so
+    class folders `0, 1, 10, 2` get ids 0, 1, 2, 3, as in Keras).
     """
     if class_names:
         return {name: i for i, name in enumerate(class_names)}

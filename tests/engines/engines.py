@@ -492,7 +492,7 @@ def run_imgrec(flags: Sequence[str], log_path: pathlib.Path, netns: Optional[Net
                 while process.poll() is None and not terminate_when() and time.monotonic() - started < timeout:
                     time.sleep(0.01)
                 process.terminate()
-            returncode = process.wait(timeout=timeout)
+            returncode = process.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
         except subprocess.TimeoutExpired:
             returncode = -9
         finally:
