@@ -7,6 +7,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import apache_beam as beam
@@ -103,6 +104,40 @@ def test_tasks_submitted_after_the_pool_lost_its_workers_fail():
             pool.submit(pow, 2, 2).result(timeout=2)  # a healthy pool answers in milliseconds
     finally:
         pool.shutdown(wait=True)
+
+
+def test_a_conversion_starts_its_converter_processes_once(tmp_path):
+    """Reading, converting and concatenating shards share one pool: a run with
+    --convert_processes=2 starts two converter processes, not two per step (each costs a
+    Python start and OpenCV's import)."""
+    import psutil
+
+    from tests.helpers import make_good_images, run_pipeline
+
+    make_good_images(tmp_path / "images", per_class=3)
+    earlier = {child.pid for child in psutil.Process().children()}  # other tests' pools live on
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for child in psutil.Process().children():
+                try:
+                    if child.pid not in earlier and "transforms.process_pool" in child.cmdline():
+                        seen.add(child.pid)
+                except psutil.Error:
+                    pass
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        metadata = run_pipeline(tmp_path / "images", tmp_path / "out", "--convert_processes=2")
+    finally:
+        done.set()
+        watcher.join()
+    assert sum(split.num_examples for split in metadata.splits.values()) == 6
+    assert len(seen) == 2, f"{len(seen)} converter processes started"
 
 
 # ----------------------------------------------------------------------------- the reaper

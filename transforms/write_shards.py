@@ -142,6 +142,9 @@ class _ConcatShards(InflightDoFn):
         (plan,) = [v for v in values if isinstance(v, ShardPlan)]
         return concat_shard, (plan, [v for v in values if isinstance(v, PartResult)], self._settings)
 
+    def pool_initializer(self):
+        return setup_converter  # the converters' own pool: a pool of its own would start 2 more processes
+
     def emit(self, element, result: ShardResult):
         yield result
 
