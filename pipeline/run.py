@@ -45,11 +45,11 @@ from pipeline.publish import interrupted_outcome
 from pipeline.reaper import reaped
 from pipeline.summary import format_header, format_summary
 from transforms import files
-from transforms.concurrency import close_shared_pools
+from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
 from transforms.discover import ManifestError, manifest_layout
 from transforms.files import local_path
-from transforms.parts import WriterSettings, record_digest
+from transforms.parts import WriterSettings, record_digest, setup_converter
 from transforms.specs import ConversionSpec
 
 _LOG = logging.getLogger("imgrec")
@@ -239,15 +239,18 @@ def convert(argv: Sequence[str]) -> Conversion:
         (_LOG.info if not sys.stderr.isatty() else _LOG.debug)(
             "effective config: %s", json.dumps(spec.to_dict(), sort_keys=True))
         _say(format_header(spec, runner, parsed.config_file))
-        pipeline = beam.Pipeline(options=options)
-        _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
-        clock = time.monotonic()
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
         reporter = ProgressReporter(this_run, interval)
-        with reaped(), reporter.running():
+        with reaped():
             try:
-                with interrupts.interruptible():
+                if runs_in_one_process(options) and writer.local_processes:
+                    # The converters start (a Python and OpenCV's import each) while Beam builds the job.
+                    shared_process_pool(writer.local_processes, setup_converter)
+                pipeline = beam.Pipeline(options=options)
+                _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
+                clock = time.monotonic()
+                with reporter.running(), interrupts.interruptible():
                     result = _run_to_completion(pipeline, this_run)
             finally:
                 close_shared_pools()
