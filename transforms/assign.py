@@ -13,7 +13,7 @@ import apache_beam as beam
 from transforms.batches import GroupInBuckets, batched, flatten, split_by
 from transforms.discover import REJECTED
 from transforms.labels import build_label_map
-from transforms.refs import PlannedImage, SourceImage
+from transforms.refs import Batch, PlannedImage, SourceImage
 from transforms.rejections import DuplicateImage, Rejection, UnknownLabel
 from transforms.specs import SplitSpec
 from transforms.split import assign_split, stratified_splits
@@ -84,7 +84,7 @@ def attach_label_ids(batch: Iterable[SourceImage], label_map: Mapping[str, int])
             reason = UnknownLabel(f"label {image.label!r} is not one of the {len(label_map)} configured classes")
             yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(image.path, reason))
     if labeled:
-        yield tuple(labeled)
+        yield Batch(labeled)
 
 
 def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str,
@@ -137,8 +137,8 @@ def plan_label_stratified(units: Iterable[SplitUnit], spec: SplitSpec) -> Iterat
         yield from plan_unit(unit, assignment[unit.key])
 
 
-def plan_hash_splits(units: Iterable[SplitUnit], spec: SplitSpec) -> tuple[PlannedImage, ...]:
-    return tuple(image for unit in units for image in plan_unit(unit, assign_split(unit.key, spec)))
+def plan_hash_splits(units: Iterable[SplitUnit], spec: SplitSpec) -> Batch:
+    return Batch(image for unit in units for image in plan_unit(unit, assign_split(unit.key, spec)))
 
 
 class PlanSplits(beam.PTransform):

@@ -18,6 +18,8 @@ from typing import Callable, Hashable, Iterable, Iterator, TypeVar
 
 import apache_beam as beam
 
+from transforms.refs import Batch
+
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
@@ -25,15 +27,15 @@ BATCH = 256
 BUCKETS = 64
 
 
-def batched(items: Iterable[T], size: int = BATCH) -> Iterator[tuple[T, ...]]:
+def batched(items: Iterable[T], size: int = BATCH) -> Iterator[Batch]:
     batch: list[T] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:
-            yield tuple(batch)
+            yield Batch(batch)
             batch = []
     if batch:
-        yield tuple(batch)
+        yield Batch(batch)
 
 
 def bucket_of(key: str, buckets: int = BUCKETS) -> int:
@@ -41,12 +43,12 @@ def bucket_of(key: str, buckets: int = BUCKETS) -> int:
     return zlib.crc32(key.encode("utf-8", "surrogateescape")) % buckets
 
 
-def split_by(batch: Iterable[T], key: Callable[[T], K]) -> dict[K, tuple[T, ...]]:
+def split_by(batch: Iterable[T], key: Callable[[T], K]) -> dict[K, Batch]:
     """A batch's items by key, keys in sorted order (so what follows is deterministic)."""
     grouped: dict[K, list[T]] = collections.defaultdict(list)
     for item in batch:
         grouped[key(item)].append(item)
-    return {k: tuple(grouped[k]) for k in sorted(grouped)}
+    return {k: Batch(grouped[k]) for k in sorted(grouped)}
 
 
 def flatten(parts: Iterable[Iterable[T]]) -> list[T]:
@@ -66,4 +68,4 @@ class GroupInBuckets(beam.PTransform):
                 | "SplitByBucket" >> beam.FlatMap(
                     lambda batch: split_by(batch, lambda item: bucket_of(key(item), buckets)).items())
                 | "GroupBuckets" >> beam.GroupByKey()
-                | "JoinPieces" >> beam.MapTuple(lambda bucket, pieces: (bucket, flatten(pieces))))
+                | "JoinPieces" >> beam.MapTuple(lambda bucket, pieces: (bucket, Batch(flatten(pieces)))))

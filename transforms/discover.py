@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from transforms.batches import BATCH, GroupInBuckets, batched, split_by
 from transforms.dataset_format import is_temporary_metadata
 from transforms.files import file_kind, local_path
-from transforms.refs import Candidate
+from transforms.refs import Batch, Candidate
 from transforms.rejections import (
     BadManifestLine,
     ConflictingLabels,
@@ -527,11 +527,11 @@ def resolve_bucket(element: tuple[int, list[ManifestRow]]) -> Iterator[Union[tup
 # --------------------------------------------------------------------------------------------
 
 
-def _drop_own(batch: tuple[Candidate, ...], output: OutputFolder) -> tuple[Candidate, ...]:
+def _drop_own(batch: tuple[Candidate, ...], output: OutputFolder) -> Batch:
     def not_own(candidate: Candidate) -> bool:
         local = local_path(candidate.path)
         return not output.owns(os.path.realpath(local) if local is not None else candidate.path)
-    return tuple(c for c in batch if not_own(c))
+    return Batch(c for c in batch if not_own(c))
 
 
 def _glob_file(metadata, extensions: tuple[str, ...]) -> Found:

@@ -10,6 +10,17 @@ from typing import Optional
 from transforms.dataset_format import RecordLocation
 
 
+class Batch(tuple):
+    """References that travel together (transforms/batches.py), encoded by Beam in one piece.
+
+    Beam's default coder writes a plain tuple item by item and pickles each dataclass in it
+    separately: ~20 µs per reference at every stage boundary, in the driver. A tuple of its own
+    type is pickled whole, sharing the class references: a sixth of that.
+    """
+
+    __slots__ = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     """An input file and its label text, before anything is read."""

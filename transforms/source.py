@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from transforms.decode import check_header
 from transforms.files import content_hash, read_input
-from transforms.refs import Candidate, SourceImage
+from transforms.refs import Batch, Candidate, SourceImage
 from transforms.rejections import InputRejected, Rejection
 from transforms.specs import ImageSpec
 
@@ -25,11 +25,11 @@ def read_and_check(candidate: Candidate, spec: ImageSpec, max_file_bytes: int) -
 
 
 def read_batch(batch: tuple[Candidate, ...], spec: ImageSpec,
-               max_file_bytes: int) -> tuple[tuple[SourceImage, ...], tuple[Rejection, ...]]:
+               max_file_bytes: int) -> tuple[Batch, tuple[Rejection, ...]]:
     images, rejections = [], []
     for candidate in batch:
         try:
             images.append(read_and_check(candidate, spec, max_file_bytes))
         except InputRejected as exc:
             rejections.append(Rejection.from_exception(candidate.path, exc))
-    return tuple(images), tuple(rejections)
+    return Batch(images), tuple(rejections)
