@@ -226,9 +226,10 @@ def index_check(output: str, name: str, info: SplitInfo, compression: str, holds
                     if holds_hashes and not locates_image(data, entry.image_offset, entry.image_length, entry.sha256):
                         problems.append(f"{index} line {number}: the record there does not hold content "
                                         f"{entry.sha256[:12]}... at the image bytes it names")
-                handle.seek(end)
-                if handle.read(1):
-                    problems.append(f"{index}: {shard} holds records after the one its last line frames")
+                else:  # every line was read: the last must end the shard
+                    handle.seek(end)
+                    if handle.read(1):
+                        problems.append(f"{index}: {shard} holds records after the one its last line frames")
             lines += len(entries)
         # a malformed line or a bad frame is a ValueError; a damaged gzip stream an OSError, EOFError or zlib.error
         except (OSError, ValueError, EOFError, zlib.error) as exc:
