@@ -11,11 +11,12 @@ import threading
 import time
 
 import apache_beam as beam
+import psutil
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import reaper
-from tests.helpers import REPO, test_pipeline
+from tests.helpers import REPO, make_good_images, run_pipeline, test_pipeline
 from transforms.concurrency import InflightDoFn
 from transforms.files import read_input
 from transforms.process_pool import SubprocessPool, WorkerDied
@@ -110,10 +111,6 @@ def test_a_conversion_starts_its_converter_processes_once(tmp_path):
     """Reading, converting and concatenating shards share one pool: a run with
     --convert_processes=2 starts two converter processes, not two per step (each costs a
     Python start and OpenCV's import)."""
-    import psutil
-
-    from tests.helpers import make_good_images, run_pipeline
-
     make_good_images(tmp_path / "images", per_class=3)
     earlier = {child.pid for child in psutil.Process().children()}  # other tests' pools live on
     seen: set[int] = set()
@@ -150,8 +147,6 @@ def test_driver_markers_tell_a_live_driver_from_a_gone_or_reused_pid():
     assert not reaper.driver_alive(f"{os.getpid()}:{int(started) + 1}")  # the pid, reused later
     assert reaper.process_start_time(2**22 + 12345) is None
     assert not reaper.driver_alive(f"{2**22 + 12345}:")
-    import psutil
-
     assert abs(reaper.process_started_at(os.getpid()) - psutil.Process().create_time()) < 0.05
 
 
