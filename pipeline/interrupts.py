@@ -28,6 +28,7 @@ import time
 from typing import Iterator, NoReturn, Optional
 
 from pipeline.errors import RunFailed
+from pipeline.heap import skip_exit_collection
 from pipeline.reaper import DRIVER_ENV, kill_marked
 
 # Beam's SubprocessSdkWorker passes this to every worker it starts (and to their `sh -c`).
@@ -149,4 +150,5 @@ def exit_quietly(code: int) -> NoReturn:
     restores the default action of signals with Python handlers while it finalizes."""
     for signum in _SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    skip_exit_collection()
     sys.exit(code)

@@ -26,6 +26,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineState, create_run
 from pipeline import interrupts
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.errors import ImgrecError, Interrupted, RunFailed, UsageError
+from pipeline.heap import imports_frozen
 from pipeline.lock import OutputLock
 from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
 from pipeline.options import ImgrecOptions, parse_arguments
@@ -369,7 +370,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_help()
         return 0
     configure_logging()
-    with interrupts.handled():
+    with interrupts.handled(), imports_frozen():
         return _convert_and_report(argv)
 
 
