@@ -1,7 +1,6 @@
 """`python -m pipeline.inspect OUTPUT`: the name this command had first; see pipeline/verify.py."""
-import sys
-
+from pipeline.interrupts import exit_quietly
 from pipeline.verify import main
 
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m pipeline.inspect"))
+    exit_quietly(main(prog="python -m pipeline.inspect"))
