@@ -35,6 +35,7 @@ import re
 import sys
 from typing import Any, Mapping, Optional, Sequence
 
+from pipeline.interrupts import exit_quietly
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, read_metadata
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata
 
@@ -233,4 +234,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_quietly(main())
