@@ -51,7 +51,7 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
             lines.append(f"warning: split {name} has no examples")
     resumed = metadata.run.get("resumed_records", 0)
     if resumed:
-        lines.append(f"resumed: {resumed} records were taken from parts an interrupted run had finished")
+        lines.append(f"resumed: {resumed} records were taken from what an interrupted run had written")
     if inputs.rejected:
         lines.append(f"dead letters: {', '.join(metadata.error_files)}")
     if elapsed is not None:

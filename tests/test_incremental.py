@@ -189,8 +189,9 @@ def test_skip_unchanged_compares_with_the_newest_sibling(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
-    """kill -9 mid-conversion, then the same command again: the finished parts are taken as they
-    are and the output equals an uninterrupted run's."""
+    """kill -9 mid-conversion, then the same command again: the finished parts, and the records
+    the parts in progress had written, are taken as they are; the output equals an
+    uninterrupted run's."""
     images = tmp_path / "images"
     make_images(images, 600)
     output = tmp_path / "out"
@@ -210,11 +211,12 @@ def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     finished = sum(json.loads(p.read_text())["records"] for p in parts.glob("*.json"))
+    journaled = sum(len(p.read_text().splitlines()) for p in parts.glob("*.partial/*.index"))
     assert not (output / "metadata.json").exists()
     done = subprocess.run(argv(output), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     resumed = json.loads((output / "metadata.json").read_text())["run"]["resumed_records"]
-    assert resumed == finished > 0
+    assert resumed == finished + journaled and finished > 0  # every journaled record is complete
     assert f"resumed: {resumed} records" in done.stdout
     uninterrupted = tmp_path / "uninterrupted"
     subprocess.run(argv(uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)

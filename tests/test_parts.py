@@ -211,8 +211,8 @@ def test_a_finished_part_is_taken_as_it_is(tmp_path, images):
     for image in images:
         pathlib.Path(image.source.path).unlink()
     again = convert_part(task, settings)
-    assert again.resumed and not first.resumed
-    assert dataclasses.replace(again, resumed=False) == first
+    assert (again.resumed, first.resumed) == (8, 0)
+    assert dataclasses.replace(again, resumed=0) == first
     assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == records
 
 
@@ -223,7 +223,71 @@ def test_a_part_without_its_outcome_is_converted_again(tmp_path, images):
     (tmp_path / "parts" / f"{task.digest}.json").unlink()  # killed after the records, before the outcome
     (tmp_path / "parts" / f"{task.digest}.records").write_bytes(b"half written")
     again = convert_part(task, settings)
-    assert again == first and not again.resumed
+    assert again == first and again.resumed == 0
+
+
+def interrupted_attempt(tmp_path, task, settings, outcome: PartOutcome, run: str, records: int,
+                        torn: int = 0) -> pathlib.Path:
+    """What a run killed while converting `task` leaves: its first `records` records plus `torn`
+    bytes of the next one, and the journal lines of all of them (the last may be torn); the
+    finished part is removed."""
+    parts = tmp_path / "parts"
+    data = (parts / f"{task.digest}.records").read_bytes()
+    for name in (f"{task.digest}.records", f"{task.digest}.json"):
+        (parts / name).unlink()
+    folder = parts / f"{task.digest}.partial"
+    folder.mkdir()
+    end = sum(entry.length for entry in outcome.index[:records])
+    (folder / f"{run}-1.records").write_bytes(data[:end + torn])
+    lines = outcome.index[:records + (1 if torn else 0)]
+    (folder / f"{run}-1.index").write_text("".join(entry.to_line() for entry in lines))
+    return folder
+
+
+def test_a_killed_attempt_leaves_records_a_restart_takes(tmp_path, images):
+    """Killed in the middle of record 6 of 8: a restart takes records 1-5 as they are (their
+    images are gone, so it cannot have converted them) and converts the rest; the part is the
+    same byte for byte."""
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    first = convert_part(task, settings)
+    expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    folder = interrupted_attempt(tmp_path, task, settings, first, "run-killed", records=5, torn=1000)
+    for image in task.images[:5]:
+        pathlib.Path(image.source.path).unlink()
+    again = convert_part(task, dataclasses.replace(settings, run_dir=str(tmp_path / "run-2")))
+    assert again.rejections == () and again.resumed == 5
+    assert dataclasses.replace(again, resumed=0, converted_by=first.converted_by) == first
+    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("damage", ["byte", "journal", "own run", "other images"])
+def test_only_records_that_check_out_are_taken(tmp_path, images, damage):
+    """A damaged byte (record 3), a journal line that does not match its record, the run's own
+    attempt, or an attempt at other images: those records and all after them are converted again."""
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    first = convert_part(task, settings)
+    expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    run = "run" if damage == "own run" else "run-killed"
+    folder = interrupted_attempt(tmp_path, task, settings, first, run, records=6)
+    records, journal = folder / f"{run}-1.records", folder / f"{run}-1.index"
+    if damage == "byte":
+        data = bytearray(records.read_bytes())
+        data[first.index[2].offset + first.index[2].image_offset + 5] ^= 1
+        records.write_bytes(bytes(data))
+    elif damage == "journal":
+        lines = journal.read_text().splitlines(keepends=True)
+        lines[2] = dataclasses.replace(first.index[2], image_offset=first.index[2].image_offset + 1).to_line()
+        journal.write_text("".join(lines))
+    elif damage == "other images":
+        journal.write_text("".join(dataclasses.replace(e, sha256=task.images[0].source.content_hash).to_line()
+                                   for e in first.index[:6]))
+    again = convert_part(task, settings)
+    assert again.resumed == {"byte": 2, "journal": 2, "own run": 0, "other images": 1}[damage]
+    assert dataclasses.replace(again, resumed=0) == first
+    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
 
 
 # ----------------------------------------------------------------------------- concatenating a shard

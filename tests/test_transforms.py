@@ -548,7 +548,7 @@ def test_record_progress_markers(tmp_path):
     from transforms.parts import PartResult
 
     parts = [PartResult(shard=("train", 0, 1), index=i, digest=f"{i:064x}", images=n, records=n, num_bytes=0,
-                        label_counts=(), reused=0, converted_by="host:1", resumed=False)
+                        label_counts=(), reused=0, converted_by="host:1", resumed=0)
              for i, n in enumerate((64, 64, 2))]
     with test_pipeline() as p:
         _ = (p | "Counts" >> beam.Create([{"train": 130, "val": 0}]), p | "Parts" >> beam.Create(parts)) | \

@@ -3,7 +3,9 @@
 A part is a fixed number of consecutive records of one shard. Converting it writes its records
 to a part file named by a digest of the settings and images it holds, then an outcome file
 (counts, rejections, record index) last, so a part with an outcome is complete and a restarted
-run takes it as it is. Concatenating a shard's parts in order gives the same bytes as writing
+run takes it as it is. On a local disk, a part in progress also journals the index line of
+every record it has written, so a run killed mid-part leaves records a restart can take too
+(`salvaged_prefix`). Concatenating a shard's parts in order gives the same bytes as writing
 the shard in one pass, because TFRecord framing is per record.
 
 This module imports no Beam: it runs in the converter processes (transforms/process_pool.py).
@@ -15,12 +17,13 @@ import dataclasses
 import hashlib
 import json
 import os
+import posixpath
 import socket
 import uuid
-from typing import Iterable
+from typing import BinaryIO, Iterable, Optional
 
 from transforms import files, tfrecord
-from transforms.dataset_format import IndexEntry, index_file_name, join, shard_file_name
+from transforms.dataset_format import FormatError, IndexEntry, index_file_name, join, shard_file_name
 from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
 from transforms.process import image_to_record
 from transforms.refs import PlannedImage
@@ -76,7 +79,7 @@ class PartOutcome:
     index: tuple[IndexEntry, ...]
     reused: int
     converted_by: str  # host:pid of the process that converted it
-    resumed: bool = False  # found complete from an earlier, interrupted attempt (not stored)
+    resumed: int = 0  # records taken from an earlier, interrupted attempt (not stored)
 
     def to_json(self) -> str:
         return json.dumps({"digest": self.digest, "records": self.records, "num_bytes": self.num_bytes,
@@ -105,7 +108,7 @@ class PartResult:
     label_counts: tuple[tuple[str, int], ...]
     reused: int
     converted_by: str
-    resumed: bool
+    resumed: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +124,7 @@ class ShardResult:
     label_counts: tuple[tuple[str, int], ...]
     reused: int = 0
     converters: tuple[str, ...] = ()  # the processes that converted its parts (host:pid)
-    resumed: int = 0  # records taken from parts an interrupted run had finished
+    resumed: int = 0  # records taken from what an interrupted run had written
 
 
 def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str]) -> str:
@@ -223,41 +226,174 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> tuple[Encode
         raise
 
 
+class _Journal:
+    """The index line of every record an attempt has written, appended once the record is in its
+    file (unbuffered, so a killed process leaves every line it wrote). No path: no journal."""
+
+    def __init__(self, path: Optional[str]):
+        self._handle = open(path, "ab", buffering=0) if path else None
+
+    def add(self, records: BinaryIO, entries: Iterable[IndexEntry]) -> None:
+        if self._handle:
+            records.flush()
+            self._handle.write("".join(entry.to_line() for entry in entries).encode("ascii"))
+
+    def close(self) -> None:
+        if self._handle:
+            self._handle.close()
+
+
+def salvaged_prefix(journal: str, records: BinaryIO, images: Iterable[PlannedImage]) -> list[IndexEntry]:
+    """The index of the leading records of an interrupted attempt that are exactly what this
+    part's first images convert to: consecutive, framed with valid checksums, each holding its
+    image's content hash and image bytes where its line says.
+
+    The part's digest covers its images, their fields and the record settings, so such a record
+    has the bytes a conversion would write. A rejected image (no line), a torn last record or a
+    damaged byte ends the prefix; the rest is converted again."""
+    entries, offset = [], 0
+    for line, image in zip(journal.splitlines(), images):
+        try:
+            entry = IndexEntry.from_line(line)
+            if entry.offset != offset or entry.sha256 != image.source.content_hash:
+                break
+            data = tfrecord.read_record_at(records, entry.offset, entry.length)
+        except (FormatError, ValueError, OSError):  # CorruptRecord is a ValueError
+            break
+        if not locates_image(data, entry.image_offset, entry.image_length, entry.sha256):
+            break
+        entries.append(entry)
+        offset += entry.length
+    return entries
+
+
+class _Attempt:
+    """Where one attempt at a part writes before its records are complete.
+
+    On a local disk: `{digest}.partial/{run}-{unique}.records` and its journal (`.index`), so a
+    restarted run can claim an interrupted run's attempt (`claim`). Elsewhere (object stores,
+    whose objects appear only once closed) a temporary name beside the part."""
+
+    def __init__(self, task: PartTask, settings: WriterSettings):
+        self.records_path = join(settings.parts_dir, f"{task.digest}.records")
+        self.run = posixpath.basename(settings.run_dir.rstrip("/"))
+        local = files.local_path(settings.parts_dir)
+        self.folder = os.path.join(local, f"{task.digest}.partial") if local is not None else None
+        if self.folder is not None:
+            os.makedirs(self.folder, exist_ok=True)
+            stem = os.path.join(self.folder, f"{self.run}-{uuid.uuid4().hex}")
+            self.temporary, self.journal = f"{stem}.records", f"{stem}.index"
+        else:
+            self.temporary, self.journal = f"{self.records_path}.tmp-{uuid.uuid4().hex}", None
+
+    def claim(self) -> Optional[tuple[str, str]]:
+        """(records, journal text) of another run's attempt, the longest journal first, renamed
+        to this attempt's names: a rename succeeds once, so no two attempts take the same one.
+        Only other runs' attempts: this run's own may still be running (a retried bundle). What
+        is taken is read and copied, never written to, so even a writer of a killed driver's job
+        that is still alive cannot change the records taken."""
+        if self.folder is None:
+            return None
+        candidates = [name for name in os.listdir(self.folder)
+                      if name.endswith(".index") and name[:-len(".index")].rsplit("-", 1)[0] != self.run]
+        for name in sorted(candidates, key=lambda n: _size(os.path.join(self.folder, n)), reverse=True):
+            stem, claimed = os.path.join(self.folder, name[:-len(".index")]), f"{self.temporary}.claimed"
+            try:
+                os.rename(f"{stem}.index", f"{claimed}.index")
+            except FileNotFoundError:
+                continue
+            try:
+                os.rename(f"{stem}.records", claimed)
+            except FileNotFoundError:
+                os.remove(f"{claimed}.index")
+                continue
+            with open(f"{claimed}.index", "rb") as handle:
+                journal = handle.read().decode("ascii", "replace")
+            os.remove(f"{claimed}.index")
+            return claimed, journal
+        return None
+
+    def finish(self) -> None:
+        files.rename(self.temporary, self.records_path)
+        if self.folder is not None:
+            os.remove(self.journal)
+            try:
+                os.rmdir(self.folder)
+            except OSError:  # other attempts' leftovers: removed with the parts when a run publishes
+                pass
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return -1
+
+
+def _salvage(task: PartTask, attempt: _Attempt, records: BinaryIO, journal: _Journal) -> list[IndexEntry]:
+    """An interrupted run's records of this part that check out, copied to this attempt's file."""
+    claimed = attempt.claim()
+    if claimed is None:
+        return []
+    path, lines = claimed
+    try:
+        with open(path, "rb") as handle:
+            entries = salvaged_prefix(lines, handle, task.images)
+        if entries:
+            files.append_file(records, path, length=sum(entry.length for entry in entries))
+            journal.add(records, entries)
+    finally:
+        os.remove(path)
+    return entries
+
+
 def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     """Writes the part's records (or finds them from an earlier attempt); returns its outcome.
 
     Runs on a worker thread or in a pool process. The records go to a temporary name and the
-    outcome is written last, so a part whose outcome exists is complete.
+    outcome is written last, so a part whose outcome exists is complete. An interrupted run's
+    records of the part that check out are taken rather than converted again.
     """
-    records_path = join(settings.parts_dir, f"{task.digest}.records")
     outcome_path = join(settings.parts_dir, f"{task.digest}.json")
-    if files.exists(outcome_path) and files.exists(records_path):
+    if files.exists(outcome_path) and files.exists(join(settings.parts_dir, f"{task.digest}.records")):
         found = PartOutcome.from_json(files.read_bytes(outcome_path).decode("utf-8"))
-        return dataclasses.replace(found, resumed=True)
+        return dataclasses.replace(found, resumed=found.records)
+    attempt = _Attempt(task, settings)
     split = task.shard[0]
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
     offset = num_bytes = reused = 0
-    temporary = f"{records_path}.tmp-{uuid.uuid4().hex}"
-    with files.create(temporary) as handle:
-        for image in task.images:
-            try:
-                record, was_reused = convert_image(image, settings)
-            except InputRejected as exc:
-                rejections.append(Rejection.from_exception(image.source.path, exc, split))
-                continue
-            length = tfrecord.write_record(handle, record.data)
-            index.append(IndexEntry(offset, length, image.source.content_hash, record.image_offset,
-                                    record.image_length))
-            offset += length
-            num_bytes += len(record.data)
-            label_counts[image.source.label] += 1
-            reused += was_reused
-    files.rename(temporary, records_path)
+    journal = _Journal(attempt.journal)
+    try:
+        with files.create(attempt.temporary) as handle:
+            index = _salvage(task, attempt, handle, journal)
+            salvaged = len(index)
+            for entry, image in zip(index, task.images):
+                offset += entry.length
+                num_bytes += entry.length - tfrecord.framed_length(0)
+                label_counts[image.source.label] += 1
+            for image in task.images[len(index):]:
+                try:
+                    record, was_reused = convert_image(image, settings)
+                except InputRejected as exc:
+                    rejections.append(Rejection.from_exception(image.source.path, exc, split))
+                    continue
+                length = tfrecord.write_record(handle, record.data)
+                entry = IndexEntry(offset, length, image.source.content_hash, record.image_offset,
+                                   record.image_length)
+                index.append(entry)
+                journal.add(handle, [entry])
+                offset += length
+                num_bytes += len(record.data)
+                label_counts[image.source.label] += 1
+                reused += was_reused
+    finally:
+        journal.close()
+    attempt.finish()
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
                           tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")
     files.write_atomically(outcome_path, outcome.to_json().encode("utf-8"))
-    return outcome
+    return dataclasses.replace(outcome, resumed=salvaged)
 
 
 def _read_outcome(settings: WriterSettings, digest: str) -> PartOutcome:
@@ -293,7 +429,7 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
     return ShardResult(split, index, num_shards, name, sum(p.records for p in parts),
                        sum(p.num_bytes for p in parts), tuple(sorted(label_counts.items())),
                        sum(p.reused for p in parts), tuple(sorted({p.converted_by for p in parts})),
-                       sum(p.records for p in parts if p.resumed))
+                       sum(p.resumed for p in parts))
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
