@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import os
 import pathlib
+import shutil
 import socket
 
 import numpy as np
@@ -17,6 +18,7 @@ from transforms import tfrecord
 from transforms.dataset_format import IndexEntry, RecordLocation
 from transforms.example import RecordFields
 from transforms.parts import (
+    JournalLine,
     PartOutcome,
     PartResult,
     ShardPlan,
@@ -226,11 +228,11 @@ def test_a_part_without_its_outcome_is_converted_again(tmp_path, images):
     assert again == first and again.resumed == 0
 
 
-def interrupted_attempt(tmp_path, task, settings, outcome: PartOutcome, run: str, records: int,
-                        torn: int = 0) -> pathlib.Path:
+def interrupted_attempt(tmp_path, task, outcome: PartOutcome, run: str, records: int, torn: int = 0,
+                        positions=None) -> pathlib.Path:
     """What a run killed while converting `task` leaves: its first `records` records plus `torn`
     bytes of the next one, and the journal lines of all of them (the last may be torn); the
-    finished part is removed."""
+    finished part is removed. `positions`: the images the records were of (default 0, 1, ...)."""
     parts = tmp_path / "parts"
     data = (parts / f"{task.digest}.records").read_bytes()
     for name in (f"{task.digest}.records", f"{task.digest}.json"):
@@ -239,8 +241,10 @@ def interrupted_attempt(tmp_path, task, settings, outcome: PartOutcome, run: str
     folder.mkdir()
     end = sum(entry.length for entry in outcome.index[:records])
     (folder / f"{run}-1.records").write_bytes(data[:end + torn])
-    lines = outcome.index[:records + (1 if torn else 0)]
-    (folder / f"{run}-1.index").write_text("".join(entry.to_line() for entry in lines))
+    entries = outcome.index[:records + (1 if torn else 0)]
+    positions = positions or range(len(entries))
+    lines = [JournalLine(p, False, e).to_line() for p, e in zip(positions, entries)]
+    (folder / f"{run}-1.index").write_text("".join(lines))
     return folder
 
 
@@ -252,7 +256,7 @@ def test_a_killed_attempt_leaves_records_a_restart_takes(tmp_path, images):
     (task,) = cut_into_parts(SHARD, images, settings)
     first = convert_part(task, settings)
     expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
-    folder = interrupted_attempt(tmp_path, task, settings, first, "run-killed", records=5, torn=1000)
+    folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=5, torn=1000)
     for image in task.images[:5]:
         pathlib.Path(image.source.path).unlink()
     again = convert_part(task, dataclasses.replace(settings, run_dir=str(tmp_path / "run-2")))
@@ -262,31 +266,99 @@ def test_a_killed_attempt_leaves_records_a_restart_takes(tmp_path, images):
     assert not folder.exists()
 
 
-@pytest.mark.parametrize("damage", ["byte", "journal", "own run", "other images"])
+@pytest.mark.parametrize("damage", ["byte", "journal", "own run", "other images", "huge length"])
 def test_only_records_that_check_out_are_taken(tmp_path, images, damage):
     """A damaged byte (record 3), a journal line that does not match its record, the run's own
-    attempt, or an attempt at other images: those records and all after them are converted again."""
+    attempt, an attempt at other images, a length past the file's end: those records are
+    converted again, the others taken."""
     settings = settings_for(tmp_path, part_images=8)
     (task,) = cut_into_parts(SHARD, images, settings)
     first = convert_part(task, settings)
     expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
     run = "run" if damage == "own run" else "run-killed"
-    folder = interrupted_attempt(tmp_path, task, settings, first, run, records=6)
+    folder = interrupted_attempt(tmp_path, task, first, run, records=6)
     records, journal = folder / f"{run}-1.records", folder / f"{run}-1.index"
+    lines = journal.read_text().splitlines(keepends=True)
     if damage == "byte":
         data = bytearray(records.read_bytes())
         data[first.index[2].offset + first.index[2].image_offset + 5] ^= 1
         records.write_bytes(bytes(data))
     elif damage == "journal":
-        lines = journal.read_text().splitlines(keepends=True)
-        lines[2] = dataclasses.replace(first.index[2], image_offset=first.index[2].image_offset + 1).to_line()
-        journal.write_text("".join(lines))
+        shifted = dataclasses.replace(first.index[2], image_offset=first.index[2].image_offset + 1)
+        lines[2] = JournalLine(2, False, shifted).to_line()
     elif damage == "other images":
-        journal.write_text("".join(dataclasses.replace(e, sha256=task.images[0].source.content_hash).to_line()
-                                   for e in first.index[:6]))
+        lines = [JournalLine(i, False, dataclasses.replace(e, sha256=task.images[0].source.content_hash)).to_line()
+                 for i, e in enumerate(first.index[:6])]
+    elif damage == "huge length":
+        lines[4] = JournalLine(4, False, dataclasses.replace(first.index[4], length=10**15)).to_line()
+    journal.write_text("".join(lines))
     again = convert_part(task, settings)
-    assert again.resumed == {"byte": 2, "journal": 2, "own run": 0, "other images": 1}[damage]
+    assert again.resumed == {"byte": 5, "journal": 5, "own run": 0, "other images": 1, "huge length": 5}[damage]
     assert dataclasses.replace(again, resumed=0) == first
+    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
+
+
+def test_an_image_rejected_once_is_converted_again_and_takes_its_place(tmp_path, images):
+    """Image 2 could not be read in the killed run (a passing network error), and image 3 has the
+    same bytes: the journal says which image each record was of, so the restart converts image 2
+    again rather than giving image 3's record its place, and takes image 3's record."""
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    pathlib.Path(task.images[3].source.path).write_bytes(pathlib.Path(task.images[2].source.path).read_bytes())
+    task_images = list(task.images)
+    task_images[3] = planned(pathlib.Path(task.images[3].source.path), task.images[3].label_id)
+    (task,) = cut_into_parts(SHARD, task_images, settings)
+    first = convert_part(task, settings)
+    expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    assert task.images[2].source.content_hash == task.images[3].source.content_hash
+    # the killed run: image 2 rejected, images 0, 1, 3, 4 written
+    missing = tmp_path / "gone.jpg"
+    pathlib.Path(task.images[2].source.path).rename(missing)
+    killed = convert_part(task, settings_for(tmp_path, name="run-killed", part_images=8, parts="killed"))
+    pathlib.Path(missing).rename(task.images[2].source.path)
+    assert [r.error for r in killed.rejections] == ["UnreadableFile"]
+    data = (tmp_path / "killed" / f"{task.digest}.records").read_bytes()
+    end = sum(e.length for e in killed.index[:4])
+    folder = tmp_path / "parts" / f"{task.digest}.partial"
+    for name in (f"{task.digest}.records", f"{task.digest}.json"):
+        (tmp_path / "parts" / name).unlink()
+    folder.mkdir()
+    (folder / "run-killed-1.records").write_bytes(data[:end])
+    (folder / "run-killed-1.index").write_text("".join(
+        JournalLine(p, False, e).to_line() for p, e in zip((0, 1, 3, 4), killed.index[:4])))
+    again = convert_part(task, settings)
+    assert again.resumed == 4 and again.rejections == ()
+    assert dataclasses.replace(again, resumed=0) == first
+    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
+
+
+def test_reused_records_taken_from_a_killed_attempt_still_count_as_reused(tmp_path, images):
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    first = convert_part(task, settings)
+    folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=3)
+    journal = folder / "run-killed-1.index"
+    journal.write_text("".join(JournalLine(i, i == 1, e).to_line() for i, e in enumerate(first.index[:3])))
+    again = convert_part(task, settings)
+    assert (again.resumed, again.reused) == (3, 1)
+
+
+@pytest.mark.parametrize("tamper", ["partial is a file", "journal is a folder", "records is a folder"])
+def test_an_unusable_attempt_is_left_alone(tmp_path, images, tamper):
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    first = convert_part(task, settings)
+    expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=3)
+    if tamper == "partial is a file":
+        shutil.rmtree(folder)
+        folder.write_text("x")
+    else:
+        path = folder / f"run-killed-1.{'index' if tamper == 'journal is a folder' else 'records'}"
+        path.unlink()
+        path.mkdir()
+    again = convert_part(task, settings)
+    assert dataclasses.replace(again, resumed=0) == first and again.resumed == 0
     assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
 
 

@@ -74,32 +74,24 @@ def link(source: str, destination: str) -> bool:
     return True
 
 
-def append_file(destination: BinaryIO, source: str, length: Optional[int] = None, chunk: int = 8 * 2**20) -> None:
-    """Copies `source` (its first `length` bytes, if given) to the end of the open `destination`:
-    in the kernel (copy_file_range) between local files, through Python otherwise (e.g. into a
-    gzip stream)."""
+def append_file(destination: BinaryIO, source: str, chunk: int = 8 * 2**20) -> None:
+    """Copies `source` to the end of the open `destination`: in the kernel (copy_file_range)
+    between local files, through Python otherwise (e.g. into a gzip stream)."""
     local = local_path(source)
     if local is not None and hasattr(os, "copy_file_range") and hasattr(destination, "fileno") \
             and type(destination).__name__ == "BufferedWriter":
         destination.flush()
         with open(local, "rb") as handle:
-            remaining = os.fstat(handle.fileno()).st_size if length is None else length
+            remaining = os.fstat(handle.fileno()).st_size
             while remaining:
                 copied = os.copy_file_range(handle.fileno(), destination.fileno(), remaining)
                 if not copied:
                     raise OSError(f"copy_file_range stopped with {remaining} bytes of {source} left")
                 remaining -= copied
         return
-    remaining = length
     with open_read(source) as handle:
-        while remaining is None or remaining > 0:
-            data = handle.read(chunk if remaining is None else min(chunk, remaining))
-            if not data:
-                break
+        while data := handle.read(chunk):
             destination.write(data)
-            remaining = None if remaining is None else remaining - len(data)
-    if remaining:
-        raise OSError(f"{source} ended {remaining} bytes short")
 
 
 def read_bytes(path: str) -> bytes:

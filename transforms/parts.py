@@ -3,24 +3,26 @@
 A part is a fixed number of consecutive records of one shard. Converting it writes its records
 to a part file named by a digest of the settings and images it holds, then an outcome file
 (counts, rejections, record index) last, so a part with an outcome is complete and a restarted
-run takes it as it is. On a local disk, a part in progress also journals the index line of
-every record it has written, so a run killed mid-part leaves records a restart can take too
-(`salvaged_prefix`). Concatenating a shard's parts in order gives the same bytes as writing
-the shard in one pass, because TFRecord framing is per record.
+run takes it as it is. On a local disk, a part in progress also journals every record it has
+written, so a run killed mid-part leaves records a restart can take too (`salvaged_record`).
+Concatenating a shard's parts in order gives the same bytes as writing the shard in one pass,
+because TFRecord framing is per record.
 
 This module imports no Beam: it runs in the converter processes (transforms/process_pool.py).
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import posixpath
 import socket
 import uuid
-from typing import BinaryIO, Iterable, Optional
+from typing import BinaryIO, Iterable, Iterator, Optional
 
 from transforms import files, tfrecord
 from transforms.dataset_format import FormatError, IndexEntry, index_file_name, join, shard_file_name
@@ -226,45 +228,73 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> tuple[Encode
         raise
 
 
+@dataclasses.dataclass(frozen=True)
+class JournalLine:
+    """One record an attempt has written: the position of its image in the part, whether its
+    image bytes were reused from a previous dataset, and its index entry in the attempt's file."""
+
+    position: int
+    reused: bool
+    entry: IndexEntry
+
+    def to_line(self) -> str:
+        return f"{self.position} {int(self.reused)} {self.entry.to_line()}"
+
+    @classmethod
+    def from_line(cls, line: str) -> "JournalLine":
+        position, reused, rest = line.split(" ", 2)
+        if reused not in ("0", "1"):
+            raise FormatError(f"journal line has reused={reused!r}")
+        return cls(int(position), reused == "1", IndexEntry.from_line(rest))
+
+
 class _Journal:
-    """The index line of every record an attempt has written, appended once the record is in its
-    file (unbuffered, so a killed process leaves every line it wrote). No path: no journal."""
+    """The line of every record an attempt has written, appended once the record is in its file
+    (unbuffered, so a killed process leaves every line it wrote). No path: no journal."""
 
     def __init__(self, path: Optional[str]):
         self._handle = open(path, "ab", buffering=0) if path else None
 
-    def add(self, records: BinaryIO, entries: Iterable[IndexEntry]) -> None:
+    def add(self, records: BinaryIO, line: JournalLine) -> None:
         if self._handle:
             records.flush()
-            self._handle.write("".join(entry.to_line() for entry in entries).encode("ascii"))
+            self._handle.write(line.to_line().encode("ascii"))
 
     def close(self) -> None:
         if self._handle:
             self._handle.close()
 
 
-def salvaged_prefix(journal: str, records: BinaryIO, images: Iterable[PlannedImage]) -> list[IndexEntry]:
-    """The index of the leading records of an interrupted attempt that are exactly what this
-    part's first images convert to: consecutive, framed with valid checksums, each holding its
-    image's content hash and image bytes where its line says.
-
-    The part's digest covers its images, their fields and the record settings, so such a record
-    has the bytes a conversion would write. A rejected image (no line), a torn last record or a
-    damaged byte ends the prefix; the rest is converted again."""
-    entries, offset = [], 0
-    for line, image in zip(journal.splitlines(), images):
+def parse_journal(text: str, num_images: int) -> dict[int, JournalLine]:
+    """A journal's usable lines by image position; damaged lines are skipped, not trusted."""
+    lines = {}
+    for raw in text.splitlines():
         try:
-            entry = IndexEntry.from_line(line)
-            if entry.offset != offset or entry.sha256 != image.source.content_hash:
-                break
-            data = tfrecord.read_record_at(records, entry.offset, entry.length)
-        except (FormatError, ValueError, OSError):  # CorruptRecord is a ValueError
-            break
-        if not locates_image(data, entry.image_offset, entry.image_length, entry.sha256):
-            break
-        entries.append(entry)
-        offset += entry.length
-    return entries
+            line = JournalLine.from_line(raw)
+        except (FormatError, ValueError):
+            continue
+        if 0 <= line.position < num_images and line.entry.offset >= 0 and line.entry.length > 0:
+            lines.setdefault(line.position, line)
+    return lines
+
+
+def salvaged_record(line: JournalLine, image: PlannedImage, records: BinaryIO, size: int) -> Optional[bytes]:
+    """The framed record an interrupted attempt wrote for `image`, if it is exactly what
+    converting the image writes: inside the file, checksums valid, holding the image's content
+    hash and image bytes where the line says. Else None, and the image is converted again.
+
+    The part's digest covers its images in order, their fields and the record settings, so a
+    record at the same position with these checks has the bytes a conversion would write."""
+    entry = line.entry
+    if entry.sha256 != image.source.content_hash or entry.offset + entry.length > size:
+        return None
+    try:
+        records.seek(entry.offset)
+        framed = records.read(entry.length)
+        data = tfrecord.parse_framed(framed)
+    except (ValueError, OSError):  # CorruptRecord is a ValueError
+        return None
+    return framed if locates_image(data, entry.image_offset, entry.image_length, entry.sha256) else None
 
 
 class _Attempt:
@@ -272,26 +302,31 @@ class _Attempt:
 
     On a local disk: `{digest}.partial/{run}-{unique}.records` and its journal (`.index`), so a
     restarted run can claim an interrupted run's attempt (`claim`). Elsewhere (object stores,
-    whose objects appear only once closed) a temporary name beside the part."""
+    whose objects appear only once closed), or when that folder cannot be made, a temporary
+    name beside the part."""
 
     def __init__(self, task: PartTask, settings: WriterSettings):
         self.records_path = join(settings.parts_dir, f"{task.digest}.records")
         self.run = posixpath.basename(settings.run_dir.rstrip("/"))
         local = files.local_path(settings.parts_dir)
         self.folder = os.path.join(local, f"{task.digest}.partial") if local is not None else None
+        try:
+            if self.folder is not None:
+                os.makedirs(self.folder, exist_ok=True)
+        except OSError:  # e.g. a file in its place: then this attempt cannot be taken over
+            self.folder = None
         if self.folder is not None:
-            os.makedirs(self.folder, exist_ok=True)
             stem = os.path.join(self.folder, f"{self.run}-{uuid.uuid4().hex}")
             self.temporary, self.journal = f"{stem}.records", f"{stem}.index"
         else:
             self.temporary, self.journal = f"{self.records_path}.tmp-{uuid.uuid4().hex}", None
 
-    def claim(self) -> Optional[tuple[str, str]]:
-        """(records, journal text) of another run's attempt, the longest journal first, renamed
-        to this attempt's names: a rename succeeds once, so no two attempts take the same one.
-        Only other runs' attempts: this run's own may still be running (a retried bundle). What
-        is taken is read and copied, never written to, so even a writer of a killed driver's job
-        that is still alive cannot change the records taken."""
+    def claim(self) -> Optional[tuple[str, BinaryIO, str]]:
+        """(path, open records file, journal text) of another run's attempt, the longest journal
+        first, renamed to this attempt's names: a rename succeeds once, so no two attempts take
+        the same one. Only other runs' attempts: this run's own may still be running (a retried
+        bundle). What is taken is read, never written to, so even a writer of a killed driver's
+        job that is still alive cannot change the records taken. Anything unreadable is skipped."""
         if self.folder is None:
             return None
         candidates = [name for name in os.listdir(self.folder)
@@ -300,17 +335,13 @@ class _Attempt:
             stem, claimed = os.path.join(self.folder, name[:-len(".index")]), f"{self.temporary}.claimed"
             try:
                 os.rename(f"{stem}.index", f"{claimed}.index")
-            except FileNotFoundError:
-                continue
-            try:
                 os.rename(f"{stem}.records", claimed)
-            except FileNotFoundError:
+                with open(f"{claimed}.index", "rb") as handle:
+                    journal = handle.read(_MAX_JOURNAL_BYTES).decode("ascii", "replace")
                 os.remove(f"{claimed}.index")
+                return claimed, open(claimed, "rb"), journal
+            except OSError:  # gone (another claimant), or not a file: not this attempt's to take
                 continue
-            with open(f"{claimed}.index", "rb") as handle:
-                journal = handle.read().decode("ascii", "replace")
-            os.remove(f"{claimed}.index")
-            return claimed, journal
         return None
 
     def finish(self) -> None:
@@ -323,6 +354,9 @@ class _Attempt:
                 pass
 
 
+_MAX_JOURNAL_BYTES = 64 * 2**20  # a journal line per record is ~110 bytes
+
+
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -330,29 +364,30 @@ def _size(path: str) -> int:
         return -1
 
 
-def _salvage(task: PartTask, attempt: _Attempt, records: BinaryIO, journal: _Journal) -> list[IndexEntry]:
-    """An interrupted run's records of this part that check out, copied to this attempt's file."""
+@contextlib.contextmanager
+def _claimed_attempt(task: PartTask, attempt: _Attempt) -> Iterator[tuple[dict[int, JournalLine], BinaryIO, int]]:
+    """An interrupted run's attempt at this part: (its journal lines by position, its records
+    file, the file's size), removed afterwards; nothing when there is none."""
     claimed = attempt.claim()
     if claimed is None:
-        return []
-    path, lines = claimed
+        yield {}, io.BytesIO(), 0
+        return
+    path, records, journal = claimed
     try:
-        with open(path, "rb") as handle:
-            entries = salvaged_prefix(lines, handle, task.images)
-        if entries:
-            files.append_file(records, path, length=sum(entry.length for entry in entries))
-            journal.add(records, entries)
+        with records:
+            yield parse_journal(journal, len(task.images)), records, os.fstat(records.fileno()).st_size
     finally:
-        os.remove(path)
-    return entries
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     """Writes the part's records (or finds them from an earlier attempt); returns its outcome.
 
     Runs on a worker thread or in a pool process. The records go to a temporary name and the
-    outcome is written last, so a part whose outcome exists is complete. An interrupted run's
-    records of the part that check out are taken rather than converted again.
+    outcome is written last, so a part whose outcome exists is complete. Records an interrupted
+    run wrote for this part are taken when they check out (`salvaged_record`); every other
+    image, including those it rejected, is converted again.
     """
     outcome_path = join(settings.parts_dir, f"{task.digest}.json")
     if files.exists(outcome_path) and files.exists(join(settings.parts_dir, f"{task.digest}.records")):
@@ -362,29 +397,29 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     split = task.shard[0]
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
-    offset = num_bytes = reused = 0
+    offset = num_bytes = reused = resumed = 0
     journal = _Journal(attempt.journal)
     try:
-        with files.create(attempt.temporary) as handle:
-            index = _salvage(task, attempt, handle, journal)
-            salvaged = len(index)
-            for entry, image in zip(index, task.images):
+        with files.create(attempt.temporary) as handle, _claimed_attempt(task, attempt) as (earlier, records, size):
+            for position, image in enumerate(task.images):
+                line = earlier.get(position)
+                framed = salvaged_record(line, image, records, size) if line else None
+                if framed is not None:
+                    handle.write(framed)
+                    entry, was_reused = dataclasses.replace(line.entry, offset=offset), line.reused
+                    resumed += 1
+                else:
+                    try:
+                        record, was_reused = convert_image(image, settings)
+                    except InputRejected as exc:
+                        rejections.append(Rejection.from_exception(image.source.path, exc, split))
+                        continue
+                    entry = IndexEntry(offset, tfrecord.write_record(handle, record.data),
+                                       image.source.content_hash, record.image_offset, record.image_length)
+                index.append(entry)
+                journal.add(handle, JournalLine(position, was_reused, entry))
                 offset += entry.length
                 num_bytes += entry.length - tfrecord.framed_length(0)
-                label_counts[image.source.label] += 1
-            for image in task.images[len(index):]:
-                try:
-                    record, was_reused = convert_image(image, settings)
-                except InputRejected as exc:
-                    rejections.append(Rejection.from_exception(image.source.path, exc, split))
-                    continue
-                length = tfrecord.write_record(handle, record.data)
-                entry = IndexEntry(offset, length, image.source.content_hash, record.image_offset,
-                                   record.image_length)
-                index.append(entry)
-                journal.add(handle, [entry])
-                offset += length
-                num_bytes += len(record.data)
                 label_counts[image.source.label] += 1
                 reused += was_reused
     finally:
@@ -393,7 +428,7 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
                           tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")
     files.write_atomically(outcome_path, outcome.to_json().encode("utf-8"))
-    return dataclasses.replace(outcome, resumed=salvaged)
+    return dataclasses.replace(outcome, resumed=resumed)
 
 
 def _read_outcome(settings: WriterSettings, digest: str) -> PartOutcome:
