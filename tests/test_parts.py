@@ -8,6 +8,7 @@ import os
 import pathlib
 import shutil
 import socket
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from transforms.parts import (
     JournalLine,
     PartOutcome,
     PartResult,
+    PartTask,
     ShardPlan,
     WriterSettings,
     concat_shard,
@@ -206,10 +208,7 @@ def test_bad_images_in_a_part_become_rejections_with_their_split(tmp_path, image
 
 def test_a_finished_part_is_taken_as_it_is(tmp_path, images):
     """A restarted run finds finished parts by digest and does not read the images again."""
-    settings = settings_for(tmp_path, part_images=8)
-    (task,) = cut_into_parts(SHARD, images, settings)
-    first = convert_part(task, settings)
-    records = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    settings, task, first, records = finished_part(tmp_path, images)
     for image in images:
         pathlib.Path(image.source.path).unlink()
     again = convert_part(task, settings)
@@ -219,22 +218,29 @@ def test_a_finished_part_is_taken_as_it_is(tmp_path, images):
 
 
 def test_a_part_without_its_outcome_is_converted_again(tmp_path, images):
-    settings = settings_for(tmp_path, part_images=8)
-    (task,) = cut_into_parts(SHARD, images, settings)
-    first = convert_part(task, settings)
+    settings, task, first, _ = finished_part(tmp_path, images)
     (tmp_path / "parts" / f"{task.digest}.json").unlink()  # killed after the records, before the outcome
     (tmp_path / "parts" / f"{task.digest}.records").write_bytes(b"half written")
     again = convert_part(task, settings)
     assert again == first and again.resumed == 0
 
 
+def finished_part(tmp_path, images) -> tuple[WriterSettings, PartTask, PartOutcome, bytes]:
+    """One part of all `images`, converted: its settings, task, outcome and records file's bytes."""
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    outcome = convert_part(task, settings)
+    return settings, task, outcome, (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+
+
 def interrupted_attempt(tmp_path, task, outcome: PartOutcome, run: str, records: int, torn: int = 0,
-                        positions=None) -> pathlib.Path:
-    """What a run killed while converting `task` leaves: its first `records` records plus `torn`
-    bytes of the next one, and the journal lines of all of them (the last may be torn); the
-    finished part is removed. `positions`: the images the records were of (default 0, 1, ...)."""
+                        written: Optional[pathlib.Path] = None, positions=()) -> pathlib.Path:
+    """What a run killed while converting `task` leaves: the first `records` records of
+    `outcome` (written to `written`, by default the finished part) plus `torn` bytes of the
+    next one, and the journal lines of all of them (the last may be torn); the finished part
+    is removed. `positions`: the images the records were of (default 0, 1, ...)."""
     parts = tmp_path / "parts"
-    data = (parts / f"{task.digest}.records").read_bytes()
+    data = (written or parts / f"{task.digest}.records").read_bytes()
     for name in (f"{task.digest}.records", f"{task.digest}.json"):
         (parts / name).unlink()
     folder = parts / f"{task.digest}.partial"
@@ -252,10 +258,7 @@ def test_a_killed_attempt_leaves_records_a_restart_takes(tmp_path, images):
     """Killed in the middle of record 6 of 8: a restart takes records 1-5 as they are (their
     images are gone, so it cannot have converted them) and converts the rest; the part is the
     same byte for byte."""
-    settings = settings_for(tmp_path, part_images=8)
-    (task,) = cut_into_parts(SHARD, images, settings)
-    first = convert_part(task, settings)
-    expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    settings, task, first, expected = finished_part(tmp_path, images)
     folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=5, torn=1000)
     for image in task.images[:5]:
         pathlib.Path(image.source.path).unlink()
@@ -271,10 +274,7 @@ def test_only_records_that_check_out_are_taken(tmp_path, images, damage):
     """A damaged byte (record 3), a journal line that does not match its record, the run's own
     attempt, an attempt at other images, a length past the file's end: those records are
     converted again, the others taken."""
-    settings = settings_for(tmp_path, part_images=8)
-    (task,) = cut_into_parts(SHARD, images, settings)
-    first = convert_part(task, settings)
-    expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    settings, task, first, expected = finished_part(tmp_path, images)
     run = "run" if damage == "own run" else "run-killed"
     folder = interrupted_attempt(tmp_path, task, first, run, records=6)
     records, journal = folder / f"{run}-1.records", folder / f"{run}-1.index"
@@ -317,15 +317,8 @@ def test_an_image_rejected_once_is_converted_again_and_takes_its_place(tmp_path,
     killed = convert_part(task, settings_for(tmp_path, name="run-killed", part_images=8, parts="killed"))
     pathlib.Path(missing).rename(task.images[2].source.path)
     assert [r.error for r in killed.rejections] == ["UnreadableFile"]
-    data = (tmp_path / "killed" / f"{task.digest}.records").read_bytes()
-    end = sum(e.length for e in killed.index[:4])
-    folder = tmp_path / "parts" / f"{task.digest}.partial"
-    for name in (f"{task.digest}.records", f"{task.digest}.json"):
-        (tmp_path / "parts" / name).unlink()
-    folder.mkdir()
-    (folder / "run-killed-1.records").write_bytes(data[:end])
-    (folder / "run-killed-1.index").write_text("".join(
-        JournalLine(p, False, e).to_line() for p, e in zip((0, 1, 3, 4), killed.index[:4])))
+    interrupted_attempt(tmp_path, task, killed, "run-killed", records=4,
+                        written=tmp_path / "killed" / f"{task.digest}.records", positions=(0, 1, 3, 4))
     again = convert_part(task, settings)
     assert again.resumed == 4 and again.rejections == ()
     assert dataclasses.replace(again, resumed=0) == first
@@ -333,9 +326,7 @@ def test_an_image_rejected_once_is_converted_again_and_takes_its_place(tmp_path,
 
 
 def test_reused_records_taken_from_a_killed_attempt_still_count_as_reused(tmp_path, images):
-    settings = settings_for(tmp_path, part_images=8)
-    (task,) = cut_into_parts(SHARD, images, settings)
-    first = convert_part(task, settings)
+    settings, task, first, _ = finished_part(tmp_path, images)
     folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=3)
     journal = folder / "run-killed-1.index"
     journal.write_text("".join(JournalLine(i, i == 1, e).to_line() for i, e in enumerate(first.index[:3])))
@@ -345,10 +336,7 @@ def test_reused_records_taken_from_a_killed_attempt_still_count_as_reused(tmp_pa
 
 @pytest.mark.parametrize("tamper", ["partial is a file", "journal is a folder", "records is a folder"])
 def test_an_unusable_attempt_is_left_alone(tmp_path, images, tamper):
-    settings = settings_for(tmp_path, part_images=8)
-    (task,) = cut_into_parts(SHARD, images, settings)
-    first = convert_part(task, settings)
-    expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
+    settings, task, first, expected = finished_part(tmp_path, images)
     folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=3)
     if tamper == "partial is a file":
         shutil.rmtree(folder)
