@@ -135,6 +135,11 @@ def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str])
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def part_file(settings: WriterSettings, digest: str, kind: str) -> str:
+    """A finished part's records ("records") or outcome ("json"), named by its digest."""
+    return join(settings.parts_dir, f"{digest}.{kind}")
+
+
 def part_digest(images: Iterable[PlannedImage], record_settings: str) -> str:
     digest = hashlib.sha256(record_settings.encode("ascii"))
     for image in images:
@@ -306,7 +311,7 @@ class _Attempt:
     name beside the part."""
 
     def __init__(self, task: PartTask, settings: WriterSettings):
-        self.records_path = join(settings.parts_dir, f"{task.digest}.records")
+        self.records_path = part_file(settings, task.digest, "records")
         self.run = posixpath.basename(settings.run_dir.rstrip("/"))
         local = files.local_path(settings.parts_dir)
         self.folder = os.path.join(local, f"{task.digest}.partial") if local is not None else None
@@ -389,8 +394,8 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     run wrote for this part are taken when they check out (`salvaged_record`); every other
     image, including those it rejected, is converted again.
     """
-    outcome_path = join(settings.parts_dir, f"{task.digest}.json")
-    if files.exists(outcome_path) and files.exists(join(settings.parts_dir, f"{task.digest}.records")):
+    outcome_path = part_file(settings, task.digest, "json")
+    if files.exists(outcome_path) and files.exists(part_file(settings, task.digest, "records")):
         found = PartOutcome.from_json(files.read_bytes(outcome_path).decode("utf-8"))
         return dataclasses.replace(found, resumed=found.records)
     attempt = _Attempt(task, settings)
@@ -432,7 +437,7 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
 
 
 def _read_outcome(settings: WriterSettings, digest: str) -> PartOutcome:
-    return PartOutcome.from_json(files.read_bytes(join(settings.parts_dir, f"{digest}.json")).decode("utf-8"))
+    return PartOutcome.from_json(files.read_bytes(part_file(settings, digest, "json")).decode("utf-8"))
 
 
 def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSettings) -> ShardResult:
@@ -445,7 +450,7 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
     shard_path, index_path = join(settings.run_dir, name), join(settings.run_dir, index_file_name(name))
     temporary = f"{shard_path}.tmp-{uuid.uuid4().hex}"
     gzip = settings.output.compression == "gzip"
-    records = [join(settings.parts_dir, f"{part.digest}.records") for part in parts]
+    records = [part_file(settings, part.digest, "records") for part in parts]
     # A shard of one part is that part's bytes: linked, not copied (the part stays for a restart).
     if not (len(records) == 1 and not gzip and files.link(records[0], temporary)):
         with files.create(temporary, gzip=gzip) as shard:
