@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       [r["smallest"] for r in rounds], "first", "smallest", ""),
             ratio_row("floor vs uninterrupted", [r["smallest"] for r in rounds], "uninterrupted", "smallest", "")]
     failures = [f"{name} exited {run['exit']}: {run['stderr']}"
-                for scenario in (*incremental, *resumed, *(r["smallest"] for r in rounds))
+                for scenario in (*incremental, *resumed, *({"smallest": r["smallest"]["smallest"]} for r in rounds))
                 for name, run in scenario.items()
                 if isinstance(run, dict) and run.get("exit") not in (None, 0) and not run.get("killed")]
     print(format_table(("run", "full CPU s", "this CPU s", "ratio (per round)", "target", "identical output"), rows))
