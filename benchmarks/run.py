@@ -19,6 +19,8 @@ imgrec imports; all write 224x224 RGB, bicubic stretch, tf.train.Example (image 
                                       python -m pipeline.run --runner=DirectRunner --input --output
                                       --normalize=none [--encoding=jpeg --quality=90]
                                       (imgrec_float32: the default --normalize=unit)
+  imgrec_uint8_gcp_extra              imgrec_uint8 with the harness's own interpreter, whose
+                                      virtualenv has the gcp and test extras (see --python)
   prism_uint8                         the same command with --runner=PrismRunner and the Prism
                                       binary of `make engines`, in a loopback-only network
                                       namespace (`unshare --net`, root); not in the default set
@@ -40,6 +42,12 @@ of the tree (sampled every 0.1 s). Each run's output is checked (record count an
 its layout) and then deleted. Ratios are computed per round from runs of that round and
 summarized by the median over rounds (benchmarks/ratios.py). With --rounds 2, the median is the
 mean of the two rounds; the worst round is shown too.
+
+Contenders run with --python's interpreter. `make bench` passes a virtualenv holding imgrec's
+default install (`pip install -e .`, no extras), what a user converting local files has; the
+harness itself runs in the development virtualenv. The gcp extra (gs:// paths, Dataflow) makes
+`import apache_beam` load Google's client libraries, a fixed cost of every run that
+imgrec_uint8_gcp_extra measures.
 
 The machine may be shared: before each run the harness waits (up to --quiet_wait s) for other
 work to drop under 25% of the CPUs, records the background load seen during the run (machine-wide
@@ -101,6 +109,7 @@ class Contender:
     output_is_dir: bool
     code: str = "head"  # "head": this checkout; "baseline": the --baseline_rev worktree
     doc: str = ""
+    with_extras: bool = False  # runs with the harness's interpreter (test and gcp extras), not --python
 
 
 def catalogue(imgrec_flags: Sequence[str] = ()) -> dict[str, Contender]:
@@ -127,6 +136,8 @@ def catalogue(imgrec_flags: Sequence[str] = ()) -> dict[str, Contender]:
             found.append(Contender(f"{prefix}_{layout}@quarter", argv, "quarter", layout, True, code, "plain command"))
         found.append(Contender(f"{prefix}_area@photos", ("python", *PLAIN, *LAYOUT_FLAGS["area"], *imgrec_flags),
                                "photos", "uint8", True, code, "plain command, area"))
+    found.append(Contender("imgrec_uint8_gcp_extra", ("python", *PLAIN, *LAYOUT_FLAGS["uint8"], *imgrec_flags),
+                           "full", "uint8", True, doc="plain command, gcp extra installed", with_extras=True))
     on_prism = tuple("--runner=PrismRunner" if flag == "--runner=DirectRunner" else flag for flag in PLAIN)
     prism = (*LOOPBACK_ONLY, "python", *on_prism, f"--prism_location={prism_binary()}", *LAYOUT_FLAGS["uint8"],
              *imgrec_flags)
@@ -142,7 +153,7 @@ def catalogue(imgrec_flags: Sequence[str] = ()) -> dict[str, Contender]:
 DEFAULT = ("seed_float32", "seq_uint8", "seq_jpeg", "pool_uint8", "pool_jpeg", "tfdata_uint8",
            "imgrec_uint8", "imgrec_jpeg", "imgrec_float32", "imgrec_uint8@quarter", "imgrec_float32@quarter",
            "ceiling_uint8", "ceiling_uint8@quarter", "imgrec_area@photos", "pool_area@photos",
-           "baseline_area@photos")
+           "baseline_area@photos", "imgrec_uint8_gcp_extra")
 
 TARGETS = (
     Target("imgrec uint8 vs Pool script", "speedup", "imgrec_uint8", "pool_uint8", limit=1.1),
@@ -161,6 +172,8 @@ TARGETS = (
            limit=1.2, at_least=False),
     Target("Prism / FnApiRunner, steady-state rate (uint8)", "steady", "prism_uint8", "imgrec_uint8",
            "prism_uint8@quarter", "imgrec_uint8@quarter", limit=1 / 1.2),
+    Target("imgrec uint8, default install vs gcp extra installed", "speedup", "imgrec_uint8",
+           "imgrec_uint8_gcp_extra"),
     Target("imgrec uint8 vs tf.data script", "speedup", "imgrec_uint8", "tfdata_uint8"),
     Target("imgrec jpeg vs tf.data script", "speedup", "imgrec_jpeg", "tfdata_jpeg"),
     Target("imgrec float32 vs Pool script", "speedup", "imgrec_float32", "pool_float32"),
@@ -300,14 +313,22 @@ def remove(path: pathlib.Path) -> None:
         path.unlink()
 
 
+def command(contender: Contender, python: str, corpus: pathlib.Path, output: pathlib.Path) -> list[str]:
+    """The contender's argv; its "python" is `python`, or the harness's own interpreter for a
+    `with_extras` contender."""
+    python = PYTHON if contender.with_extras else python
+    return [python if a == "python" else a.format(input=corpus, output=output) for a in contender.argv]
+
+
 def run_contender(contender: Contender, round_index: int, corpus: pathlib.Path, images: int, code_dir: pathlib.Path,
-                  quiet_wait: float, keep: bool = False) -> dict:
-    """Runs one contender to completion as a process tree and checks its output."""
+                  quiet_wait: float, keep: bool = False, python: str = PYTHON) -> dict:
+    """Runs one contender's `command` to completion as a process tree and checks its output."""
     output = SCRATCH / (contender.name.replace("@", "-") + ("" if contender.output_is_dir else ".tfrecord"))
     remove(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    argv = [PYTHON if a == "python" else a.format(input=corpus, output=output) for a in contender.argv]
-    env = dict(os.environ, PATH=f"{pathlib.Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    argv = command(contender, python, corpus, output)
+    # Multi-process runners start `python` from PATH.
+    env = dict(os.environ, PATH=f"{pathlib.Path(argv[0]).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                PYTHONPATH=str(code_dir), TF_CPP_MIN_LOG_LEVEL="2")
     waited = wait_for_quiet(quiet_wait) if quiet_wait > 0 else 0.0
     log_path = SCRATCH / f"{output.name}.log"
@@ -513,6 +534,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="git revision whose pipeline runs as the baseline_* contenders (e.g. main)")
     parser.add_argument("--imgrec_flags", default="",
                         help="extra flags (space-separated) for every imgrec_*/baseline_* run, e.g. another runner")
+    parser.add_argument("--python", default=PYTHON,
+                        help="the interpreter the contenders run with (make bench: a virtualenv with imgrec's "
+                             "default install, no extras)")
     parser.add_argument("--no_reader", action="store_true", help="skip timing the reader on imgrec_jpeg's output")
     parser.add_argument("--quiet_wait", type=float, default=QUIET_WAIT,
                         help="max seconds to wait before each run for background CPU load to drop below 25%%")
@@ -555,13 +579,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for folder, _ in corpora.values():  # the first contender should not pay for cold disk reads
         for path in folder.glob("*/*.jpg"):
             path.read_bytes()
+    for python in {args.python, PYTHON}:  # nor for reading the libraries' files from disk
+        subprocess.run([python, "-c", "import apache_beam, cv2, tensorflow"], check=True,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
 
     baseline_dir, baseline_sha = (None, None)
     results: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                      "command": " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])]),
                      "head": subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                                             text=True).stdout.strip(),
-                     "machine": machine(), "rounds": args.rounds,
+                     "machine": machine(), "rounds": args.rounds, "python": args.python,
                      "corpora": {k: {"path": str(f), "images": n} for k, (f, n) in corpora.items()},
                      "contenders": {n: {"argv": list(known[n].argv), "corpus": known[n].corpus, "code": known[n].code}
                                     for n in names},
@@ -584,11 +611,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 folder, images = corpora[contender.corpus]
                 code_dir = baseline_dir if contender.code == "baseline" else REPO
                 keep = name == reader_name and round_index == args.rounds - 1
-                attempts = [run_contender(contender, round_index, folder, images, code_dir, args.quiet_wait, keep)]
+                attempts = [run_contender(contender, round_index, folder, images, code_dir, args.quiet_wait, keep,
+                                          args.python)]
                 while (attempts[-1]["background_cpu_share"] > args.rerun_above
                        and len(attempts) <= args.max_reruns):  # another load spoilt it: run it again
                     attempts.append(run_contender(contender, round_index, folder, images, code_dir,
-                                                  args.quiet_wait, keep))
+                                                  args.quiet_wait, keep, args.python))
                 best = min(attempts, key=lambda r: r["background_cpu_share"])
                 best["attempts"] = len(attempts)
                 results["runs"][name].append(best)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from benchmarks.ratios import Target, evaluate, memory_growth, per_round, speedup, steady_state, summarize, verdict
-from benchmarks.run import DEFAULT, TARGETS, catalogue, check_output, select
+from benchmarks.run import DEFAULT, TARGETS, catalogue, check_output, command, select
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -91,9 +91,20 @@ def test_every_target_and_default_contender_exists():
     assert "baseline_area@photos" not in select(list(known), "default", "", have_baseline=False)
     assert "baseline_area@photos" in select(list(known), "default", "", have_baseline=True)
     assert select(list(known), "imgrec_*", "*@*", have_baseline=False) == [
-        "imgrec_uint8", "imgrec_jpeg", "imgrec_float32"]
+        "imgrec_uint8", "imgrec_jpeg", "imgrec_float32", "imgrec_uint8_gcp_extra"]
     # the plain command: no running-mode flags
     assert not any("running_mode" in a or "num_workers" in a for a in known["imgrec_uint8"].argv)
+
+
+@pytest.mark.unit
+def test_contenders_run_with_the_chosen_interpreter_but_the_gcp_extra_one():
+    known = catalogue()
+    corpus, output = pathlib.Path("/in"), pathlib.Path("/out")
+    plain = command(known["imgrec_uint8"], "/bench/bin/python", corpus, output)
+    assert plain[:3] == ["/bench/bin/python", "-m", "pipeline.run"] and "--input=/in" in plain
+    assert command(known["pool_uint8"], "/bench/bin/python", corpus, output)[0] == "/bench/bin/python"
+    extras = command(known["imgrec_uint8_gcp_extra"], "/bench/bin/python", corpus, output)
+    assert extras == [sys.executable, *plain[1:]]
 
 
 @pytest.mark.slow
