@@ -8,6 +8,7 @@ framework overhead. (The pipeline also reads and hashes each file a second time,
 plan splits by content; that is not part of this loop.)
 
     python -m benchmarks.ceiling INPUT_DIR OUTPUT_DIR [--config configs/seed.yaml] [--processes 2]
+                                 [imgrec's image flags: --normalize=none --encoding=jpeg --quality=90 ...]
 
 Prints one JSON line: images, per-process loop seconds, wall seconds, output bytes.
 """
@@ -19,6 +20,7 @@ import json
 import multiprocessing
 import os
 import time
+from typing import Sequence
 
 import cv2
 
@@ -57,10 +59,8 @@ def convert_slice(args: tuple) -> dict:
 
 
 def run_ceiling(input_dir: str, output_dir: str, config: str, processes: int,
-                cv2_threads: int = 1, encoding: str | None = None, normalize: str | None = None) -> dict:
-    flags = [f"--input={input_dir}", f"--output={output_dir}"]
-    flags += [f"--encoding={encoding}"] if encoding else []
-    flags += [f"--normalize={normalize}"] if normalize else []
+                cv2_threads: int = 1, image_flags: Sequence[str] = ()) -> dict:
+    flags = [f"--input={input_dir}", f"--output={output_dir}", *image_flags]
     spec = build_spec(read_config(config), ImgrecOptions(flags))
     files = list_images(input_dir)
     label_ids = build_label_map(label for _, label in files)
@@ -91,11 +91,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=os.cpu_count())
     parser.add_argument("--cv2_threads", type=int, default=1,
                         help="OpenCV threads per process (1: one process per core does all the work)")
-    parser.add_argument("--encoding", default=None)
-    parser.add_argument("--normalize", default=None)
-    args = parser.parse_args()
+    args, image_flags = parser.parse_known_args()
     print(json.dumps(run_ceiling(args.input, args.output, args.config, args.processes, args.cv2_threads,
-                                 args.encoding, args.normalize)))
+                                 image_flags)))
 
 
 if __name__ == "__main__":

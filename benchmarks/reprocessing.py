@@ -48,8 +48,8 @@ TARGETS = {"incremental": 0.35, "resumed": 0.50}
 FLAGS = ("--runner=DirectRunner", "--progress_interval=0")
 
 
-def imgrec(images: pathlib.Path, output: pathlib.Path, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.run", f"--input={images}", f"--output={output}", *FLAGS, *flags]
+def imgrec(python: str, images: pathlib.Path, output: pathlib.Path, *flags: str) -> list[str]:
+    return [python, "-m", "pipeline.run", f"--input={images}", f"--output={output}", *FLAGS, *flags]
 
 
 def measured(argv: Sequence[str], kill_when=None) -> dict:
@@ -114,19 +114,20 @@ def one_round(args: argparse.Namespace, corpus: pathlib.Path, work: pathlib.Path
     copy_images(base, corpus, images)
     copy_images(base[:args.smallest], corpus, smallest_images)
     settings = args.imgrec_flags.split()
-    first = measured(imgrec(images, work / "first", *settings))
-    smallest = measured(imgrec(smallest_images, work / "smallest", *settings))
+    first = measured(imgrec(args.python, images, work / "first", *settings))
+    smallest = measured(imgrec(args.python, smallest_images, work / "smallest", *settings))
     copy_images(added, corpus, images)
     for old, new in zip(base[::max(1, len(base) // args.replaced)][:args.replaced], replacements):
         shutil.copyfile(new, images / old.relative_to(corpus))
-    incremental = measured(imgrec(images, work / "incremental", *settings, f"--reuse_from={work / 'first'}"))
-    scratch_run = measured(imgrec(images, work / "scratch", *settings))
+    incremental = measured(imgrec(args.python, images, work / "incremental", *settings,
+                                  f"--reuse_from={work / 'first'}"))
+    scratch_run = measured(imgrec(args.python, images, work / "scratch", *settings))
     reuse = json.loads((work / "incremental" / "metadata.json").read_text())["reuse"]
     total = args.images + args.added
-    uninterrupted = measured(imgrec(images, work / "uninterrupted", *settings))
-    killed = measured(imgrec(images, work / "resumed", *settings),
+    uninterrupted = measured(imgrec(args.python, images, work / "uninterrupted", *settings))
+    killed = measured(imgrec(args.python, images, work / "resumed", *settings),
                       kill_when=lambda: converted(work / "resumed") >= args.kill_at * total)
-    restarted = measured(imgrec(images, work / "resumed", *settings))
+    restarted = measured(imgrec(args.python, images, work / "resumed", *settings))
     resumed = json.loads((work / "resumed" / "metadata.json").read_text())["run"]["resumed_records"]
     return {"smallest": {"first": first, "uninterrupted": uninterrupted, "smallest": smallest},
             "incremental": {"first": first, "incremental": incremental, "from_scratch": scratch_run,
@@ -158,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="images of the smallest full run, measured as the floor every run pays")
     parser.add_argument("--imgrec_flags", default="",
                         help="output settings for every imgrec run (default: imgrec's, raw float32 records)")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter imgrec runs with (e.g. .venv-bench/bin/python: the default install)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "reprocessing.json"))
     args = parser.parse_args(argv)
     corpus = make_corpus(args.images + args.added + args.replaced)
@@ -184,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(("run", "full CPU s", "this CPU s", "ratio (per round)", "target", "identical output"), rows))
     settings = f' --imgrec_flags="{args.imgrec_flags}"' if args.imgrec_flags else ""
     settings += f" --smallest {args.smallest}" if args.smallest != parser.get_default("smallest") else ""
+    settings += f" --python {args.python}" if args.python != parser.get_default("python") else ""
     print(f"\n{args.images} ImageNet-like images, CPU seconds of the whole process tree, medians of "
           f"{args.rounds} rounds; `python -m benchmarks.reprocessing --images {args.images} --rounds {args.rounds}"
           f"{settings}`")

@@ -24,8 +24,8 @@ imgrec imports; all write 224x224 RGB, bicubic stretch, tf.train.Example (image 
   prism_uint8                         the same command with --runner=PrismRunner and the Prism
                                       binary of `make engines`, in a loopback-only network
                                       namespace (`unshare --net`, root); not in the default set
-  ceiling_uint8                       benchmarks/ceiling.py: imgrec's per-image functions in a bare
-                                      loop, 2 processes, same output settings as imgrec_uint8
+  ceiling_uint8, ceiling_jpeg         benchmarks/ceiling.py: imgrec's per-image functions in a bare
+                                      loop, 2 processes, same output settings as imgrec_uint8/_jpeg
   *@quarter                           the same on the first N/4 images (steady state, fixed cost,
                                       memory growth)
   *@photos                            on the large-photo corpus (4000x3000 JPEGs, make_photos.py),
@@ -143,17 +143,18 @@ def catalogue(imgrec_flags: Sequence[str] = ()) -> dict[str, Contender]:
              *imgrec_flags)
     found.append(Contender("prism_uint8", prism, "full", "uint8", True, doc="plain command on Prism"))
     found.append(Contender("prism_uint8@quarter", prism, "quarter", "uint8", True, doc="plain command on Prism"))
-    ceiling = ("python", "-m", "benchmarks.ceiling", "{input}", "{output}", "--config=", "--normalize=none",
-               "--processes=2")
-    found.append(Contender("ceiling_uint8", ceiling, "full", "uint8", True, doc="bare loop, 2 processes"))
-    found.append(Contender("ceiling_uint8@quarter", ceiling, "quarter", "uint8", True, doc="bare loop, 2 processes"))
+    ceiling = ("python", "-m", "benchmarks.ceiling", "{input}", "{output}", "--config=", "--processes=2")
+    for name, corpus, layout in (("ceiling_uint8", "full", "uint8"), ("ceiling_jpeg", "full", "jpeg"),
+                                 ("ceiling_uint8@quarter", "quarter", "uint8")):
+        found.append(Contender(name, (*ceiling, *LAYOUT_FLAGS[layout]), corpus, layout, True,
+                               doc="bare loop, 2 processes"))
     return {c.name: c for c in found}
 
 
 DEFAULT = ("seed_float32", "seq_uint8", "seq_jpeg", "pool_uint8", "pool_jpeg", "tfdata_uint8",
            "imgrec_uint8", "imgrec_jpeg", "imgrec_float32", "imgrec_uint8@quarter", "imgrec_float32@quarter",
            "ceiling_uint8", "ceiling_uint8@quarter", "imgrec_area@photos", "pool_area@photos",
-           "baseline_area@photos", "imgrec_uint8_gcp_extra")
+           "baseline_area@photos", "imgrec_uint8_gcp_extra", "ceiling_jpeg")
 
 TARGETS = (
     Target("imgrec uint8 vs Pool script", "speedup", "imgrec_uint8", "pool_uint8", limit=1.1),
@@ -178,6 +179,10 @@ TARGETS = (
     Target("imgrec jpeg vs tf.data script", "speedup", "imgrec_jpeg", "tfdata_jpeg"),
     Target("imgrec float32 vs Pool script", "speedup", "imgrec_float32", "pool_float32"),
     Target("ceiling vs imgrec uint8, end to end", "speedup", "ceiling_uint8", "imgrec_uint8"),
+    Target("ceiling vs Pool script, uint8 (no framework)", "speedup", "ceiling_uint8", "pool_uint8"),
+    Target("ceiling vs Pool script, jpeg (no framework)", "speedup", "ceiling_jpeg", "pool_jpeg"),
+    Target("ceiling vs sequential script, uint8", "speedup", "ceiling_uint8", "seq_uint8"),
+    Target("ceiling vs sequential script, jpeg", "speedup", "ceiling_jpeg", "seq_jpeg"),
     Target("fixed cost ceiling (s)", "intercept", "ceiling_uint8", a_small="ceiling_uint8@quarter", at_least=False),
     Target("photos area: imgrec vs Pool script", "speedup", "imgrec_area@photos", "pool_area@photos"),
     Target("imgrec uint8 vs baseline rev", "speedup", "imgrec_uint8", "baseline_uint8"),
@@ -550,6 +555,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="run nothing: pool the rounds of earlier result files (each file's rounds stay paired) "
                              "and report them together")
     args = parser.parse_args(argv)
+    args.python = os.path.abspath(args.python)  # contenders run in other folders; a venv's python is a symlink: keep it
     if args.merge:
         return merge_results(args.merge, args.out)
     # A killed harness still removes its baseline worktree and scratch outputs (the finally below).
@@ -580,8 +586,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for path in folder.glob("*/*.jpg"):
             path.read_bytes()
     for python in {args.python, PYTHON}:  # nor for reading the libraries' files from disk
-        subprocess.run([python, "-c", "import apache_beam, cv2, tensorflow"], check=True,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        warm = subprocess.run([python, "-c", "import apache_beam, cv2, tensorflow"], capture_output=True, text=True)
+        if warm.returncode != 0:
+            raise SystemExit(f"{python} cannot import what the contenders need:\n{warm.stderr[-3000:]}")
 
     baseline_dir, baseline_sha = (None, None)
     results: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
