@@ -45,7 +45,8 @@ mean of the two rounds; the worst round is shown too.
 
 Contenders run with --python's interpreter. `make bench` passes a virtualenv holding imgrec's
 default install (`pip install -e .`, no extras), what a user converting local files has; the
-harness itself runs in the development virtualenv. The gcp extra (gs:// paths, Dataflow) makes
+harness itself runs in the development virtualenv, and so do baseline_* (an older revision's
+default install differs) and imgrec_uint8_gcp_extra. The gcp extra (gs:// paths, Dataflow) makes
 `import apache_beam` load Google's client libraries, a fixed cost of every run that
 imgrec_uint8_gcp_extra measures.
 
@@ -109,7 +110,8 @@ class Contender:
     output_is_dir: bool
     code: str = "head"  # "head": this checkout; "baseline": the --baseline_rev worktree
     doc: str = ""
-    with_extras: bool = False  # runs with the harness's interpreter (test and gcp extras), not --python
+    # Runs with the harness's interpreter (the development virtualenv: test and gcp extras), not --python.
+    harness_python: bool = False
 
 
 def catalogue(imgrec_flags: Sequence[str] = ()) -> dict[str, Contender]:
@@ -129,15 +131,18 @@ def catalogue(imgrec_flags: Sequence[str] = ()) -> dict[str, Contender]:
     found.append(Contender("pool_area@photos", ("python", "benchmarks/pool_script.py", "{input}", "{output}",
                                                 "--interpolation=area"), "photos", "uint8", True,
                            doc="multiprocessing Pool(2) script, area"))
-    for code, prefix in (("head", "imgrec"), ("baseline", "baseline")):
+    # An older revision's default install differs (5188ed2's needed apache-beam[tfrecord]): it runs
+    # in the development virtualenv, where it always has.
+    for code, prefix, old in (("head", "imgrec", False), ("baseline", "baseline", True)):
         for layout in ("uint8", "jpeg", "float32"):
             argv = ("python", *PLAIN, *LAYOUT_FLAGS[layout], *imgrec_flags)
-            found.append(Contender(f"{prefix}_{layout}", argv, "full", layout, True, code, "plain command"))
-            found.append(Contender(f"{prefix}_{layout}@quarter", argv, "quarter", layout, True, code, "plain command"))
+            found.append(Contender(f"{prefix}_{layout}", argv, "full", layout, True, code, "plain command", old))
+            found.append(Contender(f"{prefix}_{layout}@quarter", argv, "quarter", layout, True, code, "plain command",
+                                   old))
         found.append(Contender(f"{prefix}_area@photos", ("python", *PLAIN, *LAYOUT_FLAGS["area"], *imgrec_flags),
-                               "photos", "uint8", True, code, "plain command, area"))
+                               "photos", "uint8", True, code, "plain command, area", old))
     found.append(Contender("imgrec_uint8_gcp_extra", ("python", *PLAIN, *LAYOUT_FLAGS["uint8"], *imgrec_flags),
-                           "full", "uint8", True, doc="plain command, gcp extra installed", with_extras=True))
+                           "full", "uint8", True, doc="plain command, gcp extra installed", harness_python=True))
     on_prism = tuple("--runner=PrismRunner" if flag == "--runner=DirectRunner" else flag for flag in PLAIN)
     prism = (*LOOPBACK_ONLY, "python", *on_prism, f"--prism_location={prism_binary()}", *LAYOUT_FLAGS["uint8"],
              *imgrec_flags)
@@ -320,8 +325,8 @@ def remove(path: pathlib.Path) -> None:
 
 def command(contender: Contender, python: str, corpus: pathlib.Path, output: pathlib.Path) -> list[str]:
     """The contender's argv; its "python" is `python`, or the harness's own interpreter for a
-    `with_extras` contender."""
-    python = PYTHON if contender.with_extras else python
+    `harness_python` contender."""
+    python = PYTHON if contender.harness_python else python
     return [python if a == "python" else a.format(input=corpus, output=output) for a in contender.argv]
 
 

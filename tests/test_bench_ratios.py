@@ -97,7 +97,7 @@ def test_every_target_and_default_contender_exists():
 
 
 @pytest.mark.unit
-def test_contenders_run_with_the_chosen_interpreter_but_the_gcp_extra_one():
+def test_contenders_run_with_the_chosen_interpreter_but_the_gcp_extra_one_and_older_revisions():
     known = catalogue()
     corpus, output = pathlib.Path("/in"), pathlib.Path("/out")
     plain = command(known["imgrec_uint8"], "/bench/bin/python", corpus, output)
@@ -105,6 +105,7 @@ def test_contenders_run_with_the_chosen_interpreter_but_the_gcp_extra_one():
     assert command(known["pool_uint8"], "/bench/bin/python", corpus, output)[0] == "/bench/bin/python"
     extras = command(known["imgrec_uint8_gcp_extra"], "/bench/bin/python", corpus, output)
     assert extras == [sys.executable, *plain[1:]]
+    assert command(known["baseline_uint8"], "/bench/bin/python", corpus, output) == [sys.executable, *plain[1:]]
 
 
 @pytest.mark.slow
