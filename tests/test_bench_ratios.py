@@ -139,3 +139,12 @@ def test_bench_smoke_run(tmp_path):
             assert math.isfinite(t["value"]) and t["value"] > 0, t
     assert results.get("reader", {}).get("images", 0) > 0
     assert seconds < 240, f"the smoke run took {seconds:.0f} s"
+
+
+@pytest.mark.unit
+def test_stage_names_keep_the_first_and_last_step_without_beams_prefixes():
+    from benchmarks.stages import short_name
+    fused = ("(((ConvertToTFRecords/WriteShards/GroupParts/Read)+(ref_AppliedPTransform_ConvertToTFRecords-"
+             "WriteShards-ConcatShards_109))+(ConvertToTFRecords/GatherTotals/AllFacts/Write/2))")
+    assert short_name(fused) == "WriteShards/GroupParts/Read ... GatherTotals/AllFacts/Write/2"
+    assert short_name("ConvertToTFRecords/AllInputs/Read") == "AllInputs/Read"
