@@ -133,14 +133,14 @@ def catalogue(imgrec_flags: Sequence[str] = ()) -> dict[str, Contender]:
                            doc="multiprocessing Pool(2) script, area"))
     # An older revision's default install differs (5188ed2's needed apache-beam[tfrecord]): it runs
     # in the development virtualenv, where it always has.
-    for code, prefix, old in (("head", "imgrec", False), ("baseline", "baseline", True)):
+    for code, prefix, dev_venv in (("head", "imgrec", False), ("baseline", "baseline", True)):
         for layout in ("uint8", "jpeg", "float32"):
             argv = ("python", *PLAIN, *LAYOUT_FLAGS[layout], *imgrec_flags)
-            found.append(Contender(f"{prefix}_{layout}", argv, "full", layout, True, code, "plain command", old))
+            found.append(Contender(f"{prefix}_{layout}", argv, "full", layout, True, code, "plain command", dev_venv))
             found.append(Contender(f"{prefix}_{layout}@quarter", argv, "quarter", layout, True, code, "plain command",
-                                   old))
+                                   dev_venv))
         found.append(Contender(f"{prefix}_area@photos", ("python", *PLAIN, *LAYOUT_FLAGS["area"], *imgrec_flags),
-                               "photos", "uint8", True, code, "plain command, area", old))
+                               "photos", "uint8", True, code, "plain command, area", dev_venv))
     found.append(Contender("imgrec_uint8_gcp_extra", ("python", *PLAIN, *LAYOUT_FLAGS["uint8"], *imgrec_flags),
                            "full", "uint8", True, doc="plain command, gcp extra installed", harness_python=True))
     on_prism = tuple("--runner=PrismRunner" if flag == "--runner=DirectRunner" else flag for flag in PLAIN)
