@@ -5,6 +5,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -148,3 +149,18 @@ def test_stage_names_keep_the_first_and_last_step_without_beams_prefixes():
              "WriteShards-ConcatShards_109))+(ConvertToTFRecords/GatherTotals/AllFacts/Write/2))")
     assert short_name(fused) == "WriteShards/GroupParts/Read ... GatherTotals/AllFacts/Write/2"
     assert short_name("ConvertToTFRecords/AllInputs/Read") == "AllInputs/Read"
+
+
+@pytest.mark.e2e
+def test_stages_times_a_real_run_stage_by_stage(tmp_path):
+    """`python -m benchmarks.stages` runs imgrec on the sample data (FnApiRunner) and reports the
+    import, the first stage, the conversion stage and the total; the run itself publishes."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.stages", "--min_ms=0", f"--input={REPO / 'data/sample'}",
+                           f"--output={out}", "--progress_interval=0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "metadata.json").is_file()
+    report = proc.stderr[proc.stderr.index("imports until pipeline.run was loaded"):]
+    assert "first stage starts at" in report and "SpreadParts" in report and "Publish" in report
+    assert re.search(r"\(total \d+\.\d\d s\)", report)
