@@ -33,7 +33,7 @@ engines: venv
 	$(PY) -m tests.engines.fetch
 
 test-engines: engines
-	$(PY) -m pytest -q -rsxX -m engines tests/engines
+	$(PY) -m pytest -q -rsxXfE --force-short-summary -m engines tests/engines
 
 # The contenders run with imgrec's default install (no extras), as a user converting local files
 # has it; the harness (corpora, timing) runs in $(VENV).

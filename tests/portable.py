@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -35,11 +36,53 @@ class ServiceFailed(RuntimeError):
     """A service exited or did not accept connections in time; the message holds its output."""
 
 
-def free_port() -> int:
-    """A TCP port that is free on the loopback interface right now."""
+def brief(text: str, tail: int = 8) -> str:
+    """The first line of `text` and its last `tail` non-empty lines: what a long error (a
+    service's logs) says, short enough for the end of a CI log."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) <= tail + 1:
+        return "\n".join(lines)
+    return "\n".join([lines[0], f"  ... ({len(lines) - tail - 1} lines)", *lines[-tail:]])
+
+
+_handed_out: set[int] = set()
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The ports the kernel picks from for outgoing connections and bind(0)."""
+    try:
+        low, high = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port that is free on the loopback interface now, and not handed out before.
+
+    Chosen below the ephemeral range: a port from bind(0) stays in that range after we close it,
+    and any outgoing connection (a readiness poll, a JVM talking to its master) may take it as
+    its local port before the server that was given it binds it.
+    """
+    low, _high = ephemeral_port_range()
+    candidates = list(range(max(1024, low - 12000), low))
+    random.shuffle(candidates)
+    port = next((p for p in candidates if p not in _handed_out and port_is_free(p)), None)
+    if port is None:  # no room below the ephemeral range on this machine
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    _handed_out.add(port)
+    return port
 
 
 def accepts_connections(port: int, host: str = "localhost") -> bool:

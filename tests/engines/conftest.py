@@ -18,6 +18,7 @@ import pytest
 from tests.engines import data
 from tests.engines.engines import PipelineRun, run_imgrec
 from tests.helpers import REPO, SAMPLE
+from tests.portable import brief
 
 CONFIG = REPO / "configs" / "local.yaml"
 DATASETS = ("sample", "generated")
@@ -33,6 +34,8 @@ TIMINGS_FILE = REPO / "out" / "test-engines" / "timings.json"
 KNOWN_PRODUCT_BUGS: dict[tuple[str, str, str], str] = {}
 
 _timings: dict[str, dict] = {"tests": {}, "phases": {}}
+# Each distinct failure message → the tests it failed (a fixture that fails fails them all).
+_failures: dict[str, list[str]] = {}
 
 
 def pytest_configure(config):
@@ -60,6 +63,9 @@ def pytest_runtest_logreport(report):
     entry["seconds"] = round(entry["seconds"] + report.duration, 2)
     if report.when == "call" or report.outcome != "passed":
         entry["outcome"] = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        _failures.setdefault(crash.message if crash else str(report.longrepr), []).append(report.nodeid)
 
 
 def record_phase(name: str, seconds: float) -> None:
@@ -79,6 +85,11 @@ def pytest_terminal_summary(terminalreporter):
     for nodeid, entry in _timings["tests"].items():
         write(f"{entry['seconds']:8.1f}  {entry.get('outcome', '?'):8s} {nodeid.split('::', 1)[-1]}")
     write(f"(also in {TIMINGS_FILE.relative_to(REPO)})")
+    # Last before pytest's short summary, so that the tail of a CI log says why.
+    for message, nodeids in _failures.items():
+        terminalreporter.section(f"why {len(nodeids)} engine test(s) failed, e.g. {nodeids[0].split('::', 1)[-1]}")
+        for line in brief(message, tail=10).splitlines():
+            write(line[:400])
 
 
 class Timer:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import yaml
@@ -36,6 +37,7 @@ from tests.portable import (
     Service,
     ServiceFailed,
     accepts_connections,
+    brief,
     free_port,
     live_group_members,
     stop_service,
@@ -350,10 +352,28 @@ def flink_cluster(work_dir: pathlib.Path, timeout: float = 120, slots: int = 2) 
         yield FlinkCluster(ports["rest"], started[0], started[1], conf_dir)
 
 
-def cluster(engine: str, work_dir: pathlib.Path):
-    """flink_cluster or spark_cluster: a context manager whose value has .master, .services and
-    .workers() (the number of registered workers)."""
-    return flink_cluster(work_dir) if engine == "flink" else spark_cluster(work_dir)
+@contextlib.contextmanager
+def cluster(engine: str, work_dir: pathlib.Path, attempts: int = 2) -> Iterator:
+    """flink_cluster or spark_cluster: a value with .master, .services and .workers() (the number
+    of registered workers).
+
+    A start that fails is tried again (in a fresh folder, on fresh ports) up to `attempts` times
+    in all, with a warning that holds the failure: a JVM on a loaded machine can miss its
+    deadline, and the engine tests are about imgrec on the engine, not about its start-up.
+    """
+    start = flink_cluster if engine == "flink" else spark_cluster
+    for attempt in range(1, attempts + 1):
+        with contextlib.ExitStack() as stack:
+            try:
+                running = stack.enter_context(start(work_dir if attempt == 1 else work_dir / f"attempt-{attempt}"))
+            except ServiceFailed as failure:
+                if attempt == attempts:
+                    raise
+                warnings.warn(f"{engine} did not start (attempt {attempt} of {attempts}), trying again: "
+                              f"{brief(str(failure))}", stacklevel=3)  # the caller's `with`
+                continue
+            yield running
+            return
 
 
 # --- Spark standalone cluster ----------------------------------------------------------------------
