@@ -275,6 +275,8 @@ def tree(tmp_path) -> pathlib.Path:
     (root / "empty").mkdir()  # an empty class still gets an id
     write_image(root / "top.jpg")  # outside any class folder
     write_text(root / ".hidden" / "x.jpg", "x")
+    write_text(root / "__MACOSX" / "cat" / "._a.jpg", "AppleDouble")  # unzipped from macOS
+    write_text(root / "cat" / "__MACOSX" / "._a.jpg", "AppleDouble")
     (root / "broken").symlink_to(tmp_path / "gone")
     return root
 
@@ -284,6 +286,7 @@ def test_list_local_root(tree):
     assert classes == [ClassFolder("cat", f"{tree}/cat"), ClassFolder("dog", f"{tree}/dog"),
                        ClassFolder("empty", f"{tree}/empty")]
     assert rejected == [(f"{tree}/.hidden", "SkippedFile", "hidden folder, not a class"),
+                        (f"{tree}/__MACOSX", "SkippedFile", "macOS archive metadata folder, not a class"),
                         (f"{tree}/broken", "UnreadableFile", f"{tree}/broken is a broken symlink"),
                         (f"{tree}/top.jpg", "SkippedFile", "not inside a class folder")]
 
@@ -304,10 +307,11 @@ def test_walk_class_folder_accounts_for_every_entry(tree):
                                                    Candidate(f"{cat}/folder.jpg/c.jpg", "cat"),
                                                    Candidate(f"{cat}/sub/deeper/b.png", "cat")]
     reasons = {pathlib.Path(path).name: (error, message) for path, error, message in rejected}
-    assert reasons.keys() == {"._a.jpg", ".secret.jpg", ".thumbs", "dangling.jpg", "loop", "notes.txt"}
+    assert reasons.keys() == {"._a.jpg", ".secret.jpg", ".thumbs", "__MACOSX", "dangling.jpg", "loop", "notes.txt"}
     assert reasons["._a.jpg"] == ("SkippedFile", "macOS AppleDouble metadata file, not an image")
     assert reasons[".secret.jpg"] == ("SkippedFile", "hidden file")
     assert reasons[".thumbs"] == ("SkippedFile", "hidden folder, not walked")
+    assert reasons["__MACOSX"] == ("SkippedFile", "macOS archive metadata folder, not walked")
     assert reasons["dangling.jpg"][0] == "UnreadableFile" and "broken symlink" in reasons["dangling.jpg"][1]
     assert reasons["loop"] == ("SkippedFile", "symlink loop: the folder contains itself")
     assert reasons["notes.txt"][0] == "SkippedFile" and reasons["notes.txt"][1].startswith("extension not in")
@@ -344,6 +348,8 @@ def test_the_output_is_a_class_folder_only_if_it_holds_inputs(tree):
     ("gs://b/root/cat/", None),  # a folder placeholder object
     ("gs://b/root/top.jpg", ("SkippedFile", "not inside a class folder")),
     ("gs://b/root/cat/.cache/x.jpg", ("SkippedFile", "inside hidden folder .cache")),
+    ("gs://b/root/__MACOSX/cat/._x.jpg", ("SkippedFile", "inside macOS archive metadata folder __MACOSX")),
+    ("gs://b/root/__MACOSX/cat/x.jpg", ("SkippedFile", "inside macOS archive metadata folder __MACOSX")),
     ("gs://b/root/cat/._x.jpg", ("SkippedFile", "macOS AppleDouble metadata file, not an image")),
     ("gs://b/root/cat/notes.txt", ("SkippedFile", "extension not in")),
 ])

@@ -67,6 +67,24 @@ def test_label_ids_follow_keras_class_names(tmp_path, name):
     assert [label_id for _, label_id in by_id] == list(range(len(keras.class_names)))
 
 
+def test_a_macos_zip_folder_is_no_class_where_keras_makes_it_one(tmp_path):
+    """An archive unzipped from macOS holds `__MACOSX/<class>/._<file>` (AppleDouble metadata,
+    not pixels). Keras makes `__MACOSX` a class, so `dog` gets id 2; imgrec skips it."""
+    import tensorflow as tf
+
+    root = tmp_path / "images"
+    make_layout(root, {"Cat": 2, "dog": 2})
+    for name in ("Cat/._img_0.png", "Cat/._img_1.png", "dog/._img_0.png"):
+        path = root / "__MACOSX" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        " + bytes(64))
+    keras = tf.keras.utils.image_dataset_from_directory(str(root), image_size=(24, 24), batch_size=4, shuffle=False)
+    metadata = run_pipeline(root, tmp_path / "out", "--split_names=train", "--split_ratios=1",
+                            "--max_error_fraction=0", "--normalize=none")
+    assert keras.class_names == ["Cat", "__MACOSX", "dog"]
+    assert metadata.label_map == {"Cat": 0, "dog": 1}
+
+
 # --------------------------------------------------------------------------------------------
 # Reading on several hosts, and training
 

@@ -1,8 +1,8 @@
 """Discover (path, label) pairs inside the pipeline: class folders, globs, CSV/JSONL manifests.
 
 Every path under the input is accounted for: it becomes a candidate, or a rejection that says
-why it is not one (a skipped README, a hidden or macOS `._` file, a file outside any class
-folder, a broken symlink, a FIFO). Nothing is dropped silently.
+why it is not one (a skipped README, a hidden or macOS `._` file, a `__MACOSX` folder, a file
+outside any class folder, a broken symlink, a FIFO). Nothing is dropped silently.
 
 Class folders follow Keras's `image_dataset_from_directory`: every subfolder of the root is a
 class (empty ones too, so label ids match Keras's `class_names`), ids follow the sorted folder
@@ -88,6 +88,19 @@ def skip_reason(name: str, extensions: tuple[str, ...]) -> Optional[str]:
     return None
 
 
+def folder_skip_reason(name: str) -> Optional[str]:
+    """Why a folder called `name` holds no inputs (it is neither a class nor walked), or None.
+
+    `__MACOSX` is what macOS's Archive Utility adds to a zip (AppleDouble copies of every file):
+    as a class it would take a label id of its own and shift the ids of the real classes.
+    """
+    if name == "__MACOSX":
+        return "macOS archive metadata folder"
+    if name.startswith("."):
+        return "hidden folder"
+    return None
+
+
 def label_text(name: str) -> str:
     """A folder name as a label: valid UTF-8 (a name that is not keeps its other characters and
     shows U+FFFD for the bytes it cannot decode), since labels are text in every record."""
@@ -151,8 +164,8 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
             yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink (to {target})"))
             continue
         if stat.S_ISDIR(info.st_mode):
-            if entry.name.startswith("."):
-                yield reject(entry.path, SkippedFile("hidden folder, not walked"))
+            if folder_skip_reason(entry.name):
+                yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not walked"))
             elif (info.st_dev, info.st_ino) in ancestors:
                 yield reject(entry.path, SkippedFile("symlink loop: the folder contains itself"))
             else:
@@ -197,10 +210,10 @@ def list_local_root(root: str,
             continue
         if is_dir and output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
             continue
-        if is_dir and not entry.name.startswith("."):
+        if is_dir and not folder_skip_reason(entry.name):
             yield ClassFolder(label_text(entry.name), entry.path)
         elif is_dir:
-            yield reject(entry.path, SkippedFile("hidden folder, not a class"))
+            yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
         elif entry.is_symlink() and not os.path.exists(entry.path):
             yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink"))
         else:
@@ -219,9 +232,9 @@ def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Option
     segments = relative.split("/")
     if len(segments) == 1:
         return reject(path, SkippedFile("not inside a class folder"))
-    hidden = next((s for s in segments[:-1] if s.startswith(".")), None)
-    if hidden:
-        return reject(path, SkippedFile(f"inside hidden folder {hidden}"))
+    skipped = next((s for s in segments[:-1] if folder_skip_reason(s)), None)
+    if skipped:
+        return reject(path, SkippedFile(f"inside {folder_skip_reason(skipped)} {skipped}"))
     reason = skip_reason(segments[-1], extensions)
     return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_text(segments[0]))
 
