@@ -7,9 +7,11 @@ import os
 import pathlib
 import re
 
+import apache_beam as beam
 import pytest
 
 from tests.helpers import split_found, write_image, write_text
+from transforms.batches import BATCH, batched
 from transforms.discover import (
     LABEL_COLUMNS,
     MAX_LINE_BYTES,
@@ -27,12 +29,13 @@ from transforms.discover import (
     manifest_lines,
     manifest_rows,
     parse_manifest_line,
+    reject,
     resolve_listings,
     skip_reason,
     walk_class_folder,
 )
 from transforms.refs import Candidate
-from transforms.rejections import BadManifestLine
+from transforms.rejections import BadManifestLine, SkippedFile
 from transforms.specs import InputSpec
 
 pytestmark = pytest.mark.unit
@@ -360,3 +363,19 @@ def test_classify_remote(path, expected):
     else:
         (_, error, message), = split_found([found])[1]
         assert error == expected[0] and message.startswith(expected[1])
+
+
+def test_batches_fill_as_the_listing_goes_and_rejections_pass_at_once():
+    """A DoFn that lists a million files holds one batch, not the listing."""
+    listed = []
+
+    def listing():
+        for i in range(BATCH * 3):
+            listed.append(i)
+            yield reject(f"/r/cat/{i}.txt", SkippedFile("extension")) if i == 1 else Candidate(f"/r/cat/{i}.jpg", "cat")
+
+    stream = batched(listing())
+    assert isinstance(next(stream), beam.pvalue.TaggedOutput) and len(listed) == 2
+    first = next(stream)
+    assert len(first) == BATCH and len(listed) == BATCH + 1
+    assert [len(batch) for batch in stream] == [BATCH, BATCH - 1]

@@ -28,8 +28,13 @@ BUCKETS = 64
 
 
 def batched(items: Iterable[T], size: int = BATCH) -> Iterator[Batch]:
+    """Items in batches of `size` as each fills; a TaggedOutput (a rejection) goes out on its own
+    as it comes. A DoFn that yields from this holds one batch, however many items it lists."""
     batch: list[T] = []
     for item in items:
+        if isinstance(item, beam.pvalue.TaggedOutput):
+            yield item
+            continue
         batch.append(item)
         if len(batch) == size:
             yield Batch(batch)

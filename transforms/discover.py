@@ -62,17 +62,6 @@ class ManifestError(ValueError):
 Found = Union[Candidate, beam.pvalue.TaggedOutput]
 
 
-def in_batches(found: Iterable[Found]) -> Iterator[Union[tuple[Candidate, ...], beam.pvalue.TaggedOutput]]:
-    """Candidates in batches (transforms/batches.py), rejections as they come."""
-    candidates = []
-    for item in found:
-        if isinstance(item, beam.pvalue.TaggedOutput):
-            yield item
-        else:
-            candidates.append(item)
-    yield from batched(candidates)
-
-
 def reject(path: str, reason: InputRejected) -> beam.pvalue.TaggedOutput:
     return beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(path, reason))
 
@@ -258,8 +247,8 @@ class _ListFolders(beam.DoFn):
             return
         extensions = tuple(e.lower() for e in self._spec.extensions)
         matched = FileSystems.match([FileSystems.join(root.rstrip("/"), "**")])[0].metadata_list
-        found = [f for f in (classify_remote(root, m.path, extensions) for m in matched) if f is not None]
-        for item in in_batches(found):
+        found = (f for f in (classify_remote(root, m.path, extensions) for m in matched) if f is not None)
+        for item in batched(found):
             if isinstance(item, beam.pvalue.TaggedOutput):
                 yield item
             else:
@@ -273,7 +262,7 @@ class _WalkFolder(beam.DoFn):
         self._output = output
 
     def process(self, folder: ClassFolder):
-        yield from in_batches(walk_class_folder(folder.path, folder.label, self._extensions, self._output))
+        yield from batched(walk_class_folder(folder.path, folder.label, self._extensions, self._output))
 
 
 # --------------------------------------------------------------------------------------------
@@ -518,13 +507,7 @@ class _ReadManifest(beam.DoFn):
     def process(self, manifest: str):
         """Rows in batches, rejections as they come."""
         with open_manifest(manifest) as handle:
-            rows = []
-            for row in manifest_rows(manifest_lines(handle), self._layout, manifest):
-                if isinstance(row, beam.pvalue.TaggedOutput):
-                    yield row
-                else:
-                    rows.append(row)
-            yield from batched(rows)
+            yield from batched(manifest_rows(manifest_lines(handle), self._layout, manifest))
 
 
 def resolve_bucket(element: tuple[int, list[ManifestRow]]) -> Iterator[Union[tuple[Candidate, ...],
@@ -534,7 +517,7 @@ def resolve_bucket(element: tuple[int, list[ManifestRow]]) -> Iterator[Union[tup
     found = []
     for canonical, listings in split_by(rows, lambda row: row[0]).items():
         found.extend(resolve_listings(canonical, [listing for _, listing in listings]))
-    yield from in_batches(found)
+    yield from batched(found)
 
 
 # --------------------------------------------------------------------------------------------
@@ -555,7 +538,7 @@ def _glob_file(metadata, extensions: tuple[str, ...]) -> Found:
 
 def _glob_batch(files: Iterable, extensions: tuple[str, ...]) -> Iterator[Union[tuple[Candidate, ...],
                                                                                beam.pvalue.TaggedOutput]]:
-    yield from in_batches(_glob_file(metadata, extensions) for metadata in files)
+    yield from batched(_glob_file(metadata, extensions) for metadata in files)
 
 
 class DiscoverImages(beam.PTransform):
