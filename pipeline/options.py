@@ -20,6 +20,7 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
 from pipeline.errors import UsageError
+from transforms import files
 from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
 
 SECTIONS = {"input": InputSpec, "output": OutputSpec, "image": ImageSpec, "features": FeatureKeys,
@@ -239,6 +240,7 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
     for section, flag in (("input", "--input"), ("output", "--output")):
         if not values[section].get("path"):
             raise UsageError(f"{flag} (or {section}.path in the config) is required")
+        values[section]["path"] = files.beam_path(str(values[section]["path"]))
     specs = {}
     for section, cls in SECTIONS.items():
         fields = {f.name: f for f in dataclasses.fields(cls)}

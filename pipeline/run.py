@@ -134,6 +134,10 @@ def check_runner_options(options) -> None:
 def check_input(spec: ConversionSpec) -> None:
     """A missing input is a usage error, found before anything starts."""
     kind, path = spec.input.resolved_kind(), spec.input.path
+    try:
+        FileSystems.get_filesystem(path)
+    except ValueError as exc:  # no filesystem for the path's scheme
+        raise UsageError(f"--input={path}: {exc}") from None
     local = local_path(path)
     if kind == "folders" and local is not None and not os.path.isdir(local):
         raise UsageError(f"--input={path}: {'not a folder' if os.path.exists(local) else 'no such folder'}")

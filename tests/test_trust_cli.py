@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.trust_helpers import error_line, make_tree, run_imgrec
+from tests.trust_helpers import check_complete, error_line, make_tree, run_imgrec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -114,6 +114,25 @@ def test_a_config_that_is_not_utf8_is_a_usage_error(tmp_path, data):
     out = tmp_path / "out"
     line = assert_refused(run_imgrec(data, out, f"--config={config}"), out)
     assert "not UTF-8" in line and str(config) in line
+
+
+@pytest.mark.parametrize("input_url", ["nofs://bucket/data", "nofs://bucket/list.csv"], ids=["folder", "manifest"])
+def test_an_input_on_no_beam_filesystem_is_a_usage_error(tmp_path, input_url):
+    out = tmp_path / "out"
+    line = assert_refused(run_imgrec(input_url, out), out)
+    assert f"--input={input_url}" in line and "filesystem" in line, line
+
+
+def test_file_urls_name_local_input_and_output(tmp_path, data):
+    """TensorFlow's gfile takes file:// URLs and Beam's filesystems do not: imgrec takes both."""
+    manifest = tmp_path / "list.csv"
+    manifest.write_text("path,label\n" + "".join(f"{p},{p.parent.name}\n" for p in sorted(data.rglob("*.*"))))
+    for source in (f"file://{data}", f"file://{manifest}"):
+        out = tmp_path / f"out-{pathlib.Path(source).suffix or 'folder'}"
+        run = run_imgrec(source, f"file://{out}")
+        assert run.returncode == 0, run.brief()
+        metadata, records, rows = check_complete(out)
+        assert sorted(path for path, _, _ in records) == sorted(str(p) for p in data.rglob("*.*")) and not rows
 
 
 def test_a_missing_input_is_a_usage_error(tmp_path):

@@ -22,6 +22,13 @@ def local_path(path: str) -> Optional[str]:
     return None if "://" in path else path
 
 
+def beam_path(path: str) -> str:
+    """`file:///x` as `/x`: Beam's filesystems take plain local paths but no file:// URL (which
+    TensorFlow's gfile takes), so a user's file:// input or output is named the way Beam knows."""
+    local = local_path(path)
+    return local if local is not None else path
+
+
 def _filesystems():
     from apache_beam.io.filesystems import FileSystems
 
