@@ -230,6 +230,10 @@ def beam_args_from_config(config: dict) -> list[str]:
     return args
 
 
+# Settings that name a file or folder: a file:// URL there is taken as the local path.
+PATH_FIELDS = (("input", "path"), ("output", "path"), ("output", "compare_to"), ("output", "reuse_from"))
+
+
 def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
     """YAML sections, then flags that were given, → validated frozen specs."""
     values = {section: dict(config.get(section) or {}) for section in SECTIONS}
@@ -240,7 +244,9 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
     for section, flag in (("input", "--input"), ("output", "--output")):
         if not values[section].get("path"):
             raise UsageError(f"{flag} (or {section}.path in the config) is required")
-        values[section]["path"] = files.beam_path(str(values[section]["path"]))
+    for section, field in PATH_FIELDS:
+        if values[section].get(field) is not None:
+            values[section][field] = files.beam_path(str(values[section][field]))
     specs = {}
     for section, cls in SECTIONS.items():
         fields = {f.name: f for f in dataclasses.fields(cls)}

@@ -133,6 +133,11 @@ def test_file_urls_name_local_input_and_output(tmp_path, data):
         assert run.returncode == 0, run.brief()
         metadata, records, rows = check_complete(out)
         assert sorted(path for path, _, _ in records) == sorted(str(p) for p in data.rglob("*.*")) and not rows
+    first = tmp_path / "out-folder"
+    run = run_imgrec(data, tmp_path / "again", f"--reuse_from=file://{first}")
+    assert run.returncode == 0, run.brief()
+    metadata, _, _ = check_complete(tmp_path / "again")
+    assert metadata["reuse"] == {"from": str(first), "reused": 4, "converted": 0}
 
 
 def test_a_missing_input_is_a_usage_error(tmp_path):
