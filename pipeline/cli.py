@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional, Sequence
 
-from pipeline.interrupts import exit_quietly
+from pipeline.interrupts import exit_quietly, exit_until_handled
 
 USAGE = """usage: imgrec COMMAND [ARGS]
 
@@ -22,6 +22,7 @@ commands:
 
 
 def _run(argv: Sequence[str]) -> int:
+    exit_until_handled()
     from pipeline.run import main
 
     return main(argv)

@@ -62,6 +62,19 @@ def on_signal(signum: int, _frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _before_the_run(signum: int, _frame) -> NoReturn:
+    os.write(2, b"imgrec: interrupted while starting; nothing was written\n")
+    os._exit(130)
+
+
+def exit_until_handled() -> None:
+    """From the entry point's first line until `handled()`: a signal ends the process at once,
+    with one line. Importing Beam takes a second, nothing has been touched yet, and Python's
+    default would print the traceback of whichever import it cut short."""
+    for signum in _SIGNALS:
+        signal.signal(signum, _before_the_run)
+
+
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """Handles both signals in this (main) thread, and restores the previous handlers after.

@@ -18,12 +18,16 @@ import time
 import uuid
 from typing import Optional, Sequence
 
-import apache_beam as beam
+from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
+
+if __name__ == "__main__":
+    interrupts.exit_until_handled()
+
+import apache_beam as beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState, create_runner
 
-from pipeline import interrupts
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.errors import ImgrecError, Interrupted, RunFailed, UsageError
 from pipeline.heap import imports_frozen

@@ -30,6 +30,7 @@ from tests.trust_helpers import (
     imgrec_argv,
     make_tree,
     metadata_of,
+    module_argv,
     nothing_published,
     published_files,
     run_imgrec,
@@ -622,6 +623,35 @@ def test_a_signal_after_the_summary_leaves_the_run_finished(tmp_path, signum):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0 and b"Traceback" not in stderr, stderr.decode(errors="replace")[-3000:]
     assert len(check_complete(out)[1]) == 6
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for `signum` (Linux: /proc/PID/status SigCgt)."""
+    status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
+@pytest.mark.parametrize("command", [("pipeline.run",), ("pipeline.cli", "run")], ids=["python-m", "imgrec_run"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_beam_is_imported_exits_with_one_line(tmp_path, signum, command):
+    """Ctrl-C in the first second, while Beam's modules load, used to print the traceback of
+    whichever import it cut short. Python has no SIGTERM handler of its own, so the first one
+    the driver installs is imgrec's, on the entry point's first lines, before importing Beam."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    make_tree(data, {"ant": 2})
+    module, *subcommand = command
+    argv = module_argv(module, [*subcommand, *IN_MEMORY, f"--input={data}", f"--output={out}"])
+    process = subprocess.Popen(argv, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not catches(process.pid, signal.SIGTERM):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.002)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr.decode(errors="replace")[-3000:]
+    assert stderr.decode().splitlines() == ["imgrec: interrupted while starting; nothing was written"]
+    assert not stdout and not out.exists()
 
 
 # ------------------------------------------------------------------------------------------
