@@ -20,8 +20,11 @@ from transforms.discover import (
     ManifestError,
     ManifestLayout,
     OutputFolder,
+    classify_glob_match,
     classify_remote,
     csv_layout,
+    first_line,
+    glob_root,
     jsonl_layout,
     label_from_parent,
     list_local_root,
@@ -195,6 +198,21 @@ def test_manifest_rows_skip_only_the_first_nonblank_line_as_header():
     lines = [b"\n", b"path,label\n", b"path,label\n"]
     rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=True), MANIFEST))
     assert rows == [("/data/manifests/path", ("label", 3, "/data/manifests/path"))] and rejected == []
+
+
+@pytest.mark.parametrize("header", [b"path,label,l\xe9gende\n", b"path,label" + b",c" * (MAX_LINE_BYTES // 2) + b"\n"],
+                         ids=["not_utf8", "too_long"])
+def test_a_header_that_is_not_utf8_or_too_long_is_still_the_header_not_a_lost_row(tmp_path, header):
+    """The header check reads the first line with its bad bytes replaced (or cut); the rows must
+    skip that same line, not the next one. Before, the header was a dead letter and the first data
+    row was skipped in its place: lost, while the counts still added up."""
+    manifest = tmp_path / "list.csv"
+    manifest.write_bytes(b"\n" + header + b"cat/a.jpg,cat\ndog/b.jpg,dog\n")
+    layout = csv_layout(first_line(str(manifest)), None, EXTENSIONS)
+    assert layout.header
+    with open(manifest, "rb") as handle:
+        rows, rejected = split_found(manifest_rows(manifest_lines(handle), layout, str(manifest)))
+    assert [(n, label) for _, (label, n, _) in rows] == [(3, "cat"), (4, "dog")] and rejected == []
 
 
 def test_a_line_over_the_bound_is_one_bad_line_read_in_bounded_pieces(tmp_path):
@@ -379,3 +397,26 @@ def test_batches_fill_as_the_listing_goes_and_rejections_pass_at_once():
     first = next(stream)
     assert len(first) == BATCH and len(listed) == BATCH + 1
     assert [len(batch) for batch in stream] == [BATCH, BATCH - 1]
+
+
+@pytest.mark.parametrize("pattern,root", [("/data/*/*.jpg", "/data"), ("data/**", "data"),
+                                          ("/home/u/.sets/pets/[ab]*/x.png", "/home/u/.sets/pets"),
+                                          ("gs://b/imgs/*/*.jpg", "gs://b/imgs")])
+def test_glob_root_is_where_the_wildcards_start(pattern, root):
+    assert glob_root(pattern) == root
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("/home/u/.sets/cat/a.jpg", Candidate("/home/u/.sets/cat/a.jpg", "cat")),  # the pattern names .sets
+    ("/home/u/.sets/.thumbs/a.jpg", ("SkippedFile", "inside hidden folder .thumbs")),
+    ("/home/u/.sets/__MACOSX/cat/._a.jpg", ("SkippedFile", "inside macOS archive metadata folder __MACOSX")),
+    ("/home/u/.sets/cat/._a.jpg", ("SkippedFile", "macOS AppleDouble metadata file, not an image")),
+])
+def test_a_glob_into_a_hidden_folder_finds_no_inputs_there(path, expected):
+    """As in Python's glob and imgrec's class folders: `.thumbs` would otherwise be a class."""
+    found = classify_glob_match(glob_root("/home/u/.sets/*/*.jpg"), path, EXTENSIONS)
+    if isinstance(expected, Candidate):
+        assert found == expected
+    else:
+        (_, error, message), = split_found([found])[1]
+        assert (error, message) == expected

@@ -90,6 +90,12 @@ def folder_skip_reason(name: str) -> Optional[str]:
     return None
 
 
+def skipped_folder(folders: Iterable[str]) -> Optional[SkippedFile]:
+    """Why a file inside these folders is no input (the first hidden or `__MACOSX` one), or None."""
+    skipped = next((f for f in folders if folder_skip_reason(f)), None)
+    return SkippedFile(f"inside {folder_skip_reason(skipped)} {skipped}") if skipped else None
+
+
 def label_text(name: str) -> str:
     """A folder name as a label: valid UTF-8 (a name that is not keeps its other characters and
     shows U+FFFD for the bytes it cannot decode), since labels are text in every record."""
@@ -221,9 +227,9 @@ def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Option
     segments = relative.split("/")
     if len(segments) == 1:
         return reject(path, SkippedFile("not inside a class folder"))
-    skipped = next((s for s in segments[:-1] if folder_skip_reason(s)), None)
+    skipped = skipped_folder(segments[:-1])
     if skipped:
-        return reject(path, SkippedFile(f"inside {folder_skip_reason(skipped)} {skipped}"))
+        return reject(path, skipped)
     reason = skip_reason(segments[-1], extensions)
     return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_text(segments[0]))
 
@@ -365,13 +371,17 @@ def too_long(raw: bytes) -> bool:
     return len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES
 
 
+def header_text(raw: bytes) -> str:
+    """A line as the header check reads it: undecodable bytes replaced, since it only needs the
+    names. Its first non-blank line is the header, however it decodes (`manifest_rows` agrees)."""
+    return raw.decode("utf-8", "replace").strip()
+
+
 def first_line(path: str) -> Optional[str]:
-    """The manifest's first non-blank line, or None (empty file). Undecodable bytes are replaced:
-    the header check only needs the names."""
+    """The manifest's first non-blank line, or None (empty file)."""
     with open_manifest(path) as handle:
         for raw in manifest_lines(handle):
-            line = raw.decode("utf-8", "replace").strip()
-            if line:
+            if line := header_text(raw):
                 return line
     return None
 
@@ -458,6 +468,9 @@ def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout,
     long lines (`manifest_lines` cuts those) as rejections."""
     header_pending = layout.header
     for number, raw in enumerate(lines, 1):
+        if header_pending:  # the line `first_line` read, even one not UTF-8 or too long
+            header_pending = not header_text(raw)
+            continue
         if too_long(raw):
             yield reject(manifest, BadManifestLine(f"line {number} is longer than {MAX_LINE_BYTES} bytes: "
                                                    f"{excerpt(raw)}"))
@@ -470,9 +483,6 @@ def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout,
             continue
         line = line.lstrip("\ufeff").strip()  # editors and pandas may save manifests with a UTF-8 BOM
         if not line:
-            continue
-        if header_pending:
-            header_pending = False
             continue
         try:
             candidate = parse_manifest_line(line, layout, manifest)
@@ -530,15 +540,28 @@ def _drop_own(batch: tuple[Candidate, ...], output: OutputFolder) -> Batch:
     return Batch(c for c in batch if not_own(c))
 
 
-def _glob_file(metadata, extensions: tuple[str, ...]) -> Found:
-    path = metadata.path
+def glob_root(pattern: str) -> str:
+    """The folder a glob's wildcards start below: `/data/*/*.jpg` → `/data`."""
+    segments = pattern.split("/")
+    literal = next(i for i, segment in enumerate(segments + ["*"]) if any(ch in segment for ch in "*?["))
+    return "/".join(segments[:literal])
+
+
+def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Found:
+    """A file a glob matched as a candidate (label: its parent folder's name) or a rejection. A
+    hidden or `__MACOSX` folder the wildcards went into holds no inputs (Python's glob does not
+    go into dot folders at all); one the pattern names itself (`~/.datasets/*/*.jpg`) is fine."""
+    below = path[len(root):] if path.startswith(root) else posixpath.basename(path)
+    skipped = skipped_folder(posixpath.dirname(below).split("/"))
+    if skipped:
+        return reject(path, skipped)
     reason = skip_reason(posixpath.basename(path), extensions)
     return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_from_parent(path))
 
 
-def _glob_batch(files: Iterable, extensions: tuple[str, ...]) -> Iterator[Union[tuple[Candidate, ...],
-                                                                               beam.pvalue.TaggedOutput]]:
-    yield from batched(_glob_file(metadata, extensions) for metadata in files)
+def _glob_batch(files: Iterable, root: str, extensions: tuple[str, ...]) -> Iterator[Union[tuple[Candidate, ...],
+                                                                                          beam.pvalue.TaggedOutput]]:
+    yield from batched(classify_glob_match(root, metadata.path, extensions) for metadata in files)
 
 
 class DiscoverImages(beam.PTransform):
@@ -574,7 +597,7 @@ class DiscoverImages(beam.PTransform):
                       | "MatchFiles" >> fileio.MatchFiles(
                           spec.path, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
                       | "BatchFiles" >> beam.BatchElements(min_batch_size=BATCH, max_batch_size=BATCH)
-                      | "KeepImageFiles" >> beam.FlatMap(_glob_batch, extensions).with_outputs(
+                      | "KeepImageFiles" >> beam.FlatMap(_glob_batch, glob_root(spec.path), extensions).with_outputs(
                           REJECTED, main="candidates"))
             candidates, rejected = parsed.candidates, parsed[REJECTED]
         else:
