@@ -259,6 +259,9 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
             previous = read_json(join(dataset, METADATA_FILE))
         except (OSError, ValueError) as exc:
             raise UsageError(f"--compare_to: cannot read {join(dataset, METADATA_FILE)}: {exc}") from None
+        if not is_dataset_metadata(previous):
+            raise UsageError(f"--compare_to: {join(dataset, METADATA_FILE)} is not the metadata of an imgrec "
+                             "dataset")
     missing = tuple(f for f in listed_files(previous) if not FileSystems.exists(join(dataset, f)))
     return Comparison(dataset, None if missing else previous.get("fingerprint"), missing)
 

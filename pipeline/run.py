@@ -153,15 +153,13 @@ def check_runner_options(options) -> None:
 def check_input(spec: ConversionSpec) -> None:
     """A missing input is a usage error, found before anything starts."""
     kind, path = spec.input.resolved_kind(), spec.input.path
-    try:
-        FileSystems.get_filesystem(path)
-    except ValueError as exc:  # no filesystem for the path's scheme
-        raise UsageError(f"--input={path}: {exc}") from None
     local = local_path(path)
     if kind == "folders" and local is not None and not os.path.isdir(local):
         raise UsageError(f"--input={path}: {'not a folder' if os.path.exists(local) else 'no such folder'}")
+    if local is None and kind not in ("csv", "jsonl"):
+        reachable("--input", path)  # a folder or glob on an object store need not exist as such
     if kind in ("csv", "jsonl"):
-        if not FileSystems.exists(path):
+        if not reachable("--input", path):
             raise UsageError(f"--input={path}: no such manifest")
         try:
             manifest_layout(spec.input, kind)
@@ -169,13 +167,19 @@ def check_input(spec: ConversionSpec) -> None:
             raise UsageError(str(exc)) from None
 
 
+def reachable(flag: str, path: str) -> bool:
+    """Whether `path` exists; a filesystem Beam cannot use here (no filesystem for the scheme, or
+    its client library not installed: s3:// without apache-beam[aws]) is a usage error."""
+    try:
+        return FileSystems.exists(path)
+    except Exception as exc:  # ValueError for the scheme, BeamIOError around the client's error
+        raise UsageError(f"{flag}={path}: {exc}") from None
+
+
 def _ensure_folder(path: str) -> bool:
     """Creates the output folder if needed (True if it did); an unwritable place is a usage error."""
-    try:
-        if FileSystems.exists(path):
-            return False
-    except ValueError as exc:  # no filesystem for the path's scheme
-        raise UsageError(f"--output={path}: {exc}") from None
+    if reachable("--output", path):
+        return False
     try:
         FileSystems.mkdirs(path)
     except Exception as exc:  # each filesystem raises its own error types

@@ -5,6 +5,7 @@ bad flag or key and suggest the closest valid one.
 """
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import re
 
@@ -123,6 +124,16 @@ def test_an_input_on_no_beam_filesystem_is_a_usage_error(tmp_path, input_url):
     assert f"--input={input_url}" in line and "filesystem" in line, line
 
 
+@pytest.mark.skipif(importlib.util.find_spec("boto3") is not None, reason="boto3 is installed: s3:// would be tried")
+@pytest.mark.parametrize("flag", ["--input", "--output"])
+def test_s3_without_the_aws_extra_is_a_usage_error(tmp_path, data, flag):
+    """Beam knows s3:// but fails inside its S3 client without boto3 (apache-beam[aws])."""
+    out = tmp_path / "out"
+    run = run_imgrec("s3://bucket/data", out) if flag == "--input" else run_imgrec(data, "s3://bucket/out")
+    line = assert_refused(run, out)
+    assert line.startswith(f"imgrec: error: {flag}=s3://bucket/"), line
+
+
 def test_file_urls_name_local_input_and_output(tmp_path, data):
     """TensorFlow's gfile takes file:// URLs and Beam's filesystems do not: imgrec takes both."""
     manifest = tmp_path / "list.csv"
@@ -138,6 +149,17 @@ def test_file_urls_name_local_input_and_output(tmp_path, data):
     assert run.returncode == 0, run.brief()
     metadata, _, _ = check_complete(tmp_path / "again")
     assert metadata["reuse"] == {"from": str(first), "reused": 4, "converted": 0}
+
+
+@pytest.mark.parametrize("text", ['{"splits": ["train", "test"]}', "[]", '{"format_version": 2, "splits": {}}'],
+                         ids=["splits_list", "list", "no_versions"])
+def test_compare_to_a_folder_that_is_no_imgrec_dataset_is_a_usage_error(tmp_path, data, text):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metadata.json").write_text(text)
+    out = tmp_path / "out"
+    line = assert_refused(run_imgrec(data, out, "--skip_unchanged", f"--compare_to={other}"), out)
+    assert "--compare_to" in line and "not the metadata of an imgrec dataset" in line, line
 
 
 def test_a_missing_input_is_a_usage_error(tmp_path):
