@@ -420,3 +420,15 @@ def test_a_glob_into_a_hidden_folder_finds_no_inputs_there(path, expected):
     else:
         (_, error, message), = split_found([found])[1]
         assert (error, message) == expected
+
+
+def test_folders_whose_names_are_not_utf8_stay_distinct_classes(tmp_path):
+    """Each undecodable byte shows as \\xNN: one replacement character for every such byte
+    made `a\\xff` and `a\\xfe` one class, and their images one label."""
+    for name in (b"a\xff", b"a\xfe", b"caf\xc3\xa9"):
+        write_text(pathlib.Path(os.fsdecode(os.fsencode(tmp_path) + b"/" + name)) / "x.png", "x")
+    classes, rejected = split_found(list_local_root(str(tmp_path)))
+    assert [c.label for c in classes] == ["a\\xfe", "a\\xff", "café"] and not rejected
+    assert all(c.label.encode("utf-8") for c in classes)
+    glob_match = os.fsdecode(os.fsencode(tmp_path) + b"/a\xff/x.png")
+    assert label_from_parent(glob_match) == "a\\xff"

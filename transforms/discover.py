@@ -97,9 +97,10 @@ def skipped_folder(folders: Iterable[str]) -> Optional[SkippedFile]:
 
 
 def label_text(name: str) -> str:
-    """A folder name as a label: valid UTF-8 (a name that is not keeps its other characters and
-    shows U+FFFD for the bytes it cannot decode), since labels are text in every record."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    """A folder name as a label: valid UTF-8, since labels are text in every record. A name that
+    is not keeps its other characters and shows each byte it cannot decode as `\\xNN`: folders
+    `a\\xff` and `a\\xfe` stay two classes (one replacement character for both merged them)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def label_from_parent(path: str) -> str:
