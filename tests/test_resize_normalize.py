@@ -47,6 +47,30 @@ def test_center_crop_keeps_the_middle(in_shape):
     assert (out == GREEN).all()
 
 
+@pytest.mark.parametrize("in_shape", [(1, 30000), (30000, 1), (2, 9001)], ids=["wide", "tall", "odd"])
+def test_center_crop_of_a_strip_stays_within_the_decode_budget(in_shape):
+    """Scaled whole, a 1 x 30,000 strip would be 64 x 1,920,000 pixels (350 MiB) before the crop.
+    Over max_decoded_bytes the middle is cropped first; the output still shows the middle."""
+    import tracemalloc
+
+    spec = ImageSpec(height=OUT_H, width=OUT_W, resize_mode="center_crop", interpolation="nearest",
+                     max_decoded_bytes=2**20)
+    tracemalloc.start()
+    out = resize_image(thirds(*in_shape), spec)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert out.shape == (OUT_H, OUT_W, 3) and (out == GREEN).all()
+    assert peak < 2**20, peak
+
+
+def test_center_crop_under_the_budget_keeps_its_bytes():
+    """Cropping first only past the budget: every image below it converts as before."""
+    img = (np.random.default_rng(2).random((90, 250, 3)) * 255).astype(np.uint8)
+    spec = ImageSpec(height=OUT_H, width=OUT_W, resize_mode="center_crop")
+    scaled = cv2.resize(img, (178, OUT_H), interpolation=cv2.INTER_CUBIC)  # 250 * 64 / 90 = 177.8
+    np.testing.assert_array_equal(resize_image(img, spec), scaled[:, 65:113])
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
 def test_pad_letterboxes_with_pad_value(dtype):
     # 100x300 (h x w) scales by 48/300 to 16x48, centered vertically in 64x48: rows 24..39.

@@ -30,6 +30,8 @@ def resize_image(image: np.ndarray, spec: ImageSpec) -> np.ndarray:
     if spec.resize_mode == "center_crop":
         scale = max(out_w / in_w, out_h / in_h)
         scaled_w, scaled_h = max(out_w, round(in_w * scale)), max(out_h, round(in_h * scale))
+        if scaled_w * scaled_h * (image.nbytes // (in_h * in_w)) > spec.max_decoded_bytes:
+            return _crop_then_resize(image, out_w, out_h, scale, interpolation)
         scaled = _resize(image, scaled_w, scaled_h, interpolation)
         top, left = (scaled_h - out_h) // 2, (scaled_w - out_w) // 2
         return np.ascontiguousarray(scaled[top:top + out_h, left:left + out_w])
@@ -39,6 +41,16 @@ def resize_image(image: np.ndarray, spec: ImageSpec) -> np.ndarray:
     top, left = (out_h - scaled_h) // 2, (out_w - scaled_w) // 2
     return cv2.copyMakeBorder(scaled, top, out_h - scaled_h - top, left, out_w - scaled_w - left,
                               cv2.BORDER_CONSTANT, value=(spec.pad_value,) * 3)
+
+
+def _crop_then_resize(image: np.ndarray, out_w: int, out_h: int, scale: float, interpolation: int) -> np.ndarray:
+    """center_crop for a strip (1 x 10,000 pixels: scaled whole, 224 x 2,240,000): the middle of
+    the source that the output shows, then resized. Beyond `max_decoded_bytes` only, so every
+    other image keeps its bytes; a tiny file must not cost a converter gigabytes."""
+    in_h, in_w = image.shape[:2]
+    crop_w, crop_h = min(in_w, max(1, round(out_w / scale))), min(in_h, max(1, round(out_h / scale)))
+    top, left = (in_h - crop_h) // 2, (in_w - crop_w) // 2
+    return _resize(image[top:top + crop_h, left:left + crop_w], out_w, out_h, interpolation)
 
 
 def _resize(image: np.ndarray, width: int, height: int, interpolation: int) -> np.ndarray:
