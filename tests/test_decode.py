@@ -127,6 +127,39 @@ def test_rgba_png_composite_and_drop(tmp_path):
     np.testing.assert_array_equal(dropped[0], rgba[0, :, :3])
 
 
+STRAIGHT_RGBA = np.array([[[200, 100, 50, 255], [95, 130, 194, 95], [10, 240, 70, 200], [250, 5, 128, 128],
+                           [30, 60, 90, 1], [10, 20, 30, 0]]], np.uint8)
+
+
+def tiff_with_alpha(path: Path, rgba: np.ndarray, bits: int, associated: bool) -> bytes:
+    """A TIFF of straight RGBA pixels, stored with unassociated alpha or (premultiplied) associated."""
+    import tifffile
+
+    maximum = 2**bits - 1
+    values = rgba.astype(np.float64) * maximum / 255
+    if associated:
+        values[..., :3] *= values[..., 3:] / maximum
+    tifffile.imwrite(path, np.rint(values).astype(np.uint8 if bits == 8 else np.uint16), photometric="rgb",
+                     extrasamples=[1 if associated else 2])
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("associated", [False, True], ids=["unassociated", "associated"])
+def test_tiff_alpha_blends_as_png_alpha_does(tmp_path, bits, associated):
+    """OpenCV returns an 8-bit TIFF's colours premultiplied (libtiff's RGBA interface), a 16-bit
+    one's as stored. Either way imgrec must give what the same straight pixels give as a PNG:
+    blended once over the background, or, with alpha dropped, the straight colour."""
+    data = tiff_with_alpha(tmp_path / "a.tif", STRAIGHT_RGBA, bits, associated)
+    png = pillow_file(tmp_path, Image.fromarray(STRAIGHT_RGBA, "RGBA"), "PNG")
+    for spec in (ImageSpec(alpha="composite"), ImageSpec(alpha="composite", background=(0, 0, 255))):
+        expected = decode_image(png, spec).astype(int)
+        assert np.abs(decode_image(data, spec).astype(int) - expected).max() <= 1, spec
+    dropped = decode_image(data, ImageSpec(alpha="drop")).astype(int)[0, :-1]  # alpha 0: no colour to recover
+    alpha = STRAIGHT_RGBA[0, :-1, 3:].astype(int)
+    assert (np.abs(dropped - STRAIGHT_RGBA[0, :-1, :3]) <= np.ceil(255 / alpha)).all(), dropped
+
+
 def test_16bit_png_rounds_to_nearest(tmp_path):
     values = np.array([[0, 128, 129, 257, 385, 386, 32896, 65535]], np.uint16)
     expected = [0, 0, 1, 1, 1, 2, 128, 255]  # round(x / 257)

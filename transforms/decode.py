@@ -10,7 +10,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from transforms.image_header import ImageHeader, exif_orientation, jpeg_has_eoi, read_header
+from transforms.image_header import ImageHeader, exif_orientation, jpeg_has_eoi, read_header, tiff_alpha_is_associated
 from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall
 from transforms.specs import ImageSpec
 
@@ -33,7 +33,7 @@ def decode_working_bytes(header: ImageHeader, spec: ImageSpec) -> int:
     per_pixel = header.channels * header.bytes_per_sample + _RGB_AND_UPRIGHT_BYTES
     if header.bytes_per_sample > 1:
         per_pixel += header.channels
-    if header.channels == 4 and spec.alpha == "composite":
+    if header.channels == 4 and (spec.alpha == "composite" or header.format == "tiff"):  # or unpremultiply
         per_pixel += _COMPOSITE_BYTES
     return header.width * header.height * per_pixel
 
@@ -87,17 +87,49 @@ def composite(rgb: np.ndarray, alpha: np.ndarray, background: tuple[int, int, in
     return out.astype(np.uint8)
 
 
-def to_rgb(img: np.ndarray, spec: ImageSpec) -> np.ndarray:
-    """OpenCV's gray, BGR or BGRA uint8 layout to RGB, resolving alpha as the spec says."""
+def composite_premultiplied(rgb: np.ndarray, alpha: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
+    """Blend uint8 RGB already multiplied by its alpha over a solid background:
+    c + round(bg * (255 - a) / 255), capped at 255 (a colour above its alpha is malformed)."""
+    out = np.asarray(background, np.uint16) * (255 - alpha.astype(np.uint16)[..., None])
+    out += 127
+    out //= 255
+    out += rgb
+    return np.minimum(out, 255).astype(np.uint8)
+
+
+def unpremultiply(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Straight colour from premultiplied uint8 RGB: round(c * 255 / a), 0 where a is 0."""
+    a = alpha.astype(np.uint16)[..., None]
+    out = rgb.astype(np.uint16) * 255
+    out += a // 2
+    out //= np.maximum(a, 1)
+    return np.minimum(out, 255).astype(np.uint8)
+
+
+def to_rgb(img: np.ndarray, spec: ImageSpec, premultiplied: bool = False) -> np.ndarray:
+    """OpenCV's gray, BGR or BGRA uint8 layout to RGB, resolving alpha as the spec says;
+    `premultiplied`: the colours of a BGRA image are already multiplied by its alpha."""
     channels = 1 if img.ndim == 2 else img.shape[2]
     if channels == 1:
         return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
     if channels == 3:
         return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
     if channels == 4:
-        rgb = cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
-        return rgb if spec.alpha == "drop" else composite(rgb, img[..., 3], spec.background)
+        rgb, alpha = cv2.cvtColor(img, cv2.COLOR_BGRA2RGB), img[..., 3]
+        if spec.alpha == "drop":
+            return unpremultiply(rgb, alpha) if premultiplied else rgb
+        return (composite_premultiplied if premultiplied else composite)(rgb, alpha, spec.background)
     raise CorruptImage(f"unsupported channel count {channels}")
+
+
+def opencv_premultiplied(header: ImageHeader, img: np.ndarray, data: bytes) -> bool:
+    """Whether OpenCV's colours for this decoded image are premultiplied by its alpha. An 8-bit
+    TIFF comes through libtiff's RGBA interface, which premultiplies unassociated alpha and keeps
+    associated alpha as stored; a 16-bit one comes as stored, premultiplied only when its
+    ExtraSamples tag says associated alpha. PNG, WebP and the rest give straight alpha."""
+    if header.format != "tiff" or img.ndim != 3 or img.shape[2] != 4:
+        return False
+    return img.dtype == np.uint8 or tiff_alpha_is_associated(data)
 
 
 def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
@@ -180,6 +212,6 @@ def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
         raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
     if img is None or img.size == 0:
         raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated)")
-    rgb = to_rgb(to_uint8(img), spec)
+    rgb = to_rgb(to_uint8(img), spec, opencv_premultiplied(header, img, data))
     del img
     return apply_orientation(rgb, _orientation(types, metadata))

@@ -34,6 +34,7 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _EXIF_PREFIX = b"Exif\x00\x00"
 _TIFF_WIDTH, _TIFF_HEIGHT, _EXIF_ORIENTATION = 256, 257, 0x0112
 _TIFF_BITS_PER_SAMPLE, _TIFF_SAMPLES_PER_PIXEL = 258, 277
+_TIFF_EXTRA_SAMPLES, _ASSOCIATED_ALPHA = 338, 1
 # PNG colour type → channels as OpenCV decodes them (palettes may gain alpha from tRNS; grey+alpha is BGRA).
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 4, 6: 4}
 _TIFF_SHORT, _TIFF_LONG = 3, 4
@@ -170,6 +171,11 @@ def _tiff(data: bytes) -> _Size:
         raise CorruptImage("tiff IFD0 lacks ImageWidth (256) or ImageLength (257)")
     channels = max(3, tags.get(_TIFF_SAMPLES_PER_PIXEL, 1))
     return tags[_TIFF_WIDTH], tags[_TIFF_HEIGHT], channels, _bytes_per_sample(tags.get(_TIFF_BITS_PER_SAMPLE, 8))
+
+
+def tiff_alpha_is_associated(data: bytes) -> bool:
+    """Whether a TIFF's first extra sample is associated alpha (colours stored premultiplied)."""
+    return _ifd0(data).get(_TIFF_EXTRA_SAMPLES) == _ASSOCIATED_ALPHA
 
 
 _Reader = Callable[[bytes], _Size]
