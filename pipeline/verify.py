@@ -457,6 +457,8 @@ def main(argv: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
     stream = stream or sys.stdout
     try:
+        if args.samples < 0:
+            raise UsageError(f"--samples={args.samples}: must be 0 or more")
         check_out_dir(args.out)
         with imports_frozen():  # the imports' objects, TensorFlow's too: 0.9 s of a 2,000-image check
             ok = verify_dataset(args.output, args.samples, args.out, stream)

@@ -76,8 +76,9 @@ def write_config(tmp_path, text: str) -> str:
     (lambda: InputSpec("i", kind="tsv"), "input kind must be one of folders, glob, csv, jsonl"),
     (lambda: InputSpec("i", max_file_bytes=0), "max_file_bytes must be positive"),
     (lambda: InputSpec("i", manifest_columns=("path",)), "two names"),
-    (lambda: InputSpec("i", class_names=("a", "a", "b")), "class_names must name distinct classes"),
-    (lambda: InputSpec("i", class_names=()), "class_names must name distinct classes"),
+    (lambda: InputSpec("i", class_names=("a", "a", "b")), "class_names must name distinct, non-empty classes"),
+    (lambda: InputSpec("i", class_names=()), "class_names must name distinct, non-empty classes"),
+    (lambda: InputSpec("i", class_names=("a", "", "b")), "class_names must name distinct, non-empty classes"),
 ])
 def test_invalid_specs(make, message):
     with pytest.raises(ValueError, match=message):

@@ -232,6 +232,12 @@ def test_a_damaged_record_index_of_gzip_shards_fails(written, tmp_path, damage, 
         assert "holds records after" not in failed[0], report
 
 
+def test_a_negative_sample_count_is_a_usage_error(tmp_path, capsys):
+    code, report = run_verify(str(tmp_path), "--samples", "-1")
+    assert code == 2 and report == ""
+    assert capsys.readouterr().err.strip().splitlines() == ["imgrec: error: --samples=-1: must be 0 or more"]
+
+
 @pytest.mark.parametrize("below", ["", "sub/folder"], ids=["file", "below-a-file"])
 def test_an_out_that_is_a_file_is_a_usage_error_before_reading(tmp_path, capsys, below):
     """Refused at once (exit 2, one line), not after reading the dataset: the folder need not even be one."""

@@ -223,8 +223,8 @@ class InputSpec:
         if self.max_file_bytes <= 0:
             raise ValueError(f"max_file_bytes must be positive; got {self.max_file_bytes}")
         names = self.class_names
-        if names is not None and (not names or len(set(names)) != len(names)):
-            raise ValueError(f"class_names must name distinct classes (their order gives the label ids); "
+        if names is not None and (not names or len(set(names)) != len(names) or not all(names)):
+            raise ValueError(f"class_names must name distinct, non-empty classes (their order gives the label ids); "
                              f"got {list(self.class_names)}")
         if self.manifest_columns is not None and (len(self.manifest_columns) != 2 or not all(self.manifest_columns)):
             raise ValueError("manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; "
