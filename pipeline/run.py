@@ -119,8 +119,8 @@ def direct_runner(options) -> Optional[PipelineRunner]:
 
     Beam's DirectRunner first submits the job to Prism, downloading Prism from GitHub when it is
     not cached, and falls back to the FnApiRunner when that fails. For this batch job Prism
-    costs about 2.3 s more per run and 1.2x the CPU per image, and a failed try (offline) 0.3 s
-    or more; `--runner=PrismRunner` still runs on Prism.
+    costs about 2.3 s more per run and 1.2x the CPU per image, and a failed try (offline) about
+    0.23 s; `--runner=PrismRunner` still runs on Prism.
     """
     if runner_name(options) != "DirectRunner":
         return None
