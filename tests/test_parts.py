@@ -225,6 +225,36 @@ def test_a_part_without_its_outcome_is_converted_again(tmp_path, images):
     assert again == first and again.resumed == 0
 
 
+def test_a_finished_part_that_found_a_file_changed_is_converted_again_once_it_is_back(tmp_path, images):
+    """A file changed (or unreadable) during one run is no verdict on its bytes: once restored,
+    the next run writes it instead of repeating the old rejection forever."""
+    settings = settings_for(tmp_path, part_images=8)
+    (task,) = cut_into_parts(SHARD, images, settings)
+    path = pathlib.Path(images[2].source.path)
+    original = path.read_bytes()
+    path.write_bytes(b"a sync tool rewrote it" + original)
+    first = convert_part(task, settings)
+    assert [(r.error, r.path) for r in first.rejections] == [("FileChanged", str(path))]
+    path.write_bytes(original)
+    again = convert_part(task, settings)
+    assert (again.records, again.rejections, again.resumed) == (8, (), 0)
+
+
+def test_a_finished_part_with_corrupt_images_is_taken_under_a_renamed_split(tmp_path, images):
+    """A rejection that follows from the bytes stands; its split is the one this run names."""
+    corrupt = tmp_path / "in" / "cat" / "corrupt.jpg"
+    corrupt.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:200])
+    settings = settings_for(tmp_path, part_images=8)
+    task_images = [*images[:3], planned(corrupt, 1)]
+    (first_task,) = cut_into_parts(("train", 0, 1), task_images, settings)
+    first = convert_part(first_task, settings)
+    corrupt.unlink()  # taken as it is: not read again
+    (renamed,) = cut_into_parts(("tr", 0, 1), task_images, settings)
+    again = convert_part(renamed, settings)
+    assert again.resumed == 3
+    assert [(r.error, r.split) for r in again.rejections] == [("CorruptImage", "tr")]
+    assert [r.split for r in first.rejections] == ["train"]
+
 def finished_part(tmp_path, images) -> tuple[WriterSettings, PartTask, PartOutcome, bytes]:
     """One part of all `images`, converted: its settings, task, outcome and records file's bytes."""
     settings = settings_for(tmp_path, part_images=8)

@@ -390,16 +390,20 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     """Writes the part's records (or finds them from an earlier attempt); returns its outcome.
 
     Runs on a worker thread or in a pool process. The records go to a temporary name and the
-    outcome is written last, so a part whose outcome exists is complete. Records an interrupted
+    outcome is written last, so a part whose outcome exists is complete, and taken as it is unless
+    it rejected a file for its state then (unreadable, changed). Records an interrupted
     run wrote for this part are taken when they check out (`salvaged_record`); every other
     image, including those it rejected, is converted again.
     """
     outcome_path = part_file(settings, task.digest, "json")
-    if files.exists(outcome_path) and files.exists(part_file(settings, task.digest, "records")):
-        found = PartOutcome.from_json(files.read_bytes(outcome_path).decode("utf-8"))
-        return dataclasses.replace(found, resumed=found.records)
-    attempt = _Attempt(task, settings)
     split = task.shard[0]
+    if files.exists(outcome_path) and files.exists(part_file(settings, task.digest, "records")):
+        found = _read_outcome(settings, task.digest)
+        if not any(r.about_the_file_then for r in found.rejections):
+            # Records do not hold their split, so the part is the same under renamed splits.
+            rejections = tuple(dataclasses.replace(r, split=split) for r in found.rejections)
+            return dataclasses.replace(found, rejections=rejections, resumed=found.records)
+    attempt = _Attempt(task, settings)
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
     offset = num_bytes = reused = resumed = 0

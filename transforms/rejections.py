@@ -102,6 +102,12 @@ class Rejection:
         return cls(path=path, stage=stage, error=type(exc).__name__, message=str(exc), split=split)
 
     @property
+    def about_the_file_then(self) -> bool:
+        """Read-stage rejections (unreadable, changed, grown) describe the file when it was read,
+        not the bytes planned, so a later attempt may succeed; the others follow from the bytes."""
+        return self.stage == "read"
+
+    @property
     def counts_as_error(self) -> bool:
         """Skipped non-images and dropped duplicates are intended, so they do not count against
         max_error_fraction."""
