@@ -276,7 +276,7 @@ def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Opt
     where = f"--reuse_from={dataset}"
     try:
         with FileSystems.open(join(dataset, METADATA_FILE), compression_type="uncompressed") as handle:
-            metadata = DatasetMetadata.loads(handle.read().decode("utf-8"))
+            metadata = DatasetMetadata.loads(handle.read())
     except (OSError, FormatError) as exc:
         raise UsageError(f"{where} cannot serve this run: {exc}") from None
     if metadata.pixel_fingerprint != pixel_fingerprint:

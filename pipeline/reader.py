@@ -98,7 +98,7 @@ def read_metadata(output_dir: str) -> DatasetMetadata:
         raise NotAnImgrecDataset(
             f"{output_dir} is not a finished imgrec dataset: {METADATA_FILE} is missing (was it written "
             "by imgrec, and did the run finish?)")
-    with tf.io.gfile.GFile(path, "r") as handle:
+    with tf.io.gfile.GFile(path, "rb") as handle:
         text = handle.read()
     try:
         return DatasetMetadata.loads(text)

@@ -351,7 +351,7 @@ def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult
 
 def read_published(output: str, run_id: str) -> DatasetMetadata:
     """The metadata.json this run published (another run's would be a bug in the lock)."""
-    metadata = DatasetMetadata.loads(files.read_bytes(join(output, METADATA_FILE)).decode("utf-8"))
+    metadata = DatasetMetadata.loads(files.read_bytes(join(output, METADATA_FILE)))
     if metadata.run.get("run_id") != run_id:
         raise RunFailed(f"{output} holds run {metadata.run.get('run_id')}'s dataset, not this run's")
     return metadata

@@ -194,7 +194,8 @@ def test_wrong_types_are_format_errors(edit, message):
 
 
 @pytest.mark.parametrize("text,message", [("{not json", "not valid JSON"), ("[1, 2]", "JSON object, not list"),
-                                          ('"text"', "JSON object, not str")])
+                                          ('"text"', "JSON object, not str"),
+                                          (b'{"name": "\xff"}', "not valid JSON: 'utf-8' codec")])
 def test_unreadable_metadata_text(text, message):
     with pytest.raises(FormatError, match=message):
         DatasetMetadata.loads(text)

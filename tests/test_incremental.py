@@ -166,6 +166,9 @@ def test_an_older_format_is_refused(changed_inputs, tmp_path):
     (first / "metadata.json").write_text(json.dumps(metadata))
     with pytest.raises(UsageError, match="format_version 1"):
         convert(images, tmp_path / "out", f"--reuse_from={first}")
+    (first / "metadata.json").write_bytes(b'{"format_version": "\xff"}')
+    with pytest.raises(UsageError, match="not valid JSON: 'utf-8' codec"):
+        convert(images, tmp_path / "out", f"--reuse_from={first}")
 
 
 def test_skip_unchanged_compares_with_the_newest_sibling(tmp_path):

@@ -182,9 +182,10 @@ def test_metadata_problems_are_reported(written, tmp_path):
     (tmp_path / "metadata.json").write_text(json.dumps({**metadata.to_json(), "format_version": 99}))
     with pytest.raises(UnsupportedDataset, match="format_version 99"):
         load_dataset(str(tmp_path), "train")
-    (tmp_path / "metadata.json").write_text("{not json")
-    with pytest.raises(UnsupportedDataset, match="not valid JSON"):
-        load_dataset(str(tmp_path), "train")
+    for damaged in (b"{not json", b'{"format_version": "\xff"}'):
+        (tmp_path / "metadata.json").write_bytes(damaged)
+        with pytest.raises(UnsupportedDataset, match="not valid JSON"):
+            load_dataset(str(tmp_path), "train")
 
 
 def test_optional_roles_may_be_absent(written):

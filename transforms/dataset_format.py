@@ -364,10 +364,11 @@ class DatasetMetadata:
         )
 
     @classmethod
-    def loads(cls, text: str) -> "DatasetMetadata":
+    def loads(cls, text: str | bytes) -> "DatasetMetadata":
+        """From metadata.json's text or bytes (bytes that are not UTF-8 are a FormatError too)."""
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
+            value = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise FormatError(f"{METADATA_FILE} is not valid JSON: {exc}") from None
         return cls.from_json(value)
 
