@@ -47,20 +47,30 @@ def test_center_crop_keeps_the_middle(in_shape):
     assert (out == GREEN).all()
 
 
-@pytest.mark.parametrize("in_shape", [(1, 30000), (30000, 1), (2, 9001)], ids=["wide", "tall", "odd"])
-def test_center_crop_of_a_strip_stays_within_the_decode_budget(in_shape):
-    """Scaled whole, a 1 x 30,000 strip would be 64 x 1,920,000 pixels (350 MiB) before the crop.
-    Over max_decoded_bytes the middle is cropped first; the output still shows the middle."""
+@pytest.mark.parametrize("in_shape", [(1, 300000), (300000, 1), (2, 200001)], ids=["wide", "tall", "odd"])
+def test_center_crop_of_a_strip_is_cropped_before_it_is_scaled(in_shape):
+    """Scaled whole, a 1 x 300,000 strip would be 64 x 19,200,000 pixels (3.7 GB) before the crop.
+    Past a fixed bound the middle is cropped first, whatever max_decoded_bytes says (a limit
+    must not change an accepted image's bytes); the output still shows the middle."""
     import tracemalloc
 
-    spec = ImageSpec(height=OUT_H, width=OUT_W, resize_mode="center_crop", interpolation="nearest",
-                     max_decoded_bytes=2**20)
+    spec = ImageSpec(height=OUT_H, width=OUT_W, resize_mode="center_crop", interpolation="nearest")
+    strip = thirds(*in_shape)
     tracemalloc.start()
-    out = resize_image(thirds(*in_shape), spec)
+    out = resize_image(strip, spec)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert out.shape == (OUT_H, OUT_W, 3) and (out == GREEN).all()
     assert peak < 2**20, peak
+
+
+def test_center_crop_bytes_do_not_depend_on_max_decoded_bytes():
+    """max_decoded_bytes only decides which images are accepted (it is not in pixel_settings, so
+    records are reused across runs that differ in it): an accepted strip converts the same."""
+    strip = (np.random.default_rng(3).random((2, 30000, 3)) * 255).astype(np.uint8)
+    spec = ImageSpec(height=OUT_H, width=OUT_W, resize_mode="center_crop")
+    tight = ImageSpec(height=OUT_H, width=OUT_W, resize_mode="center_crop", max_decoded_bytes=2**20)
+    np.testing.assert_array_equal(resize_image(strip, tight), resize_image(strip, spec))
 
 
 def test_center_crop_under_the_budget_keeps_its_bytes():

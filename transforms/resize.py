@@ -30,7 +30,7 @@ def resize_image(image: np.ndarray, spec: ImageSpec) -> np.ndarray:
     if spec.resize_mode == "center_crop":
         scale = max(out_w / in_w, out_h / in_h)
         scaled_w, scaled_h = max(out_w, round(in_w * scale)), max(out_h, round(in_h * scale))
-        if scaled_w * scaled_h * (image.nbytes // (in_h * in_w)) > spec.max_decoded_bytes:
+        if scaled_w * scaled_h * (image.nbytes // (in_h * in_w)) > _MAX_SCALED_BYTES:
             return _crop_then_resize(image, out_w, out_h, scale, interpolation)
         scaled = _resize(image, scaled_w, scaled_h, interpolation)
         top, left = (scaled_h - out_h) // 2, (scaled_w - out_w) // 2
@@ -43,9 +43,15 @@ def resize_image(image: np.ndarray, spec: ImageSpec) -> np.ndarray:
                               cv2.BORDER_CONSTANT, value=(spec.pad_value,) * 3)
 
 
+# Fixed, not max_decoded_bytes: that limit only decides which images are accepted, so the bytes
+# of an accepted image (and records reused across runs, transforms/specs.py:pixel_settings)
+# must not depend on it. The same as its default, so default runs keep their bytes.
+_MAX_SCALED_BYTES = 2**30
+
+
 def _crop_then_resize(image: np.ndarray, out_w: int, out_h: int, scale: float, interpolation: int) -> np.ndarray:
     """center_crop for a strip (1 x 10,000 pixels: scaled whole, 224 x 2,240,000): the middle of
-    the source that the output shows, then resized. Beyond `max_decoded_bytes` only, so every
+    the source that the output shows, then resized. Beyond `_MAX_SCALED_BYTES` only, so every
     other image keeps its bytes; a tiny file must not cost a converter gigabytes."""
     in_h, in_w = image.shape[:2]
     crop_w, crop_h = min(in_w, max(1, round(out_w / scale))), min(in_h, max(1, round(out_h / scale)))
