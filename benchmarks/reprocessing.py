@@ -29,18 +29,13 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from typing import Sequence
 
-import psutil
-
 from benchmarks.make_corpus import make_corpus
-from benchmarks.run import TreeMonitor
+from benchmarks.run import run_tree
 from pipeline.tables import format_table
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -54,29 +49,14 @@ def imgrec(python: str, images: pathlib.Path, output: pathlib.Path, *flags: str)
 
 def measured(argv: Sequence[str], kill_when=None) -> dict:
     """Runs argv to its end (or kills its whole tree once `kill_when()` is true): wall seconds,
-    CPU seconds of the tree, exit code."""
+    CPU seconds of the tree, exit code, the end of its output."""
     os.sync()  # the previous run's gigabytes are written back now, not charged to this run
-    start = time.perf_counter()
-    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
-    monitor = TreeMonitor(process.pid)
-    killed = False
-    # wait4, not poll(): the exit status and the tree's rusage come from the same reaping
-    pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-    while not pid:
-        if kill_when is not None and not killed and kill_when():
-            os.killpg(process.pid, signal.SIGKILL)
-            killed = True
-        time.sleep(0.05)
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    children = psutil.Process().children(recursive=True)
-    for child in children:  # a killed tree's orphans, if any, must not run on
-        child.kill()
-    tree_cpu = usage.ru_utime + usage.ru_stime
-    result = monitor.stop(tree_cpu)
-    return {"seconds": time.perf_counter() - start, "cpu_seconds": result["cpu_seconds"], "killed": killed,
-            "exit": os.waitstatus_to_exitcode(status), "stderr": process.stderr.read().decode()[-2000:]}
+    with tempfile.TemporaryFile() as log:
+        run = run_tree(argv, log, cwd=REPO, kill_when=kill_when)
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+    return {"seconds": run["seconds"], "cpu_seconds": run["cpu_seconds"], "killed": run["killed"],
+            "exit": run["exit"], "stderr": output[-2000:]}
 
 
 def published(output: pathlib.Path) -> dict[str, bytes]:

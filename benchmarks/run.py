@@ -58,6 +58,7 @@ than --rerun_above of it (at most --max_reruns times, keeping the least disturbe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import fnmatch
@@ -75,7 +76,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Optional, Sequence
+from typing import BinaryIO, Callable, Optional, Sequence
 
 import psutil
 
@@ -269,6 +270,32 @@ class TreeMonitor:
                 "background_cpu_share": background / (wall * (os.cpu_count() or 1))}
 
 
+def run_tree(argv: Sequence[str], log: BinaryIO, cwd: Optional[pathlib.Path] = None, env: Optional[dict] = None,
+             kill_when: Optional[Callable[[], bool]] = None) -> dict:
+    """Runs argv as a process tree, output to `log`, to its end, or kills the whole tree once
+    `kill_when()` is true: wall seconds, exit code, whether it was killed, CPU seconds of the
+    tree, peak summed RSS, background CPU share (`TreeMonitor`)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    monitor = TreeMonitor(process.pid)
+    killed = False
+    # wait4, not poll(): the exit status and the tree's rusage come from the same reaping
+    pid, status, rusage = os.wait4(process.pid, os.WNOHANG if kill_when else 0)
+    while not pid:
+        if not killed and kill_when():
+            os.killpg(process.pid, signal.SIGKILL)
+            killed = True
+        time.sleep(0.05)
+        pid, status, rusage = os.wait4(process.pid, os.WNOHANG)
+    seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if killed:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # a killed tree's stragglers must not run on
+    return {"seconds": seconds, "exit": process.returncode, "killed": killed,
+            **monitor.stop(rusage.ru_utime + rusage.ru_stime)}
+
+
 def wait_for_quiet(max_wait: float, threshold: float = 0.25) -> float:
     """Waits (up to max_wait s) until other work uses under `threshold` of the machine's CPU."""
     start = time.perf_counter()
@@ -343,16 +370,11 @@ def run_contender(contender: Contender, round_index: int, corpus: pathlib.Path, 
     waited = wait_for_quiet(quiet_wait) if quiet_wait > 0 else 0.0
     log_path = SCRATCH / f"{output.name}.log"
     with open(log_path, "wb") as log:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=code_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
-        monitor = TreeMonitor(proc.pid)
-        _, status, rusage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    usage = monitor.stop(rusage.ru_utime + rusage.ru_stime)
-    if proc.returncode != 0:
+        usage = run_tree(argv, log, cwd=code_dir, env=env)
+    seconds = usage["seconds"]
+    if usage["exit"] != 0:
         sys.stderr.write(log_path.read_text(errors="replace")[-5000:])
-        raise SystemExit(f"[{contender.name}] exited with {proc.returncode}: {' '.join(argv)}")
+        raise SystemExit(f"[{contender.name}] exited with {usage['exit']}: {' '.join(argv)}")
     records, payload = count_records(output)
     problem = check_output(contender.layout, images, records, payload)
     if problem:
