@@ -7,11 +7,13 @@ safe:
 1. the lock must still be this run's, with its driver alive when it runs on this host
    (pipeline/lock.py `check_publisher`), the output must hold the dataset the driver saw, and
    no file the new dataset adds may exist unless imgrec wrote it;
-2. a journal lists the files about to be removed and added (a later run treats them as imgrec's
-   own, even if a crash left no metadata.json to say so);
+2. the new metadata.json is written into the staging folder, then a journal lists the files
+   about to be removed and added (a later run treats them as imgrec's own, even if a crash left
+   no metadata.json to say so);
 3. the old metadata.json goes first (the old dataset stops being "finished"), then the old
    dataset's other files that the new one does not replace; nothing else is ever removed;
-4. the staged files move in, and metadata.json is written last, via a temporary name;
+4. the staged files move in, metadata.json last; every write came before the first removal,
+   so a full disk fails the run with the old dataset intact;
 5. the staging folder (parts, journal) is removed.
 
 Publishing is part of the job, not of the launcher, so a Dataflow job publishes even when the
@@ -62,7 +64,14 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
     if foreign:
         raise RunFailed(f"{output} holds {', '.join(foreign[:5])}, which imgrec did not write and would have to "
                         "replace; nothing was published: move them away and run again")
+    staged_metadata = join(run_dir, METADATA_FILE)
     with interrupts.publishing():
+        # Everything that writes bytes (and so can fail on a full disk) comes before the first
+        # removal; what follows are removals and renames on the output's filesystem.
+        files.write_atomically(staged_metadata, metadata.dumps().encode("utf-8"))
+        index_dir = join(output, INDEX_DIR)
+        if not FileSystems.exists(index_dir):
+            FileSystems.mkdirs(index_dir)
         files.write_atomically(journal_path(output),
                                json.dumps({"old": list(previous_files), "new": new}).encode("utf-8"))
         if current is not None:
@@ -70,11 +79,8 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
         stale = [join(output, f) for f in old if FileSystems.exists(join(output, f))]
         if stale:
             FileSystems.delete(stale)
-        index_dir = join(output, INDEX_DIR)
-        if not FileSystems.exists(index_dir):
-            FileSystems.mkdirs(index_dir)
         FileSystems.rename([join(run_dir, f) for f in new], [join(output, f) for f in new])
-        files.write_atomically(metadata_path, metadata.dumps().encode("utf-8"))
+        files.rename(staged_metadata, metadata_path)
         discard_staging(output)
 
 

@@ -309,6 +309,29 @@ def test_a_full_disk_fails_one_run_not_the_next(tmp_path):
     assert not [p for p in (copy / "out").rglob("*") if ".tmp-" in p.name]
 
 
+def test_a_write_error_while_publishing_keeps_the_previous_dataset(tmp_path):
+    """The new metadata.json is the largest file here (300 classes of one tiny image) and the only
+    one over the file-size limit (EFBIG, as ENOSPC would be): the replacing run fails while it
+    publishes, and the dataset it was replacing must still be there, whole."""
+    root = tmp_path / "imgs"
+    make_tree(root, {f"class_with_a_rather_long_descriptive_name_{i:04d}": 1 for i in range(300)}, size=(8, 8))
+    out = tmp_path / "out"
+    flags = ("--height=8", "--width=8", "--normalize=none", "--encoding=png", "--num_shards=10")
+    assert run_imgrec(root, out, *flags).returncode == 0
+    before = snapshot(out)
+    assert (out / "metadata.json").stat().st_size > 40 * 1024
+    limited = ["sh", "-c", 'ulimit -f 40 && exec "$@"', "sh",
+               *imgrec_argv(root, out, *flags, "--overwrite", "--shuffle_seed=1")]
+    failed = Watched(limited).finish(90)
+    assert failed.returncode == 1 and "File too large" in failed.stderr, failed.brief()
+    after = snapshot(out)
+    assert {k: v for k, v in after.items() if not k.startswith(".imgrec-staging")} == before
+    metadata, records, _ = check_complete(out)
+    assert len(records) == 300
+    assert run_imgrec(root, out, *flags, "--overwrite", "--shuffle_seed=1").returncode == 0
+    assert check_complete(out)[0]["config"]["output"]["shuffle_seed"] == 1
+
+
 @pytest.mark.parametrize("where", ["read-only parent", "read-only output"])
 def test_unwritable_output_fails_fast_with_one_line(tmp_path, where):
     if not _namespace_available(tmp_path):
