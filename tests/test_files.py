@@ -104,5 +104,12 @@ def test_create_rename_exists_and_gzip(tmp_path):
     assert files.read_bytes(str(tmp_path / "moved.bin")) == b"hello" and not plain.exists()
 
 
+def test_size(tmp_path):
+    path = str(tmp_path / "x.bin")
+    with files.create(path) as handle:
+        handle.write(b"hello" * 7)
+    assert files.size(path) == files.size(f"file://{path}") == 35
+
+
 def test_content_hash_is_sha256():
     assert files.content_hash(b"abc") == hashlib.sha256(b"abc").hexdigest()

@@ -225,6 +225,28 @@ def test_a_part_without_its_outcome_is_converted_again(tmp_path, images):
     assert again == first and again.resumed == 0
 
 
+@pytest.mark.parametrize("damage", [
+    lambda records, outcome: records.write_bytes(records.read_bytes()[:1000]),  # torn by a power loss
+    lambda records, outcome: records.write_bytes(records.read_bytes() + b"\0"),
+    lambda records, outcome: outcome.write_bytes(b""),
+    lambda records, outcome: outcome.write_bytes(outcome.read_bytes()[:-20]),
+    lambda records, outcome: outcome.write_text(outcome.read_text().replace('"index": [', '"index": ["x", ')),
+    lambda records, outcome: outcome.write_text(outcome.read_text().replace('"path"', '"where"')),
+], ids=["records torn", "records too long", "outcome empty", "outcome torn", "bad index line", "bad rejection"])
+def test_a_finished_part_that_does_not_check_out_is_converted_again(tmp_path, images, damage):
+    bad = tmp_path / "in" / "cat" / "corrupt.jpg"  # a rejection in the outcome too
+    bad.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:200])
+    settings = settings_for(tmp_path, part_images=9)
+    (task,) = cut_into_parts(SHARD, [*images, planned(bad, 1)], settings)
+    first = convert_part(task, settings)
+    records_file = tmp_path / "parts" / f"{task.digest}.records"
+    records = records_file.read_bytes()
+    damage(records_file, tmp_path / "parts" / f"{task.digest}.json")
+    again = convert_part(task, settings)
+    assert again == first and again.resumed == 0
+    assert records_file.read_bytes() == records
+
+
 def test_a_finished_part_that_found_a_file_changed_is_converted_again_once_it_is_back(tmp_path, images):
     """A file changed (or unreadable) during one run is no verdict on its bytes: once restored,
     the next run writes it instead of repeating the old rejection forever."""

@@ -59,6 +59,13 @@ def exists(path: str) -> bool:
     return os.path.exists(local) if local is not None else _filesystems().exists(path)
 
 
+def size(path: str) -> int:
+    local = local_path(path)
+    if local is not None:
+        return os.path.getsize(local)
+    return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
+
+
 def rename(source: str, destination: str) -> None:
     local_source, local_destination = local_path(source), local_path(destination)
     if local_source is not None and local_destination is not None:

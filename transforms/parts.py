@@ -3,7 +3,7 @@
 A part is a fixed number of consecutive records of one shard. Converting it writes its records
 to a part file named by a digest of the settings and images it holds, then an outcome file
 (counts, rejections, record index) last, so a part with an outcome is complete and a restarted
-run takes it as it is. On a local disk, a part in progress also journals every record it has
+run takes it as it is (once it checks out: `finished_outcome`). On a local disk, a part in progress also journals every record it has
 written, so a run killed mid-part leaves records a restart can take too (`salvaged_record`).
 Concatenating a shard's parts in order gives the same bytes as writing the shard in one pass,
 because TFRecord framing is per record.
@@ -390,19 +390,18 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     """Writes the part's records (or finds them from an earlier attempt); returns its outcome.
 
     Runs on a worker thread or in a pool process. The records go to a temporary name and the
-    outcome is written last, so a part whose outcome exists is complete, and taken as it is unless
-    it rejected a file for its state then (unreadable, changed). Records an interrupted
+    outcome is written last, so a part whose outcome exists is complete, and taken as it is if it
+    checks out (`finished_outcome`) and rejected no file for its state then (unreadable,
+    changed). Records an interrupted
     run wrote for this part are taken when they check out (`salvaged_record`); every other
     image, including those it rejected, is converted again.
     """
-    outcome_path = part_file(settings, task.digest, "json")
     split = task.shard[0]
-    if files.exists(outcome_path) and files.exists(part_file(settings, task.digest, "records")):
-        found = _read_outcome(settings, task.digest)
-        if not any(r.about_the_file_then for r in found.rejections):
-            # Records do not hold their split, so the part is the same under renamed splits.
-            rejections = tuple(dataclasses.replace(r, split=split) for r in found.rejections)
-            return dataclasses.replace(found, rejections=rejections, resumed=found.records)
+    found = finished_outcome(task, settings)
+    if found is not None and not any(r.about_the_file_then for r in found.rejections):
+        # Records do not hold their split, so the part is the same under renamed splits.
+        rejections = tuple(dataclasses.replace(r, split=split) for r in found.rejections)
+        return dataclasses.replace(found, rejections=rejections, resumed=found.records)
     attempt = _Attempt(task, settings)
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
@@ -436,8 +435,25 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     attempt.finish()
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
                           tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")
-    files.write_atomically(outcome_path, outcome.to_json().encode("utf-8"))
+    files.write_atomically(part_file(settings, task.digest, "json"), outcome.to_json().encode("utf-8"))
     return dataclasses.replace(outcome, resumed=resumed)
+
+
+def finished_outcome(task: PartTask, settings: WriterSettings) -> Optional[PartOutcome]:
+    """The outcome of an earlier run's finished part, if it checks out: readable, this part's,
+    and its records file as long as its index says (nothing is fsynced, so a power loss can
+    leave a torn file behind a finished name). Else None: the part is converted again."""
+    records = part_file(settings, task.digest, "records")
+    if not (files.exists(part_file(settings, task.digest, "json")) and files.exists(records)):
+        return None
+    try:
+        outcome = _read_outcome(settings, task.digest)
+        length = files.size(records)
+    except (OSError, ValueError, KeyError, TypeError):  # damaged JSON, a line that is no entry
+        return None
+    if outcome.digest != task.digest or length != sum(entry.length for entry in outcome.index):
+        return None
+    return outcome
 
 
 def _read_outcome(settings: WriterSettings, digest: str) -> PartOutcome:
