@@ -3,8 +3,9 @@
 A part is a fixed number of consecutive records of one shard. Converting it writes its records
 to a part file named by a digest of the settings and images it holds, then an outcome file
 (counts, rejections, record index) last, so a part with an outcome is complete and a restarted
-run takes it as it is (once it checks out: `finished_outcome`). On a local disk, a part in progress also journals every record it has
-written, so a run killed mid-part leaves records a restart can take too (`salvaged_record`).
+run takes it as it is (once it checks out: `finished_outcome`). On a local disk, a part in
+progress also journals every record it has written, so a run killed mid-part leaves records a
+restart can take too (`salvaged_record`).
 Concatenating a shard's parts in order gives the same bytes as writing the shard in one pass,
 because TFRecord framing is per record.
 
