@@ -18,6 +18,7 @@ from apache_beam.metrics import Metrics
 from pipeline.metadata import RejectionKey, RunTotals
 from transforms.assign import DuplicateGroup
 from transforms.dataset_format import DEAD_LETTERS_FILE, DuplicateSummary, join
+from transforms.fingerprint import recorded_fingerprint
 from transforms.rejections import Rejection
 
 DUPLICATE_EXAMPLES = 100  # duplicate groups listed in metadata.json
@@ -91,7 +92,7 @@ class Gathered:
         return RunTotals(label_map=self.label_map, shards=tuple(self.shards), planned_counts=self.planned_counts,
                          rejection_counts=self.rejection_counts(), num_inputs=self.num_inputs,
                          duplicates=self.duplicates(dropped_duplicates), error_files=tuple(error_files),
-                         fingerprint=self.fingerprint)
+                         fingerprint=recorded_fingerprint(self.fingerprint, self.rejections))
 
 
 class TotalsFn(beam.CombineFn):

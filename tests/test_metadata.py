@@ -21,8 +21,16 @@ from pipeline.metadata import (
 )
 from transforms.dataset_format import DatasetMetadata, DuplicateSummary, ReuseSummary
 from transforms.example import feature_spec
-from transforms.fingerprint import POLICY_FIELDS, FingerprintFn, config_fingerprint, image_row, rows_sum
+from transforms.fingerprint import (
+    POLICY_FIELDS,
+    FingerprintFn,
+    config_fingerprint,
+    image_row,
+    recorded_fingerprint,
+    rows_sum,
+)
 from transforms.parts import ShardResult
+from transforms.rejections import Rejection
 from transforms.specs import ConversionSpec, FeatureKeys, InputSpec, OutputSpec, SplitSpec
 
 pytestmark = pytest.mark.unit
@@ -213,6 +221,20 @@ def test_input_fingerprint_is_order_independent_and_sensitive():
     assert combine(rows[:-1]) != whole
     assert combine([*rows[:-1], image_row("/img/19.jpg", f"{19:064x}", "dog")]) != whole  # label changed
     assert FingerprintFn("other config").extract_output(fn.merge_accumulators([])) != combine([])
+
+
+def test_a_dataset_that_rejected_files_for_their_state_while_converting_records_another_fingerprint():
+    """A file changed (or unreadable) while converting was hashed as an image by the first pass:
+    a dataset without it must not be found unchanged once the file is back."""
+    def rejection(error: str, stage: str, split=None) -> Rejection:
+        return Rejection("/in/cat/1.jpg", stage, error, "why", split)
+
+    settled = [rejection("CorruptImage", "decode", "train"), rejection("UnreadableFile", "read"),
+               rejection("SkippedFile", "discover")]
+    assert recorded_fingerprint("f" * 64, settled) == "f" * 64
+    changed = recorded_fingerprint("f" * 64, [*settled, rejection("FileChanged", "read", "train")])
+    unreadable = recorded_fingerprint("f" * 64, [rejection("UnreadableFile", "read", "val")])
+    assert changed != "f" * 64 != unreadable and len(changed) == 64
 
 
 def test_stratified_fingerprints_name_the_rounding():

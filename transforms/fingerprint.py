@@ -11,6 +11,7 @@ from typing import Iterable
 
 import apache_beam as beam
 
+from transforms.rejections import Rejection
 from transforms.specs import ConversionSpec
 from transforms.split import STRATIFIED_ROUNDING
 
@@ -65,6 +66,17 @@ def image_row(path: str, content_hash: str, label: str) -> bytes:
 
 def rejection_row(path: str, error: str, message: str) -> bytes:
     return f"rejected\t{path}\t{error}\t{message}".encode("utf-8", "surrogateescape")
+
+
+def recorded_fingerprint(fingerprint: str, rejections: Iterable[Rejection]) -> str:
+    """The fingerprint a dataset records. Files rejected while converting for their state then
+    (changed, unreadable: `about_the_file_then`) were hashed as images by the first pass, so
+    the inputs' fingerprint counts them as written; a later run may write them, so a dataset
+    that left them out records another fingerprint and is never found unchanged."""
+    retry = sorted(r.path for r in rejections if r.split is not None and r.about_the_file_then)
+    if not retry:
+        return fingerprint
+    return hashlib.sha256(f"{fingerprint}:retry:{json.dumps(retry)}".encode("ascii")).hexdigest()
 
 
 def with_label_map(fingerprint: str, label_map: dict[str, int]) -> str:

@@ -94,7 +94,7 @@ class Rejection:
     stage: str
     error: str
     message: str
-    split: Optional[str] = None
+    split: Optional[str] = None  # the split it was planned for: set when rejected while converting
 
     @classmethod
     def from_exception(cls, path: str, exc: Exception, split: Optional[str] = None) -> "Rejection":
