@@ -131,6 +131,9 @@ def test_manifest_columns_pick_named_columns():
     (JSONL, '{"Filename": "a.jpg", "Class": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
     (jsonl_layout(("file", "y")), '{"file": "a.jpg", "y": "cat", "label": "no"}',
      Candidate("/data/manifests/a.jpg", "cat")),
+    # The exact key wins over another spelling of it, wherever either stands.
+    (JSONL, '{"path": "a.jpg", "label": "cat", "Path": "notes"}', Candidate("/data/manifests/a.jpg", "cat")),
+    (JSONL, '{"Path": "notes", "path": "a.jpg", "label": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
 ])
 def test_parse_manifest_line(layout, line, expected):
     assert parse_manifest_line(line, layout, MANIFEST) == expected
@@ -161,6 +164,8 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
     (JSONL, '{"path": ["a.jpg"], "label": "cat"}'),
     (JSONL, '{"path": "a.jpg", "label": ' + "1" * 5000 + "}"),  # over Python's int conversion limit
     (JSONL, "[" * 100_000),  # nested deeper than the JSON decoder recurses
+    (CSV, "cat/a\0b.jpg,cat"),  # no file name holds a NUL; os calls raise ValueError on one
+    (JSONL, '{"path": "a\\u0000b.jpg", "label": "cat"}'),
 ])
 def test_bad_manifest_lines(layout, line):
     with pytest.raises(BadManifestLine):

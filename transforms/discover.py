@@ -420,10 +420,14 @@ def join_local(folder: str, path: str) -> str:
 
 
 def _pick(row: dict, key: str, names: tuple[str, ...]) -> object:
+    """The configured key, else the first of `names` present: spelled exactly, else in any case
+    (an exact "path" wins over a "Path" beside it)."""
     if key:
         return row.get(key)
-    lowered = {str(k).lower(): v for k, v in row.items()}
-    return next((lowered[n] for n in names if n in lowered), None)
+    lowered: dict[str, object] = {}
+    for k, v in row.items():
+        lowered.setdefault(str(k).lower(), v)
+    return next((row[n] if n in row else lowered[n] for n in names if n in lowered), None)
 
 
 def _is_label(value: object) -> bool:
@@ -440,7 +444,7 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
         label = row[layout.label].strip() if len(row) >= wanted else ""
         if not path or not label or (not layout.header and len(row) != 2):
             raise BadManifestLine(f"expected a path and a label, got {excerpt(line)}")
-        return Candidate(resolve_path(path, manifest), label)
+        return listed_candidate(path, label, manifest)
     try:
         row = json.loads(line)
     except (ValueError, RecursionError) as exc:  # also integers over 4300 digits, nesting too deep
@@ -450,7 +454,13 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
     path, label = _pick(row, layout.path, PATH_COLUMNS), _pick(row, layout.label, LABEL_COLUMNS)
     if not isinstance(path, str) or not path or not _is_label(label):
         raise BadManifestLine(f"expected {{\"path\": text, \"label\": text or integer}}, got {excerpt(line)}")
-    return Candidate(resolve_path(path, manifest), str(label))
+    return listed_candidate(path, str(label), manifest)
+
+
+def listed_candidate(path: str, label: str, manifest: str) -> Candidate:
+    if "\0" in path:  # no file system has such a name, and os calls refuse it (ValueError)
+        raise BadManifestLine(f"the path holds a NUL character: {excerpt(path)}")
+    return Candidate(resolve_path(path, manifest), label)
 
 
 ManifestRow = tuple[str, tuple[str, int, str]]  # (canonical path, (label, line number, path))
