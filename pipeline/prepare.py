@@ -136,8 +136,12 @@ def _some(names: Sequence[str]) -> str:
 
 
 def output_folder(output: str, state: OutputState) -> OutputFolder:
-    """The output as discovery may meet it: the entries imgrec wrote there are not inputs."""
-    own = {STAGING_DIR, LOCK_FILE, CONTACT_SHEET, CLASS_COUNTS, *ALWAYS_WRITTEN} | state.owned_names
+    """The output as discovery may meet it: the entries imgrec wrote there are not inputs. The
+    pictures `imgrec verify` draws are its own only beside a dataset; elsewhere they are the
+    user's."""
+    own = {STAGING_DIR, LOCK_FILE, *ALWAYS_WRITTEN} | state.owned_names
+    if state.previous is not None:
+        own |= {CONTACT_SHEET, CLASS_COUNTS}
     local = local_path(output)
     return OutputFolder(os.path.realpath(local) if local is not None else output.rstrip("/"), frozenset(own))
 

@@ -18,6 +18,7 @@ from pipeline.prepare import (
     glob_root,
     inspect_output,
     latest_sibling,
+    output_folder,
     sibling_pattern,
 )
 from pipeline.publish import JOURNAL_FILE, interrupted_outcome, publish
@@ -108,6 +109,17 @@ def test_a_finished_dataset_is_owned_and_needs_overwrite(tmp_path):
         check_output(str(tmp_path), OutputSpec(str(tmp_path)), state)
     check_output(str(tmp_path), OutputSpec(str(tmp_path), overwrite=True), state)
     check_output(str(tmp_path), OutputSpec(str(tmp_path), skip_unchanged=True), state)
+
+
+def test_verify_pictures_are_imgrecs_only_beside_a_dataset(tmp_path):
+    """A contact_sheet.png in a folder that holds no dataset is the user's (an input, if listed)."""
+    plain, finished = tmp_path / "plain", tmp_path / "finished"
+    write(plain, ["contact_sheet.png", "class_counts.png"])
+    publish_run(finished, dataset("r1", 2))
+    write(finished, ["contact_sheet.png", "class_counts.png"])
+    pictures = {"contact_sheet.png", "class_counts.png"}
+    assert not pictures & output_folder(str(plain), inspect_output(str(plain))).own
+    assert pictures <= output_folder(str(finished), inspect_output(str(finished))).own
 
 
 def test_a_folder_that_is_not_a_dataset_needs_overwrite(tmp_path):

@@ -138,6 +138,18 @@ def test_discover_csv_manifest(tmp_path):
              [(manifest, "discover", "BadManifestLine")], expected_labels=["cat", "dog"])
 
 
+def test_a_manifest_listing_what_imgrec_wrote_gets_a_row_for_each(tmp_path):
+    """Every manifest line is a record or a row: the output's own files are passed over with a
+    SkippedFile row, never silently (a glob passes over them as a folder walk does)."""
+    output = tmp_path / "out"
+    write_image(output / "contact_sheet.png")
+    write_image(output / "mine.jpg")
+    manifest = write_text(tmp_path / "list.csv", "path,label\nout/contact_sheet.png,cat\nout/mine.jpg,cat\n")
+    discover(InputSpec(manifest), [(f"{output}/mine.jpg", "cat")],
+             [(f"{output}/contact_sheet.png", "discover", "SkippedFile")],
+             output=OutputFolder(os.path.realpath(output), frozenset({"contact_sheet.png"})))
+
+
 def test_discover_csv_with_other_header_names_and_columns(tmp_path):
     manifest = write_text(tmp_path / "list.csv", "id,Filename,Class\n1,a.jpg,cat\n2,b.jpg,dog\n")
     discover(InputSpec(manifest), [(f"{tmp_path}/a.jpg", "cat"), (f"{tmp_path}/b.jpg", "dog")], [])

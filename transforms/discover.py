@@ -544,11 +544,19 @@ def resolve_bucket(element: tuple[int, list[ManifestRow]]) -> Iterator[Union[tup
 # --------------------------------------------------------------------------------------------
 
 
-def _drop_own(batch: tuple[Candidate, ...], output: OutputFolder) -> Batch:
-    def not_own(candidate: Candidate) -> bool:
+def pass_over_own(batch: tuple[Candidate, ...], output: OutputFolder,
+                  listed: bool) -> Iterator[Union[Batch, beam.pvalue.TaggedOutput]]:
+    """The batch without the files imgrec wrote into its output. A glob matching them passes
+    over them as a folder walk does; a manifest listing them gets a row for each, since every
+    manifest line is a record or a row."""
+    kept = []
+    for candidate in batch:
         local = local_path(candidate.path)
-        return not output.owns(os.path.realpath(local) if local is not None else candidate.path)
-    return Batch(c for c in batch if not_own(c))
+        if not output.owns(os.path.realpath(local) if local is not None else candidate.path):
+            kept.append(candidate)
+        elif listed:
+            yield reject(candidate.path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))
+    yield Batch(kept)
 
 
 def glob_root(pattern: str) -> str:
@@ -624,6 +632,9 @@ class DiscoverImages(beam.PTransform):
             rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
         if kind != "folders":
             if self._output:
-                candidates = candidates | "PassOverOwnFiles" >> beam.Map(_drop_own, self._output)
+                kept = candidates | "PassOverOwnFiles" >> beam.FlatMap(
+                    pass_over_own, self._output, listed=kind != "glob").with_outputs(REJECTED, main="candidates")
+                candidates = kept.candidates
+                rejected = (rejected, kept[REJECTED]) | "OwnFileRejections" >> beam.Flatten()
             labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
         return {"candidates": candidates, REJECTED: rejected, LABELS: labels}
