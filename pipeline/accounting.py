@@ -1,7 +1,8 @@
 """How every input was accounted for, gathered in one pass for the pipeline's last step.
 
 Every small fact the run produces (an input seen, a rejection, a written shard, the planned
-counts, a group of identical images, the label map, the input fingerprint) is tagged and
+counts, a group of identical images, the label map, the input fingerprint, a file of dead
+letters) is tagged and
 combined by one CombineFn into one `Gathered` value. One global combine instead of one per
 count keeps the job graph small, which is most of a small run's fixed cost on Beam's runners.
 """
@@ -12,19 +13,18 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from pipeline.metadata import RejectionKey, RunTotals
 from transforms.assign import DuplicateGroup
-from transforms.dataset_format import DEAD_LETTERS_FILE, DuplicateSummary, join
-from transforms.fingerprint import recorded_fingerprint
+from transforms.dataset_format import DuplicateSummary
+from transforms.fingerprint import add_hashes, recorded_fingerprint, retry_hash
 from transforms.rejections import Rejection
 
 DUPLICATE_EXAMPLES = 100  # duplicate groups listed in metadata.json
 
-INPUT, REJECTION, SHARD, PLANNED, DUPLICATE, LABEL_MAP, FINGERPRINT = (
-    "input", "rejection", "shard", "planned", "duplicate", "label_map", "fingerprint")
+INPUT, REJECTION, SHARD, PLANNED, DUPLICATE, LABEL_MAP, FINGERPRINT, DEAD_LETTER_RUN = (
+    "input", "rejection", "shard", "planned", "duplicate", "label_map", "fingerprint", "dead_letter_run")
 
 
 def rejection_key(rejection: Rejection) -> RejectionKey:
@@ -36,7 +36,10 @@ class Gathered:
     """The combined facts of one run (the accumulator of `TotalsFn` and its output)."""
 
     num_inputs: int = 0
-    rejections: list = dataclasses.field(default_factory=list)  # Rejection
+    # Rejections are counted, not kept (pipeline/dead_letters.py writes them): a run may have millions.
+    rejections: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # RejectionKey → n
+    retries: int = 0  # sum of the rejections' retry_hash
+    dead_letter_runs: list = dataclasses.field(default_factory=list)  # paths of sorted run files
     shards: list = dataclasses.field(default_factory=list)  # ShardResult
     planned_counts: dict = dataclasses.field(default_factory=dict)
     duplicate_groups: int = 0
@@ -49,7 +52,10 @@ class Gathered:
         if kind == INPUT:
             self.num_inputs += value
         elif kind == REJECTION:
-            self.rejections.append(value)
+            self.rejections[rejection_key(value)] += 1
+            self.retries = add_hashes(self.retries, retry_hash(value))
+        elif kind == DEAD_LETTER_RUN:
+            self.dead_letter_runs.append(value)
         elif kind == SHARD:
             self.shards.append(value)
         elif kind == PLANNED:
@@ -71,7 +77,9 @@ class Gathered:
 
     def merge(self, other: "Gathered") -> None:
         self.num_inputs += other.num_inputs
-        self.rejections.extend(other.rejections)
+        self.rejections.update(other.rejections)
+        self.retries = add_hashes(self.retries, other.retries)
+        self.dead_letter_runs.extend(other.dead_letter_runs)
         self.shards.extend(other.shards)
         self.planned_counts.update(other.planned_counts)
         self.duplicate_groups += other.duplicate_groups
@@ -80,9 +88,6 @@ class Gathered:
         self.label_map.update(other.label_map)
         self.fingerprint = self.fingerprint or other.fingerprint
 
-    def rejection_counts(self) -> tuple[tuple[RejectionKey, int], ...]:
-        return tuple(collections.Counter(rejection_key(r) for r in self.rejections).items())
-
     def duplicates(self, dropped: bool) -> DuplicateSummary:
         examples = tuple({"sha256": g.content_hash, "paths": list(g.paths), "labels": list(g.labels)}
                          for g in self.duplicate_examples)
@@ -90,9 +95,9 @@ class Gathered:
 
     def totals(self, dropped_duplicates: bool, error_files: Sequence[str]) -> RunTotals:
         return RunTotals(label_map=self.label_map, shards=tuple(self.shards), planned_counts=self.planned_counts,
-                         rejection_counts=self.rejection_counts(), num_inputs=self.num_inputs,
+                         rejection_counts=tuple(self.rejections.items()), num_inputs=self.num_inputs,
                          duplicates=self.duplicates(dropped_duplicates), error_files=tuple(error_files),
-                         fingerprint=recorded_fingerprint(self.fingerprint, self.rejections))
+                         fingerprint=recorded_fingerprint(self.fingerprint, self.retries))
 
 
 class TotalsFn(beam.CombineFn):
@@ -122,21 +127,13 @@ def _count_rejection(rejection: Rejection) -> tuple[str, Rejection]:
 class GatherTotals(beam.PTransform):
     """{"inputs": input counts, "rejected": Rejection, "shards": ShardResult,
     "planned_counts": {split: n}, "duplicates": DuplicateGroup, "label_map": {label: id},
-    "fingerprint": str} → one Gathered."""
+    "fingerprint": str, "dead_letter_runs": path} → one Gathered."""
 
     def expand(self, facts: Mapping[str, beam.PCollection]) -> beam.PCollection:
         tags = {"inputs": INPUT, "shards": SHARD, "planned_counts": PLANNED, "duplicates": DUPLICATE,
-                "label_map": LABEL_MAP, "fingerprint": FINGERPRINT}
+                "label_map": LABEL_MAP, "fingerprint": FINGERPRINT, "dead_letter_runs": DEAD_LETTER_RUN}
         tagged = [facts["rejected"] | "TagRejected" >> beam.Map(_count_rejection)]
         for name, kind in tags.items():
             tagged.append(facts[name] | f"Tag{kind.title().replace('_', '')}" >> beam.Map(
                 lambda v, kind=kind: (kind, v)))
         return tagged | "AllFacts" >> beam.Flatten() | "Combine" >> beam.CombineGlobally(TotalsFn())
-
-
-def write_dead_letters(rejections: Sequence[Rejection], directory: str) -> str:
-    """One file, rows sorted, so dead letters are byte-identical on every runner."""
-    with FileSystems.create(join(directory, DEAD_LETTERS_FILE)) as handle:
-        handle.write("".join(f"{row}\n" for row in sorted(r.to_json() for r in rejections)).encode("utf-8"))
-    return DEAD_LETTERS_FILE
-

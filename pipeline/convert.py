@@ -14,7 +14,8 @@ from typing import Mapping, Optional
 import apache_beam as beam
 from apache_beam.pvalue import AsSingleton
 
-from pipeline.accounting import Gathered, GatherTotals, write_dead_letters
+from pipeline.accounting import Gathered, GatherTotals
+from pipeline.dead_letters import WriteSortedRuns, write_dead_letters
 from pipeline.errors import RunFailed
 from pipeline.metadata import build_metadata, check_error_budget, rejections_by_error
 from pipeline.progress import RecordProgress
@@ -78,7 +79,7 @@ def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> O
     if gathered.fingerprint == context.previous_fingerprint:
         files.write_atomically(join(context.run_dir, UNCHANGED_MARKER), gathered.fingerprint.encode("ascii"))
         return None
-    error_file = write_dead_letters(gathered.rejections, context.run_dir)
+    error_file = write_dead_letters(gathered.dead_letter_runs, context.run_dir)
     totals = gathered.totals(spec.output.drop_duplicates, [error_file])
     metadata = build_metadata(spec, totals, run=context.run, library_versions=context.library_versions,
                               reuse_source=context.reuse.dataset if context.reuse else None)
@@ -126,8 +127,9 @@ class ConvertToTFRecords(beam.PTransform):
                    discovered[REJECTED] | "One" >> beam.Map(lambda _: 1))
                   | "AllInputs" >> beam.Flatten())
         rejected = (early_rejections, plan[REJECTED], written[REJECTED]) | "AllRejections" >> beam.Flatten()
+        dead_letter_runs = rejected | "DeadLetters" >> beam.ParDo(WriteSortedRuns(context.run_dir))
         return ({"inputs": inputs, "rejected": rejected, "shards": written["shards"],
                  "planned_counts": written["planned_counts"], "duplicates": plan[DUPLICATES],
-                 "label_map": label_map, "fingerprint": fingerprint}
+                 "label_map": label_map, "fingerprint": fingerprint, "dead_letter_runs": dead_letter_runs}
                 | "GatherTotals" >> GatherTotals()
                 | "Publish" >> beam.Map(finalize, spec, context))

@@ -24,9 +24,11 @@ from transforms.example import feature_spec
 from transforms.fingerprint import (
     POLICY_FIELDS,
     FingerprintFn,
+    add_hashes,
     config_fingerprint,
     image_row,
     recorded_fingerprint,
+    retry_hash,
     rows_sum,
 )
 from transforms.parts import ShardResult
@@ -226,14 +228,14 @@ def test_input_fingerprint_is_order_independent_and_sensitive():
 def test_a_dataset_that_rejected_files_for_their_state_while_converting_records_another_fingerprint():
     """A file changed (or unreadable) while converting was hashed as an image by the first pass:
     a dataset without it must not be found unchanged once the file is back."""
-    def rejection(error: str, stage: str, split=None) -> Rejection:
-        return Rejection("/in/cat/1.jpg", stage, error, "why", split)
+    def retries(*rejections: tuple[str, str, object]) -> int:
+        return add_hashes(*(retry_hash(Rejection("/in/cat/1.jpg", stage, error, "why", split))
+                            for error, stage, split in rejections))
 
-    settled = [rejection("CorruptImage", "decode", "train"), rejection("UnreadableFile", "read"),
-               rejection("SkippedFile", "discover")]
-    assert recorded_fingerprint("f" * 64, settled) == "f" * 64
-    changed = recorded_fingerprint("f" * 64, [*settled, rejection("FileChanged", "read", "train")])
-    unreadable = recorded_fingerprint("f" * 64, [rejection("UnreadableFile", "read", "val")])
+    settled = [("CorruptImage", "decode", "train"), ("UnreadableFile", "read", None), ("SkippedFile", "discover", None)]
+    assert retries(*settled) == 0 and recorded_fingerprint("f" * 64, 0) == "f" * 64
+    changed = recorded_fingerprint("f" * 64, retries(*settled, ("FileChanged", "read", "train")))
+    unreadable = recorded_fingerprint("f" * 64, retries(("UnreadableFile", "read", "val")))
     assert changed != "f" * 64 != unreadable and len(changed) == 64
 
 

@@ -496,7 +496,8 @@ def test_gather_totals_combines_every_fact_once():
                  "planned_counts": p | "Planned" >> beam.Create([{"train": 4}]),
                  "duplicates": p | "Duplicates" >> beam.Create(groups),
                  "label_map": p | "LabelMap" >> beam.Create([{"cat": 0}]),
-                 "fingerprint": p | "Fingerprint" >> beam.Create(["f" * 64])}
+                 "fingerprint": p | "Fingerprint" >> beam.Create(["f" * 64]),
+                 "dead_letter_runs": p | "Runs" >> beam.Create(["/staging/runs/1.jsonl", "/staging/runs/2.jsonl"])}
         gathered = facts | GatherTotals()
 
         def check(found):
@@ -510,7 +511,7 @@ def test_gather_totals_combines_every_fact_once():
             assert totals.duplicates == DuplicateSummary(3, 1 + 2 + 3, True, tuple(
                 {"sha256": g.content_hash, "paths": list(g.paths), "labels": list(g.labels)} for g in groups))
             assert totals.fingerprint == "f" * 64 and totals.error_files == ("errors-00000-of-00001.jsonl",)
-            assert sorted(one.rejections, key=lambda r: r.path) == sorted(REJECTIONS, key=lambda r: r.path)
+            assert sorted(one.dead_letter_runs) == ["/staging/runs/1.jsonl", "/staging/runs/2.jsonl"]
 
         assert_that(gathered, beam_matcher(check))
 
@@ -518,11 +519,13 @@ def test_gather_totals_combines_every_fact_once():
 def test_gather_totals_of_nothing():
     with test_pipeline() as p:
         empty = {name: p | name >> beam.Create([]) for name in ("inputs", "rejected", "shards", "planned_counts",
-                                                                "duplicates", "label_map", "fingerprint")}
+                                                                "duplicates", "label_map", "fingerprint",
+                                                                "dead_letter_runs")}
 
         def check(found):
             (one,) = found
-            assert (one.num_inputs, one.rejections, one.shards, one.duplicate_groups) == (0, [], [], 0)
+            assert (one.num_inputs, dict(one.rejections), one.shards, one.duplicate_groups) == (0, {}, [], 0)
+            assert one.dead_letter_runs == [] and one.retries == 0
             assert one.duplicates(False) == DuplicateSummary()
 
         assert_that(empty | GatherTotals(), beam_matcher(check))

@@ -36,7 +36,7 @@ def config_fingerprint(spec: ConversionSpec) -> str:
 
 
 def rows_sum(rows: Iterable[bytes]) -> int:
-    return sum(row_hash(row) for row in rows) % _MODULUS
+    return add_hashes(*(row_hash(row) for row in rows))
 
 
 class FingerprintFn(beam.CombineFn):
@@ -50,10 +50,10 @@ class FingerprintFn(beam.CombineFn):
         return 0
 
     def add_input(self, accumulator: int, partial: int) -> int:
-        return (accumulator + partial) % _MODULUS
+        return add_hashes(accumulator, partial)
 
     def merge_accumulators(self, accumulators) -> int:
-        return sum(accumulators) % _MODULUS
+        return add_hashes(*accumulators)
 
     def extract_output(self, accumulator: int) -> str:
         return hashlib.sha256(f"{self._config}:{accumulator:064x}".encode("ascii")).hexdigest()
@@ -68,15 +68,27 @@ def rejection_row(path: str, error: str, message: str) -> bytes:
     return f"rejected\t{path}\t{error}\t{message}".encode("utf-8", "surrogateescape")
 
 
-def recorded_fingerprint(fingerprint: str, rejections: Iterable[Rejection]) -> str:
-    """The fingerprint a dataset records. Files rejected while converting for their state then
-    (changed, unreadable: `about_the_file_then`) were hashed as images by the first pass, so
-    the inputs' fingerprint counts them as written; a later run may write them, so a dataset
-    that left them out records another fingerprint and is never found unchanged."""
-    retry = sorted(r.path for r in rejections if r.split is not None and r.about_the_file_then)
-    if not retry:
+def retry_hash(rejection: Rejection) -> int:
+    """What a rejection adds to `recorded_fingerprint`'s sum: non-zero for a file rejected while
+    converting for its state then (changed, unreadable: `about_the_file_then`)."""
+    if rejection.split is None or not rejection.about_the_file_then:
+        return 0
+    return row_hash(f"retry\t{rejection.path}".encode("utf-8", "surrogateescape"))
+
+
+def add_hashes(*hashes: int) -> int:
+    """The fingerprints' combine: a sum modulo 2**256, so any order and bundling gives the same."""
+    return sum(hashes) % _MODULUS
+
+
+def recorded_fingerprint(fingerprint: str, retries: int) -> str:
+    """The fingerprint a dataset records, given the sum of its rejections' `retry_hash`es. Files
+    rejected while converting for their state were hashed as images by the first pass, so the
+    inputs' fingerprint counts them as written; a later run may write them, so a dataset that
+    left them out records another fingerprint and is never found unchanged."""
+    if not retries:
         return fingerprint
-    return hashlib.sha256(f"{fingerprint}:retry:{json.dumps(retry)}".encode("ascii")).hexdigest()
+    return hashlib.sha256(f"{fingerprint}:retry:{retries:064x}".encode("ascii")).hexdigest()
 
 
 def with_label_map(fingerprint: str, label_map: dict[str, int]) -> str:
