@@ -191,9 +191,10 @@ def _dry_run(options) -> bool:
     return bool(options.view_as(TestOptions).dry_run) and runner_name(options) == "DataflowRunner"
 
 
-def _out_of_space(exc: BaseException) -> bool:
-    """A full disk, however many layers (Beam wraps worker errors in RuntimeErrors) wrap it."""
-    return os.strerror(errno.ENOSPC) in str(exc)
+def out_of_space(exc: BaseException) -> bool:
+    """A full disk or quota, however many layers (Beam wraps worker errors in RuntimeErrors)
+    wrap it."""
+    return any(os.strerror(code) in str(exc) for code in (errno.ENOSPC, errno.EDQUOT))
 
 
 def _cleanup(output: str, this_run: str, keep_run: bool, keep_parts: bool = True) -> None:
@@ -299,11 +300,11 @@ def convert(argv: Sequence[str]) -> Conversion:
             _cleanup(output, this_run, keep_run=isinstance(exc, TooManyErrors) or "Dead letters" in str(exc))
             raise
         # Parts kept on a full disk would keep it full, and fail the next run whatever its config.
-        full = _out_of_space(exc)
+        full = out_of_space(exc)
         _cleanup(output, this_run, keep_run=False, keep_parts=not full)
         if full:
-            _say(f"imgrec: {output}'s filesystem is full; removed this run's staging and the finished parts "
-                 "kept for a restart")
+            _say(f"imgrec: {output}'s filesystem is full (or over quota); removed this run's staging and the "
+                 "finished parts kept for a restart")
         raise
     finally:
         lock.release()

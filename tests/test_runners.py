@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import hashlib
 import ipaddress
 import json
+import os
 import pathlib
 import socket
 import tarfile
@@ -117,6 +119,15 @@ def test_direct_in_memory_reference(in_memory):
     assert {split: len(r) for split, r in records.items()} == {
         split: info.num_examples for split, info in metadata.splits.items()}
     assert sum(map(len, records.values())) == metadata.inputs.written
+
+
+@pytest.mark.unit
+def test_a_full_disk_or_quota_is_recognised_through_beams_wrapping():
+    from pipeline.run import out_of_space
+
+    wrapped = RuntimeError(f"OSError: [Errno 122] {os.strerror(errno.EDQUOT)} [while running 'WriteShards']")
+    assert out_of_space(wrapped) and out_of_space(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    assert not out_of_space(OSError(errno.EACCES, os.strerror(errno.EACCES)))
 
 
 @pytest.mark.unit
