@@ -51,5 +51,6 @@ def test_sorted_runs_hold_every_rejection_once(tmp_path):
             assert len(paths) >= 1000 // 64 and all(pathlib.Path(path).parent.name == RUNS_DIR for path in paths)
             name = write_dead_letters(paths, str(tmp_path))
             assert (tmp_path / name).read_bytes() == rows(rejected)
+            assert not (tmp_path / RUNS_DIR).exists()  # merged: nothing twice in staging
 
         assert_that(runs, beam_matcher(check))
