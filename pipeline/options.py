@@ -273,7 +273,7 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name} must be a list, got {value!r}")
+            raise ValueError(f"{name} must be a list, got a {type(value).__name__}")
         item = typing.get_args(hint)[0]
         return tuple(coerce(v, item, name) for v in value)
     if hint is bool:
@@ -284,6 +284,8 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
         raise ValueError(f"{name} must be a number, got {value!r}")
     if hint is int and isinstance(value, float) and not value.is_integer():  # 1.5 must not become 1
         raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, (list, tuple, dict)):  # never str() it: a YAML alias bomb expands there
+        raise ValueError(f"{name} must be {hint.__name__}, got a {type(value).__name__}")
     try:
         converted = hint(value)
     except (TypeError, ValueError) as exc:

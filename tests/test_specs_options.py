@@ -171,6 +171,8 @@ def test_yaml_values_get_the_field_type(section, field, value, expected):
     ({"image": {"height": True}}, IO, "image.height must be a number, got True"),
     ({"output": {"max_error_fraction": float("nan")}}, IO, "must be a finite number"),
     ({}, [*IO, "--split_ratios=nan,0.5,0.5"], "splits.ratios must be a finite number"),
+    ({"input": {"class_names": [["a", "b"]]}}, IO, "input.class_names must be str, got a list"),
+    ({"splits": {"salt": {"x": 1}}}, IO, "splits.salt must be str, got a dict"),
 ])
 def test_build_spec_usage_errors(config, flags, message):
     with pytest.raises(UsageError, match=message):
@@ -193,6 +195,20 @@ def test_read_config(tmp_path):
 def test_read_config_refusals(tmp_path, text, message):
     with pytest.raises(UsageError, match=message):
         read_config(write_config(tmp_path, text))
+
+
+@pytest.mark.timeout(20)
+def test_a_yaml_alias_bomb_in_a_valid_setting_is_refused_without_expanding_it():
+    with pytest.raises(UsageError, match="must be str, got a list"):
+        spec_from({"input": {"class_names": [yaml_bomb(9)]}}, *IO)
+
+
+def yaml_bomb(levels: int) -> list:
+    """Nested lists sharing references, as YAML aliases load: 9**levels leaves, a few objects."""
+    value: list = ["x"] * 9
+    for _ in range(levels):
+        value = [value] * 9
+    return value
 
 
 def test_a_missing_config_is_a_usage_error(tmp_path):
