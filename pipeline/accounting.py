@@ -2,9 +2,9 @@
 
 Every small fact the run produces (an input seen, a rejection, a written shard, the planned
 counts, a group of identical images, the label map, the input fingerprint, a file of dead
-letters) is tagged and
-combined by one CombineFn into one `Gathered` value. One global combine instead of one per
-count keeps the job graph small, which is most of a small run's fixed cost on Beam's runners.
+letters) is tagged and combined by one CombineFn into one `Gathered` value. One global combine
+instead of one per count keeps the job graph small, which is most of a small run's fixed cost
+on Beam's runners.
 """
 from __future__ import annotations
 

@@ -393,9 +393,8 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     Runs on a worker thread or in a pool process. The records go to a temporary name and the
     outcome is written last, so a part whose outcome exists is complete, and taken as it is if it
     checks out (`finished_outcome`) and rejected no file for its state then (unreadable,
-    changed). Records an interrupted
-    run wrote for this part are taken when they check out (`salvaged_record`); every other
-    image, including those it rejected, is converted again.
+    changed). Records an interrupted run wrote for this part are taken when they check out
+    (`salvaged_record`); every other image, including those it rejected, is converted again.
     """
     split = task.shard[0]
     found = finished_outcome(task, settings)
