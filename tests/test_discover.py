@@ -36,6 +36,7 @@ from transforms.discover import (
     resolve_listings,
     skip_reason,
     walk_class_folder,
+    walk_class_folder_files,
 )
 from transforms.refs import Candidate
 from transforms.rejections import BadManifestLine, SkippedFile
@@ -437,3 +438,19 @@ def test_folders_whose_names_are_not_utf8_stay_distinct_classes(tmp_path):
     assert all(c.label.encode("utf-8") for c in classes)
     glob_match = os.fsdecode(os.fsencode(tmp_path) + b"/a\xff/x.png")
     assert label_from_parent(glob_match) == "a\\xff"
+
+
+def test_a_folder_name_that_is_not_utf8_never_merges_into_another_class(tmp_path):
+    """`a` + byte 0xFF reads as label `a\\xff`, which is also a folder's real name: its files
+    are AmbiguousLabel dead letters, and the folder that is named so keeps its class."""
+    for name in (b"a\xff", b"a\\xff"):
+        write_text(pathlib.Path(os.fsdecode(os.fsencode(tmp_path) + b"/" + name)) / "x.png", "x")
+    classes, rejected = split_found(list_local_root(str(tmp_path)))
+    undecodable = os.fsdecode(os.fsencode(tmp_path) + b"/a\xff")
+    assert classes == [ClassFolder("a\\xff", f"{tmp_path}/a\\xff"),
+                       ClassFolder("a\\xff", undecodable, same_label_as=f"{tmp_path}/a\\xff")] and not rejected
+    walked = [split_found(walk_class_folder_files(c, EXTENSIONS)) for c in classes]
+    assert walked[0] == ([Candidate(f"{tmp_path}/a\\xff/x.png", "a\\xff")], [])
+    [], [(path, error, message)] = walked[1]
+    assert (path, error) == (f"{undecodable}/x.png", "AmbiguousLabel")
+    assert message.endswith(f"as folder {tmp_path}/a\\xff does; rename one")

@@ -31,6 +31,7 @@ from transforms.dataset_format import is_temporary_metadata
 from transforms.files import file_kind, local_path
 from transforms.refs import Batch, Candidate
 from transforms.rejections import (
+    AmbiguousLabel,
     BadManifestLine,
     ConflictingLabels,
     DuplicateListing,
@@ -188,6 +189,32 @@ class ClassFolder:
 
     label: str
     path: str
+    same_label_as: Optional[str] = None  # another folder whose name reads as this label
+
+
+def class_folders(folders: list[tuple[str, str]]) -> Iterator[ClassFolder]:
+    """(name, path) of each class folder → ClassFolders. A name that is not UTF-8 and whose
+    label is also another folder's (`a` + byte 0xFF and a folder named `a\\xff`) is marked,
+    so its files are rejected, not merged into the other class."""
+    paths_by_label: dict[str, list[str]] = {}
+    for name, path in folders:
+        paths_by_label.setdefault(label_text(name), []).append(path)
+    for name, path in folders:
+        label = label_text(name)
+        others = [p for p in paths_by_label[label] if p != path]
+        yield ClassFolder(label, path, others[0] if others and label != name else None)
+
+
+def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
+                            output: Optional[OutputFolder] = None) -> Iterator[Found]:
+    """Every file of a class folder as a candidate or a rejection; all rejected if its label is
+    ambiguous."""
+    for found in walk_class_folder(folder.path, folder.label, extensions, output):
+        if folder.same_label_as and isinstance(found, Candidate):
+            found = reject(found.path, AmbiguousLabel(
+                f"the folder name is not UTF-8 and reads as label {folder.label!r}, as folder "
+                f"{folder.same_label_as} does; rename one"))
+        yield found
 
 
 def list_local_root(root: str,
@@ -198,6 +225,7 @@ def list_local_root(root: str,
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
         raise UnreadableFile(f"cannot list the input folder {root}: {exc.strerror or exc}") from None
+    folders = []
     for entry in entries:
         try:
             is_dir = entry.is_dir(follow_symlinks=True)
@@ -207,13 +235,14 @@ def list_local_root(root: str,
         if is_dir and output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
             continue
         if is_dir and not folder_skip_reason(entry.name):
-            yield ClassFolder(label_text(entry.name), entry.path)
+            folders.append((entry.name, entry.path))
         elif is_dir:
             yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
         elif entry.is_symlink() and not os.path.exists(entry.path):
             yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink"))
         else:
             yield reject(entry.path, SkippedFile("not inside a class folder"))
+    yield from class_folders(folders)
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,7 +278,8 @@ class _ListFolders(beam.DoFn):
                 if isinstance(found, beam.pvalue.TaggedOutput):
                     yield found
                 else:
-                    yield beam.pvalue.TaggedOutput(LABELS, (found.label,))
+                    if not found.same_label_as:
+                        yield beam.pvalue.TaggedOutput(LABELS, (found.label,))
                     yield found
             return
         extensions = tuple(e.lower() for e in self._spec.extensions)
@@ -269,7 +299,7 @@ class _WalkFolder(beam.DoFn):
         self._output = output
 
     def process(self, folder: ClassFolder):
-        yield from batched(walk_class_folder(folder.path, folder.label, self._extensions, self._output))
+        yield from batched(walk_class_folder_files(folder, self._extensions, self._output))
 
 
 # --------------------------------------------------------------------------------------------

@@ -64,6 +64,12 @@ class ConflictingLabels(InputRejected):
     stage = "discover"
 
 
+class AmbiguousLabel(InputRejected):
+    """A class folder whose name is not UTF-8 reads as the same label as another folder's."""
+
+    stage = "discover"
+
+
 class DuplicateListing(InputRejected):
     """A manifest lists the same path with the same label again; the image is written once."""
 
