@@ -18,6 +18,7 @@ from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAc
 from transforms.example import feature_spec, image_description
 from transforms.parts import ShardResult
 from transforms.specs import ConversionSpec
+from transforms.rejections import is_error_class
 
 # (split or None, stage, error class, counts as error) → how many inputs
 RejectionKey = tuple[Optional[str], str, str, bool]
@@ -121,9 +122,10 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
     )
 
 
-def rejections_by_error(inputs: InputAccounting) -> str:
+def rejections_by_error(inputs: InputAccounting, errors_only: bool = False) -> str:
     """`ImageTooSmall: 60, CorruptImage: 2`, most frequent first: what a refusal names."""
-    by_count = sorted(inputs.rejected_by_error.items(), key=lambda item: -item[1])
+    counted = {e: n for e, n in inputs.rejected_by_error.items() if is_error_class(e) or not errors_only}
+    by_count = sorted(counted.items(), key=lambda item: -item[1])
     return ", ".join(f"{error}: {n}" for error, n in by_count)
 
 
@@ -133,4 +135,4 @@ def check_error_budget(metadata: DatasetMetadata, max_error_fraction: float, dea
         raise TooManyErrors(
             f"{inputs.errors} of {inputs.written + inputs.errors} images were rejected "
             f"({inputs.error_fraction:.2%} > max_error_fraction {max_error_fraction:.2%}; "
-            f"{rejections_by_error(inputs)}). Nothing was published. Dead letters: {dead_letters}")
+            f"{rejections_by_error(inputs, errors_only=True)}). Nothing was published. Dead letters: {dead_letters}")

@@ -138,8 +138,9 @@ def test_skipped_files_do_not_dilute_the_error_fraction():
     shards = (ShardResult("train", 0, 1, "train-00000-of-00001.tfrecord", 9, 90, (("cat", 9),)),)
     meta = metadata(shards=shards, planned_counts={"train": 9}, rejection_counts=rejections, num_inputs=160)
     assert meta.inputs.error_fraction == pytest.approx(0.1)
-    with pytest.raises(TooManyErrors, match="1 of 10 images"):
+    with pytest.raises(TooManyErrors, match="1 of 10 images") as info:
         check_error_budget(meta, 0.05, "unused")
+    assert "CorruptImage: 1)" in str(info.value) and "SkippedFile" not in str(info.value)
 
 
 def test_skipped_files_and_duplicates_are_not_errors():

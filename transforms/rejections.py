@@ -115,12 +115,16 @@ class Rejection:
 
     @property
     def counts_as_error(self) -> bool:
-        """Skipped non-images and dropped duplicates are intended, so they do not count against
-        max_error_fraction."""
-        return self.error not in _NOT_ERRORS
+        return is_error_class(self.error)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
 _NOT_ERRORS = frozenset({SkippedFile.__name__, DuplicateImage.__name__, DuplicateListing.__name__})
+
+
+def is_error_class(error: str) -> bool:
+    """Skipped non-images and dropped duplicates are intended, so they do not count against
+    max_error_fraction."""
+    return error not in _NOT_ERRORS
