@@ -294,7 +294,11 @@ def dead_letter_counts(output: str,
             problems.append(f"{name} is listed in metadata.json but missing")
             continue
         with tf.io.gfile.GFile(path, "rb") as handle:  # bytes: a line that is not UTF-8 is a bad row, not a crash
+            previous = b""
             for number, line in enumerate(handle, 1):
+                if line < previous:
+                    problems.append(f"{name} line {number} is out of order (imgrec writes the rows sorted)")
+                previous = line
                 try:
                     row = json.loads(line.decode("utf-8"))
                     by_split[row.get("split")] += 1
@@ -314,7 +318,7 @@ def accounting_checks(metadata: DatasetMetadata, by_split: collections.Counter, 
               f"{inputs.written} written + {inputs.rejected} rejected"),
         Check(inputs.written == written, f"inputs: {inputs.written} written = examples in the splits",
               f"the splits hold {written}"),
-        Check(not problems, "dead letters are readable", "; ".join(problems[:3])),
+        Check(not problems, "dead letters are readable and sorted", "; ".join(problems[:3])),
         Check(sum(by_error.values()) == inputs.rejected, f"inputs: {inputs.rejected} rejected = dead-letter rows",
               f"{sum(by_error.values())} rows"),
         Check(dict(by_error) == dict(inputs.rejected_by_error), "rejected_by_error matches the dead letters",

@@ -156,9 +156,22 @@ def test_a_dead_letter_file_that_is_not_utf8_fails_with_a_summary(written, tmp_p
     (output / metadata["error_files"][0]).write_bytes(b"\xff\xfe\n")
     code, report = run_verify(str(output), "--samples", "0")
     assert code == 1, report
-    assert any(line.startswith("FAILED  dead letters are readable: ") and "line 1" in line
+    assert any(line.startswith("FAILED  dead letters are readable and sorted: ") and "line 1" in line
                for line in failed_lines(report)), report
     assert "FAILED: 3 of " in report  # the verdict, with the two accounting checks the rows no longer satisfy
+
+
+def test_dead_letter_rows_out_of_order_fail(written, tmp_path):
+    """Rows a hand or a tool reordered or appended: imgrec writes them sorted."""
+    output, metadata = copy_of(written, "jpeg", tmp_path)
+    path = output / metadata["error_files"][0]
+    rows = path.read_bytes().splitlines(keepends=True)
+    assert len(rows) >= 2 and rows == sorted(rows)
+    path.write_bytes(b"".join(reversed(rows)))
+    code, report = run_verify(str(output), "--samples", "0")
+    assert code == 1, report
+    assert any(line.startswith("FAILED  dead letters are readable and sorted: ") and "out of order" in line
+               for line in failed_lines(report)), report
 
 
 def _set_shape(m: dict, height: int, width: int) -> None:
