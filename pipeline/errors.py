@@ -19,6 +19,13 @@ class RunFailed(ImgrecError):
     exit_code = 1
 
 
+class OutOfSpace(ImgrecError):
+    """The output's filesystem is full or over quota: the machine's state, not a bug, so one
+    line and no traceback."""
+
+    exit_code = 1
+
+
 class UsageError(ImgrecError):
     """Bad flags, config or input layout; also refusals before any work is done."""
 

@@ -32,7 +32,7 @@ from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState, create_runner
 
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
-from pipeline.errors import ImgrecError, Interrupted, RunFailed, UsageError
+from pipeline.errors import ImgrecError, Interrupted, OutOfSpace, RunFailed, UsageError
 from pipeline.heap import imports_frozen
 from pipeline.lock import OutputLock
 from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
@@ -191,6 +191,11 @@ def _dry_run(options) -> bool:
     return bool(options.view_as(TestOptions).dry_run) and runner_name(options) == "DataflowRunner"
 
 
+def last_line(exc: BaseException) -> str:
+    """The innermost message of an error Beam wrapped (its last line)."""
+    return (str(exc).strip().splitlines() or [""])[-1]
+
+
 def out_of_space(exc: BaseException) -> bool:
     """A full disk or quota, however many layers (Beam wraps worker errors in RuntimeErrors)
     wrap it."""
@@ -303,8 +308,8 @@ def convert(argv: Sequence[str]) -> Conversion:
         full = out_of_space(exc)
         _cleanup(output, this_run, keep_run=False, keep_parts=not full)
         if full:
-            _say(f"imgrec: {output}'s filesystem is full (or over quota); removed this run's staging and the "
-                 "finished parts kept for a restart")
+            raise OutOfSpace(f"{output}'s filesystem is full (or over quota): {last_line(exc)}; removed this "
+                             "run's staging and the finished parts kept for a restart") from None
         raise
     finally:
         lock.release()
@@ -390,6 +395,8 @@ def configure_logging() -> None:
     logging.getLogger("apache_beam.runners.dataflow").setLevel(logging.INFO)
     # Worker start-up chatter relayed by the DirectRunner's in-process job service.
     logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
+    # A DoFn's exception reaches `main`, which logs it with its whole chain: Beam's copy repeats it.
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -410,8 +417,7 @@ def _convert_and_report(argv: Sequence[str]) -> int:
         return exc.exit_code
     except Exception as exc:  # a failed pipeline: Beam's own error, with its traceback in the log
         _LOG.exception("the run failed")
-        last = (str(exc).strip().splitlines() or [""])[-1]
-        print(f"imgrec: error: the run failed: {type(exc).__name__}: {last}", file=sys.stderr)
+        print(f"imgrec: error: the run failed: {type(exc).__name__}: {last_line(exc)}", file=sys.stderr)
         return 1
     output = conversion.spec.output.path
     if conversion.dry_run:
