@@ -17,8 +17,8 @@ from pipeline.errors import RunFailed
 from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAccounting, ReuseSummary, SplitInfo
 from transforms.example import feature_spec, image_description
 from transforms.parts import ShardResult
-from transforms.specs import ConversionSpec
 from transforms.rejections import is_error_class
+from transforms.specs import ConversionSpec
 
 # (split or None, stage, error class, counts as error) → how many inputs
 RejectionKey = tuple[Optional[str], str, str, bool]
