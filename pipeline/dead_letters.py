@@ -16,7 +16,6 @@ import uuid
 from typing import Iterable, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import files
@@ -60,7 +59,7 @@ def write_dead_letters(runs: Sequence[str], directory: str) -> str:
     """The run's dead-letter file in `directory`, from its runs (then removed); its name."""
     merge_runs(runs, join(directory, DEAD_LETTERS_FILE), directory)
     if files.exists(join(directory, RUNS_DIR)):
-        FileSystems.delete([join(directory, RUNS_DIR)])
+        files.delete([join(directory, RUNS_DIR)])
     return DEAD_LETTERS_FILE
 
 

@@ -30,6 +30,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import OutputLocked, RunFailed
 from pipeline.reaper import driver_alive, driver_marker, process_started_at
+from transforms import files
 from transforms.dataset_format import LOCK_FILE, join
 from transforms.files import local_path
 
@@ -194,7 +195,7 @@ class OutputLock:
         if self._thread is not None:
             self._thread.join()
         if self.holds():
-            FileSystems.delete([self.path])
+            files.delete([self.path])
         if self._descriptor is not None:
             os.close(self._descriptor)  # unlocks, after the unlink: see _lock_local
             self._descriptor = None

@@ -24,6 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
 from pipeline.publish import JOURNAL_FILE, journal_path, read_json
+from transforms import files
 from transforms.dataset_format import (
     CLASS_COUNTS,
     CONTACT_SHEET,
@@ -43,23 +44,13 @@ from transforms.dataset_format import (
     staging_dir,
 )
 from transforms.discover import OutputFolder
-from transforms.files import local_path
+from transforms.files import list_names, local_path
 from transforms.reuse import ReuseSource
 from transforms.specs import InputSpec, OutputSpec
 
 LATEST = "latest"
 # The fields of a dated output template: the UTC strftime format of each, and a regex of its values.
 _TEMPLATE_FIELDS = {"date": ("%Y-%m-%d", r"\d{4}-\d{2}-\d{2}"), "timestamp": ("%Y%m%dT%H%M%S", r"\d{8}T\d{6}")}
-
-
-def list_names(folder: str) -> list[str]:
-    """Names directly inside `folder` (files and subfolders), on any filesystem."""
-    local = local_path(folder)
-    if local is not None:
-        return sorted(os.listdir(local)) if os.path.isdir(local) else []
-    matched = FileSystems.match([join(folder, "**")])[0].metadata_list
-    prefix = folder.rstrip("/") + "/"
-    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in matched if m.path.startswith(prefix)})
 
 
 # What every run writes at the top of its output, whatever its counts (shard names depend on them).
@@ -178,7 +169,7 @@ def clear_dead_runs(output: str) -> None:
     keep = parts_dir(output).rstrip("/").rsplit("/", 1)[-1]
     stale = [join(staging, name) for name in list_names(staging) if name not in (keep, JOURNAL_FILE)]
     if stale:
-        FileSystems.delete(stale)
+        files.delete(stale)
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.dataset_format import join
+from transforms.files import list_names
 
 PROGRESS_DIR = "progress"
 TOTAL_FILE = "total"
@@ -46,12 +47,10 @@ class RecordProgress(beam.PTransform):
 def read_progress(run_dir: str) -> tuple[Optional[int], int]:
     """(planned total or None while planning, images in finished parts)."""
     directory = join(run_dir, PROGRESS_DIR)
-    matched = FileSystems.match([join(directory, "*")])[0].metadata_list
     total, done = None, 0
-    for metadata in matched:
-        name = metadata.path.rsplit("/", 1)[-1]
+    for name in list_names(directory):
         if name == TOTAL_FILE:
-            with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+            with FileSystems.open(join(directory, name), compression_type="uncompressed") as handle:
                 total = int(handle.read() or 0)
         elif "-" in name and not name.startswith("."):
             done += int(name.rsplit("-", 1)[1])

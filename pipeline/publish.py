@@ -75,10 +75,10 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
         files.write_atomically(journal_path(output),
                                json.dumps({"old": list(previous_files), "new": new}).encode("utf-8"))
         if current is not None:
-            FileSystems.delete([metadata_path])
+            files.delete([metadata_path])
         stale = [join(output, f) for f in old if FileSystems.exists(join(output, f))]
         if stale:
-            FileSystems.delete(stale)
+            files.delete(stale)
         FileSystems.rename([join(run_dir, f) for f in new], [join(output, f) for f in new])
         files.rename(staged_metadata, metadata_path)
         discard_staging(output)
@@ -109,4 +109,4 @@ def interrupted_outcome(output: str, run_id: str) -> Optional[str]:
 
 def discard_staging(output: str) -> None:
     if FileSystems.exists(staging_dir(output)):
-        FileSystems.delete([staging_dir(output)])
+        files.delete([staging_dir(output)])

@@ -44,7 +44,6 @@ from pipeline.prepare import (
     comparison,
     expand_output_template,
     inspect_output,
-    list_names,
     output_folder,
     reuse_source,
 )
@@ -56,7 +55,7 @@ from transforms import files
 from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
 from transforms.discover import ManifestError, manifest_layout
-from transforms.files import local_path
+from transforms.files import list_names, local_path
 from transforms.parts import WriterSettings, record_digest, setup_converter
 from transforms.specs import ConversionSpec
 
@@ -206,12 +205,12 @@ def _cleanup(output: str, this_run: str, keep_run: bool, keep_parts: bool = True
     """Nothing of a run that did not publish stays in the output but finished parts (for a
     restart) and, when the error message points at them, its dead letters."""
     if not keep_run and FileSystems.exists(this_run):
-        FileSystems.delete([this_run])
+        files.delete([this_run])
     parts = parts_dir(output)
     if FileSystems.exists(parts) and not (keep_parts and list_names(parts)):
-        FileSystems.delete([parts])
+        files.delete([parts])
     if FileSystems.exists(staging_dir(output)) and not list_names(staging_dir(output)):
-        FileSystems.delete([staging_dir(output)])
+        files.delete([staging_dir(output)])
 
 
 def convert(argv: Sequence[str]) -> Conversion:
@@ -314,7 +313,7 @@ def convert(argv: Sequence[str]) -> Conversion:
     finally:
         lock.release()
         if created and FileSystems.exists(output) and not list_names(output):
-            FileSystems.delete([output])
+            files.delete([output])
 
 
 def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: str,

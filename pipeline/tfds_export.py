@@ -153,7 +153,7 @@ def written_files(output_dir: str) -> list[str]:
     """What TFDS's write_metadata left in the folder: its two JSON files and the label files."""
     import tensorflow as tf
 
-    names = {posixpath.basename(p) for p in tf.io.gfile.glob(posixpath.join(output_dir.rstrip("/"), "*"))}
+    names = {name.rstrip("/") for name in tf.io.gfile.listdir(output_dir)}
     return sorted(n for n in names if n in TFDS_FILES or n.endswith(".labels.txt"))
 
 

@@ -278,7 +278,7 @@ def description_check(metadata: DatasetMetadata) -> Check:
 
 def unlisted_shards(output: str, metadata: DatasetMetadata) -> list[str]:
     """Shard-like files in the folder that metadata.json does not list (readers that glob would read them)."""
-    present = {posixpath.basename(p) for p in tf.io.gfile.glob(posixpath.join(output.rstrip("/"), "*"))}
+    present = {name.rstrip("/") for name in tf.io.gfile.listdir(output)}  # literally: `out[1]` is no pattern
     return sorted(n for n in present - set(metadata.shard_files) if parse_shard_file_name(n))
 
 

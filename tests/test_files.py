@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 
 import pytest
 
@@ -113,3 +114,22 @@ def test_size(tmp_path):
 
 def test_content_hash_is_sha256():
     assert files.content_hash(b"abc") == hashlib.sha256(b"abc").hexdigest()
+
+
+@pytest.mark.parametrize("name", ["out[1]", "ds?", "d*", "a[!b]", "[", "x]y", "plain"])
+def test_as_pattern_matches_only_the_path_itself(name):
+    """Beam matches (and deletes) paths as patterns; the escaped path is literal to it."""
+    from apache_beam.io.filesystem import FileSystem
+
+    regex = re.compile(FileSystem.translate_pattern(files.as_pattern(f"gs://b/{name}")))
+    assert regex.fullmatch(f"gs://b/{name}")
+    assert not any(regex.fullmatch(f"gs://b/{other}") for other in ("out1", "ds1", "dx", "aa", "a", "xy", "plainx"))
+
+
+def test_delete_takes_paths_literally(tmp_path):
+    for name in ("ds?", "ds1", "keep"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_bytes(b"x")
+    (tmp_path / "link").symlink_to(tmp_path / "keep")
+    files.delete([str(tmp_path / "ds?"), str(tmp_path / "link")])
+    assert files.list_names(str(tmp_path)) == ["ds1", "keep"] and (tmp_path / "keep" / "f").exists()

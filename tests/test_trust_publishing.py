@@ -281,6 +281,24 @@ def test_output_on_its_own_mount_point_is_published(tmp_path):
     assert {p.name for p in parent.iterdir()} == {"out"}, "staged beside the mounted output"
 
 
+@pytest.mark.parametrize("name", ["ds?", "out[1]", "d*"])
+def test_an_output_named_like_a_glob_is_only_itself(tmp_path, name):
+    """Beam's FileSystems.delete matches its path as a pattern: `ds?` removed nothing of its own
+    (each run failed after publishing, its staging left behind) but `ds1`'s files."""
+    root = tmp_path / "imgs"
+    make_tree(root, {"ant": 3, "bee": 3})
+    sibling = tmp_path / "ds1"
+    assert run_imgrec(root, sibling).returncode == 0
+    before = snapshot(sibling)
+    out = tmp_path / name
+    for flags in ((), ("--overwrite", "--shuffle_seed=1")):
+        run = run_imgrec(root, out, *flags)
+        assert run.returncode == 0 and "Traceback" not in run.stderr, run.brief()
+        assert published_files(out) == published_files(sibling) and not (out / ".imgrec-staging").exists()
+        assert len(check_complete(out)[1]) == 6
+    assert snapshot(sibling) == before
+
+
 def test_a_full_disk_fails_one_run_not_the_next(tmp_path):
     """A run that fills the output's filesystem fails; its finished parts must not keep the disk
     full, so a smaller conversion into the same output still succeeds, and nothing half-written

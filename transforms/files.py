@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import stat
 import uuid
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Iterable, Optional
 
 from transforms.rejections import EmptyFile, FileTooLarge, UnreadableFile
 
@@ -33,6 +35,41 @@ def _filesystems():
     from apache_beam.io.filesystems import FileSystems
 
     return FileSystems
+
+
+_WILDCARDS = re.compile(r"([[*?])")
+
+
+def as_pattern(path: str) -> str:
+    """A path as a Beam match pattern that matches only itself: Beam reads `[`, `*` and `?` in
+    any path it matches or deletes as wildcards, so an output `ds?` would also mean `ds1`."""
+    return _WILDCARDS.sub(r"[\1]", path)
+
+
+def delete(paths: Iterable[str]) -> None:
+    """Removes files, and folders with what they hold, each path taken literally (a symlink
+    itself, not what it points to)."""
+    remote = []
+    for path in paths:
+        local = local_path(path)
+        if local is None:
+            remote.append(as_pattern(path))
+        elif os.path.isdir(local) and not os.path.islink(local):
+            shutil.rmtree(local)
+        else:
+            os.remove(local)
+    if remote:
+        _filesystems().delete(remote)
+
+
+def list_names(folder: str) -> list[str]:
+    """Names directly inside `folder` (files and subfolders), on any filesystem."""
+    local = local_path(folder)
+    if local is not None:
+        return sorted(os.listdir(local)) if os.path.isdir(local) else []
+    matched = _filesystems().match([f"{as_pattern(folder.rstrip('/'))}/**"])[0].metadata_list
+    prefix = folder.rstrip("/") + "/"
+    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in matched if m.path.startswith(prefix)})
 
 
 def open_read(path: str) -> BinaryIO:
@@ -133,7 +170,7 @@ def _remove_quietly(path: str) -> None:
         if local is not None:
             os.remove(local)
         elif _filesystems().exists(path):
-            _filesystems().delete([path])
+            delete([path])
     except Exception:  # pylint: disable=broad-except
         pass
 
