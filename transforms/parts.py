@@ -294,6 +294,12 @@ def salvaged_record(line: JournalLine, image: PlannedImage, records: BinaryIO, s
     entry = line.entry
     if entry.sha256 != image.source.content_hash or entry.offset + entry.length > size:
         return None
+    return intact_record(records, entry)
+
+
+def intact_record(records: BinaryIO, entry: IndexEntry) -> Optional[bytes]:
+    """The framed record at `entry` in `records` if its checksums hold and its image bytes are
+    where the entry says, hashing to the entry's content hash; else None."""
     try:
         records.seek(entry.offset)
         framed = records.read(entry.length)
@@ -441,17 +447,20 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
 
 def finished_outcome(task: PartTask, settings: WriterSettings) -> Optional[PartOutcome]:
     """The outcome of an earlier run's finished part, if it checks out: readable, this part's,
-    and its records file as long as its index says (nothing is fsynced, so a power loss can
-    leave a torn file behind a finished name). Else None: the part is converted again."""
+    its records file as long as its index says and every record intact (nothing is fsynced, so
+    a power loss can leave a torn or zeroed file behind a finished name). Else None: the part is
+    converted again. Checking reads the part once, which costs far less than converting it."""
     records = part_file(settings, task.digest, "records")
     if not (files.exists(part_file(settings, task.digest, "json")) and files.exists(records)):
         return None
     try:
         outcome = _read_outcome(settings, task.digest)
-        length = files.size(records)
+        if outcome.digest != task.digest or files.size(records) != sum(e.length for e in outcome.index):
+            return None
+        with files.open_read(records) as handle:
+            if not all(intact_record(handle, entry) for entry in outcome.index):
+                return None
     except (OSError, ValueError, KeyError, TypeError):  # damaged JSON, a line that is no entry
-        return None
-    if outcome.digest != task.digest or length != sum(entry.length for entry in outcome.index):
         return None
     return outcome
 
