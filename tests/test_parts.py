@@ -237,7 +237,8 @@ def zeroed(data: bytes, start: int, length: int) -> bytes:
     lambda records, outcome: outcome.write_bytes(outcome.read_bytes()[:-20]),
     lambda records, outcome: outcome.write_text(outcome.read_text().replace('"index": [', '"index": ["x", ')),
     lambda records, outcome: outcome.write_text(outcome.read_text().replace('"path"', '"where"')),
-], ids=["records torn", "records too long", "records zeroed", "outcome empty", "outcome torn", "bad index line", "bad rejection"])
+], ids=["records torn", "records too long", "records zeroed", "outcome empty", "outcome torn", "bad index line",
+        "bad rejection"])
 def test_a_finished_part_that_does_not_check_out_is_converted_again(tmp_path, images, damage):
     bad = tmp_path / "in" / "cat" / "corrupt.jpg"  # a rejection in the outcome too
     bad.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:200])
