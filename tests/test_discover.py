@@ -167,6 +167,8 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
     (JSONL, "[" * 100_000),  # nested deeper than the JSON decoder recurses
     (CSV, "cat/a\0b.jpg,cat"),  # no file name holds a NUL; os calls raise ValueError on one
     (JSONL, '{"path": "a\\u0000b.jpg", "label": "cat"}'),
+    (JSONL, '{"path": "a.jpg", "label": "\\ud800"}'),  # valid JSON, but a lone surrogate is no text
+    (JSONL, '{"path": "\\ud800.jpg", "label": "cat"}'),
 ])
 def test_bad_manifest_lines(layout, line):
     with pytest.raises(BadManifestLine):

@@ -279,7 +279,7 @@ def test_a_huge_line_is_one_bad_line_quoted_short_in_bounded_memory(tmp_path, im
     assert len(records) == 6 and metadata["inputs"]["total"] == 7
 
 
-@pytest.mark.parametrize("value", ['["dog"]', "true", '{"a": 1}', "1.5", "null"])
+@pytest.mark.parametrize("value", ['["dog"]', "true", '{"a": 1}', "1.5", "null", '"\\ud800"'])
 def test_a_jsonl_label_that_is_not_text_or_an_integer_is_a_bad_line_not_a_class(tmp_path, images, value):
     rows = [json.dumps({"path": rel(p, tmp_path), "label": p.parent.name}) for p in images[1:]]
     manifest = tmp_path / "list.jsonl"
