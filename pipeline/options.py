@@ -13,6 +13,8 @@ import difflib
 import importlib.resources
 import math
 import os
+import re
+import stat
 import typing
 from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence
 
@@ -182,6 +184,18 @@ def check_flags(flags: Sequence[str], source: str = "command line") -> None:
         raise UsageError(f"unknown option {name} on the {source}{_closest(name, valid)}")
 
 
+class ConfigLoader(yaml.SafeLoader):
+    """YAML 1.2's booleans, true and false only: YAML 1.1's on/off/yes/no read
+    `reduced_decode: off` as False."""
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                   list("tTfF"))
+
+
 def config_path(name: str) -> str:
     """A config file path, or the name of a shipped config (`local` → configs/local.yaml)."""
     if os.path.exists(name) or name.endswith((".yaml", ".yml")) or os.sep in name:
@@ -201,8 +215,11 @@ def read_config(path: Optional[str]) -> dict:
         return {}
     path = config_path(path)
     try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would block the open() forever
+            raise UsageError(f"config {path} is {files.file_kind(mode)}, not a file")
         with open(path, encoding="utf-8") as handle:
-            config = yaml.safe_load(handle) or {}
+            config = yaml.load(handle, Loader=ConfigLoader) or {}
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
@@ -220,13 +237,17 @@ def read_config(path: Optional[str]) -> dict:
 
 
 def beam_args_from_config(config: dict) -> list[str]:
-    """The YAML `beam:` section as flags, to be placed before the command line's own."""
+    """The YAML `beam:` section as flags, to be placed before the command line's own; a list
+    repeats its flag (`experiments: [a, b]`)."""
     args = []
     for key, value in (config.get("beam") or {}).items():
-        if isinstance(value, bool):
-            args.append(f"--{key}" if value else f"--no_{key}")
-        else:
-            args.append(f"--{key}={value}")
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, bool):
+                args.append(f"--{key}" if item else f"--no_{key}")
+            elif isinstance(item, (str, int, float)):
+                args.append(f"--{key}={item}")
+            else:  # never str() a list or mapping: a YAML alias bomb expands there
+                raise UsageError(f"beam.{key} must be a value or a list of values, got a {type(item).__name__}")
     return args
 
 
@@ -245,8 +266,8 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
         if not values[section].get("path"):
             raise UsageError(f"{flag} (or {section}.path in the config) is required")
     for section, field in PATH_FIELDS:
-        if values[section].get(field) is not None:
-            values[section][field] = files.beam_path(str(values[section][field]))
+        if isinstance(values[section].get(field), str):  # anything else is refused by `coerce`
+            values[section][field] = files.beam_path(values[section][field])
     specs = {}
     for section, cls in SECTIONS.items():
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -282,6 +303,8 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
         return value
     if hint in (int, float) and isinstance(value, bool):  # YAML's `true` is not the number 1
         raise ValueError(f"{name} must be a number, got {value!r}")
+    if hint is str and isinstance(value, bool):  # nor the text "True"
+        raise ValueError(f"{name} must be text, got {str(value).lower()}")
     if hint is int and isinstance(value, float) and not value.is_integer():  # 1.5 must not become 1
         raise ValueError(f"{name} must be a whole number, got {value!r}")
     if isinstance(value, (list, tuple, dict)):  # never str() it: a YAML alias bomb expands there
@@ -296,7 +319,7 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
 
 
 def parse_config_flag(argv: Sequence[str]) -> Optional[str]:
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = _StrictParser(add_help=False)
     parser.add_argument("--config", default=None)
     known, _ = parser.parse_known_args(argv)
     return known.config

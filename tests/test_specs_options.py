@@ -3,6 +3,7 @@ every usage problem (unknown flag or key, bad value) → a one-line UsageError n
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -173,6 +174,9 @@ def test_yaml_values_get_the_field_type(section, field, value, expected):
     ({}, [*IO, "--split_ratios=nan,0.5,0.5"], "splits.ratios must be a finite number"),
     ({"input": {"class_names": [["a", "b"]]}}, IO, "input.class_names must be str, got a list"),
     ({"splits": {"salt": {"x": 1}}}, IO, "splits.salt must be str, got a dict"),
+    ({"splits": {"salt": True}}, IO, "splits.salt must be text, got true"),  # never the text "True"
+    ({"input": {"path": ["m.csv"]}}, ["--output=o"], "input.path must be str, got a list"),  # never "['m.csv']"
+    ({"output": {"path": True}}, ["--input=i"], "output.path must be text, got true"),
 ])
 def test_build_spec_usage_errors(config, flags, message):
     with pytest.raises(UsageError, match=message):
@@ -182,6 +186,9 @@ def test_build_spec_usage_errors(config, flags, message):
 def test_read_config(tmp_path):
     assert read_config(write_config(tmp_path, "beam: {runner: DirectRunner}\nimage: {height: 3}\n")) == {
         "beam": {"runner": "DirectRunner"}, "image": {"height": 3}}
+    # YAML 1.2 booleans: YAML 1.1 read `off` (a reduced_decode value) as False
+    assert read_config(write_config(tmp_path, "image: {reduced_decode: off}\noutput: {overwrite: true}\n")) == {
+        "image": {"reduced_decode": "off"}, "output": {"overwrite": True}}
     assert read_config(write_config(tmp_path, "")) == {}
     assert read_config(None) == {}
 
@@ -209,6 +216,19 @@ def yaml_bomb(levels: int) -> list:
     for _ in range(levels):
         value = [value] * 9
     return value
+
+
+@pytest.mark.timeout(20)
+def test_a_yaml_alias_bomb_in_the_beam_section_is_refused_without_expanding_it():
+    with pytest.raises(UsageError, match="beam.experiments must be a value or a list of values, got a list"):
+        beam_args_from_config({"beam": {"experiments": yaml_bomb(9)}})
+
+
+@pytest.mark.timeout(20)
+def test_a_config_that_is_a_fifo_is_a_usage_error_not_a_hang(tmp_path):
+    os.mkfifo(tmp_path / "config.yaml")
+    with pytest.raises(UsageError, match="config .*config.yaml is a FIFO, not a file"):
+        read_config(str(tmp_path / "config.yaml"))
 
 
 def test_a_missing_config_is_a_usage_error(tmp_path):
@@ -241,6 +261,7 @@ def test_beam_args_from_config():
     assert beam_args_from_config(config) == ["--runner=DirectRunner", "--direct_num_workers=2",
                                              "--save_main_session", "--no_use_public_ips"]
     assert beam_args_from_config({}) == [] and beam_args_from_config({"beam": None}) == []
+    assert beam_args_from_config({"beam": {"experiments": ["a", "b"]}}) == ["--experiments=a", "--experiments=b"]
 
 
 def test_parse_arguments_passes_beam_flags_through(tmp_path):
@@ -264,6 +285,7 @@ def test_parse_arguments_passes_beam_flags_through(tmp_path):
     ([*IO, "--compression=zip"], "compression must be one of none, gzip"),
     ([*IO, "--max_error_fraction=2"], r"max_error_fraction must be in \[0, 1\]"),
     ([*IO, "--input_kind=tsv"], "input kind must be one of"),
+    ([*IO, "--config"], "argument --config: expected one argument"),
 ])
 def test_parse_arguments_usage_errors(argv, message):
     with pytest.raises(UsageError, match=message):

@@ -37,7 +37,7 @@ def _filesystems():
     return FileSystems
 
 
-_WILDCARDS = re.compile(r"([[*?])")
+_WILDCARDS = re.compile(r"([\[*?])")
 
 
 def as_pattern(path: str) -> str:
