@@ -24,6 +24,7 @@ from transforms.discover import (
     classify_remote,
     csv_layout,
     first_line,
+    glob_regex,
     glob_root,
     jsonl_layout,
     label_from_parent,
@@ -31,6 +32,7 @@ from transforms.discover import (
     manifest_layout,
     manifest_lines,
     manifest_rows,
+    match_glob,
     parse_manifest_line,
     reject,
     resolve_listings,
@@ -62,8 +64,8 @@ def test_skip_reason(name, reason):
 
 
 @pytest.mark.parametrize("path,label", [
-    ("/data/cat/1.jpg", "cat"), ("gs://b/root/dog/x.png", "dog"), ("C:\\data\\bird\\1.jpg", "bird"),
-    ("rel/fish/2.jpg", "fish"),
+    ("/data/cat/1.jpg", "cat"), ("gs://b/root/dog/x.png", "dog"), ("rel/fish/2.jpg", "fish"),
+    ("/data/dog\\v2/e.png", "dog\\v2"), ("/data/cat/b\\c.png", "cat"),  # on POSIX a backslash is a character
 ])
 def test_label_from_parent(path, label):
     assert label_from_parent(path) == label
@@ -412,6 +414,30 @@ def test_batches_fill_as_the_listing_goes_and_rejections_pass_at_once():
                                           ("gs://b/imgs/*/*.jpg", "gs://b/imgs")])
 def test_glob_root_is_where_the_wildcards_start(pattern, root):
     assert glob_root(pattern) == root
+
+
+@pytest.mark.parametrize("pattern,matched,unmatched", [
+    ("/d/*/*.png", ["/d/cat/a.png", "/d/cat/b\\c.png", "/d/dog\\v2/e.png"], ["/d/a/b/c.png", "/d/x.png"]),
+    ("/d/**.png", ["/d/a/b/c.png", "/d/x.png"], ["/d/x.jpg"]),
+    ("/d/?.png", ["/d/a.png", "/d/\\.png"], ["/d//.png", "/d/ab.png"]),
+    ("/d/[a-c]*.jpg", ["/d/b1.jpg"], ["/d/d1.jpg"]),
+    ("/d/[!a]*.jpg", ["/d/b.jpg"], ["/d/a.jpg"]),
+    ("/d/[]x].jpg", ["/d/].jpg", "/d/x.jpg"], ["/d/y.jpg"]),
+    ("/d/[^x].jpg", ["/d/^.jpg", "/d/x.jpg"], ["/d/y.jpg"]),
+    ("/d/a[.jpg", ["/d/a[.jpg"], ["/d/a.jpg"]),  # an unclosed `[` is itself
+    ("/d/(x)+.jpg", ["/d/(x)+.jpg"], ["/d/xx.jpg"]),
+])
+def test_glob_regex_reads_a_glob_as_a_shell_does(pattern, matched, unmatched):
+    """Beam's `*` stops at a backslash: `b\\c.png` and the folder `dog\\v2` were never inputs."""
+    regex = glob_regex(pattern)
+    assert [p for p in matched if not regex.match(p)] == [] and [p for p in unmatched if regex.match(p)] == []
+
+
+def test_match_glob_lists_names_with_backslashes(tmp_path):
+    for name in ("cat/a.png", "cat/b\\c.png", "dog\\v2/e.png", "deep/x/y.png"):
+        write_text(tmp_path / name, "x")
+    assert sorted(match_glob(f"{tmp_path}/*/*.png")) == [
+        f"{tmp_path}/cat/a.png", f"{tmp_path}/cat/b\\c.png", f"{tmp_path}/dog\\v2/e.png"]
 
 
 @pytest.mark.parametrize("path,expected", [

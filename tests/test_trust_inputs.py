@@ -265,6 +265,19 @@ def test_a_folder_name_that_is_not_utf8_never_merges_into_another_class(tmp_path
     assert sorted((by_name(rows)[f"{seed}.jpg"]["error"] for seed in (71, 72))) == ["AmbiguousLabel"] * 2
 
 
+def test_a_glob_matches_names_with_backslashes_as_a_shell_does(tmp_path):
+    """Beam's `*` stops at a backslash, so `b\\c.png` and everything in `dog\\v2` were left out
+    without a dead letter; and the label of `dog\\v2/e.png` was `v2`."""
+    data = tmp_path / "data"
+    for i, name in enumerate(("cat/a.png", "cat/b\\c.png", "dog/d.png", "dog\\v2/e.png")):
+        write_image(data / name, seed=80 + i)
+    run = run_imgrec(f"{data}/*/*.png", tmp_path / "out")
+    assert run.returncode == 0, run.brief()
+    metadata, records, rows = check_complete(tmp_path / "out")
+    assert sorted((pathlib.PurePosixPath(path).name, label) for path, label, _ in records) == [
+        ("a.png", "cat"), ("b\\c.png", "cat"), ("d.png", "dog"), ("e.png", "dog\\v2")] and not rows
+
+
 def test_a_symlink_loop_neither_hangs_nor_multiplies_inputs(tmp_path):
     """Guard for the nested/symlink walk (passes on main, which walks neither): a link back to
     a parent folder must not recurse without end (os.walk(followlinks=True) would)."""

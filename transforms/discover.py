@@ -19,14 +19,14 @@ import dataclasses
 import json
 import os
 import posixpath
+import re
 import stat
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
-from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.batches import BATCH, GroupInBuckets, batched, split_by
+from transforms.batches import GroupInBuckets, batched, split_by
 from transforms.dataset_format import is_temporary_metadata
 from transforms.files import file_kind, local_path
 from transforms.refs import Batch, Candidate
@@ -105,8 +105,10 @@ def label_text(name: str) -> str:
 
 
 def label_from_parent(path: str) -> str:
-    """Glob convention: the label is the name of the folder holding the file."""
-    return label_text(posixpath.basename(posixpath.dirname(path.replace("\\", "/"))))
+    """Glob convention: the label is the name of the folder holding the file. A backslash is a
+    separator only where the OS says so (Windows); on POSIX `dog\\v2` is one folder's name."""
+    paths = os.path if local_path(path) is not None else posixpath
+    return label_text(paths.basename(paths.dirname(path)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -607,6 +609,54 @@ def glob_root(pattern: str) -> str:
     return "/".join(segments[:literal])
 
 
+def glob_regex(pattern: str) -> "re.Pattern[str]":
+    """A glob as a shell reads it: `*` and `?` stay inside one path segment, `**` crosses
+    segments, `[...]` (`[!...]`) is a character class. Beam's own `*` also stops at a backslash,
+    which left files such as `b\\c.png` out of a match without a word."""
+    parts, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        end = _class_end(pattern, i) if char == "[" else -1
+        if pattern.startswith("**", i):
+            parts.append(".*")
+            i += 1
+        elif char == "*":
+            parts.append("[^/]*")
+        elif char == "?":
+            parts.append("[^/]")
+        elif end > 0:
+            parts.append(_char_class(pattern[i + 1:end]))
+            i = end
+        else:
+            parts.append(re.escape(char))
+        i += 1
+    return re.compile("".join(parts) + r"\Z", re.DOTALL)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Where the class opened by the `[` at `start` closes, or -1 (then the `[` is literal)."""
+    end = start + 1 + (pattern[start + 1:start + 2] == "!")
+    end += pattern[end:end + 1] == "]"  # a `]` first is a member
+    return pattern.find("]", end)
+
+
+def _char_class(body: str) -> str:
+    """fnmatch's class as a regex class: `!` first negates; backslashes and a `^` first are members."""
+    body = body.replace("\\", "\\\\")
+    if body.startswith("!"):
+        return f"[^{body[1:]}]"
+    return f"[\\{body}]" if body.startswith("^") else f"[{body}]"
+
+
+def match_glob(pattern: str) -> Iterator[str]:
+    """The paths `pattern` matches (`glob_regex`), found by Beam's listing of a wider pattern
+    (every `*` as `**`), so any Beam filesystem works and lists only below the literal prefix."""
+    wanted = glob_regex(pattern)
+    for metadata in FileSystems.match([pattern.replace("*", "**")])[0].metadata_list:
+        if wanted.match(metadata.path):
+            yield metadata.path
+
+
 def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Found:
     """A file a glob matched as a candidate (label: its parent folder's name) or a rejection. A
     hidden or `__MACOSX` folder the wildcards went into holds no inputs (Python's glob does not
@@ -619,9 +669,9 @@ def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Fo
     return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_from_parent(path))
 
 
-def _glob_batch(files: Iterable, root: str, extensions: tuple[str, ...]) -> Iterator[Union[tuple[Candidate, ...],
-                                                                                          beam.pvalue.TaggedOutput]]:
-    yield from batched(classify_glob_match(root, metadata.path, extensions) for metadata in files)
+def glob_candidates(pattern: str, extensions: tuple[str, ...]) -> Iterator[Union[Batch, beam.pvalue.TaggedOutput]]:
+    root = glob_root(pattern)
+    yield from batched(classify_glob_match(root, path, extensions) for path in match_glob(pattern))
 
 
 class DiscoverImages(beam.PTransform):
@@ -654,10 +704,8 @@ class DiscoverImages(beam.PTransform):
             labels = listed[LABELS]
         elif kind == "glob":
             parsed = (pbegin
-                      | "MatchFiles" >> fileio.MatchFiles(
-                          spec.path, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
-                      | "BatchFiles" >> beam.BatchElements(min_batch_size=BATCH, max_batch_size=BATCH)
-                      | "KeepImageFiles" >> beam.FlatMap(_glob_batch, glob_root(spec.path), extensions).with_outputs(
+                      | "Pattern" >> beam.Create([spec.path])
+                      | "MatchFiles" >> beam.FlatMap(glob_candidates, extensions).with_outputs(
                           REJECTED, main="candidates"))
             candidates, rejected = parsed.candidates, parsed[REJECTED]
         else:
