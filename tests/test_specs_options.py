@@ -60,6 +60,7 @@ def write_config(tmp_path, text: str) -> str:
     (lambda: FeatureKeys(label="image"), "must be distinct"),
     (lambda: SplitSpec(ratios=(0.5, 0.5)), "one ratio per name"),
     (lambda: SplitSpec(names=("a", "a"), ratios=(0.5, 0.5)), "distinct"),
+    (lambda: SplitSpec(names=("train", "TRAIN"), ratios=(0.5, 0.5)), "distinct, ignoring case"),  # one file on macOS
     (lambda: SplitSpec(ratios=(0.7, 0.2, 0.2)), "sum to 1"),
     (lambda: SplitSpec(ratios=(1.2, -0.1, -0.1)), ">= 0"),
     (lambda: SplitSpec(method="random"), "split method must be one of hash, stratified"),

@@ -163,8 +163,8 @@ class SplitSpec:
         _check_choice("split key", self.key, SPLIT_KEYS)
         if len(self.names) != len(self.ratios) or not self.names:
             raise ValueError("splits need one ratio per name")
-        if len(set(self.names)) != len(self.names):
-            raise ValueError(f"split names must be distinct; got {self.names}")
+        if len({n.lower() for n in self.names}) != len(self.names):  # TRAIN-… and train-… are one file on macOS
+            raise ValueError(f"split names must be distinct, ignoring case; got {list(self.names)}")
         bad = [n for n in self.names if not SPLIT_NAME.fullmatch(n)]
         if bad:
             raise ValueError(f"split names are part of file names: letters, digits, _ and - only; got {bad[0]!r}")
