@@ -3,6 +3,7 @@ walking local class folders (nested, symlinked, hidden, broken) so that every pa
 DiscoverImages itself runs in tests/test_transforms.py."""
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -320,6 +321,23 @@ def test_list_local_root(tree):
                         (f"{tree}/__MACOSX", "SkippedFile", "macOS archive metadata folder, not a class"),
                         (f"{tree}/broken", "UnreadableFile", f"{tree}/broken is a broken symlink"),
                         (f"{tree}/top.jpg", "SkippedFile", "not inside a class folder")]
+
+
+def test_a_folder_holding_an_imgrec_dataset_is_no_class(tmp_path):
+    """A dated output of a scheduled run inside its input (`--output=IN/{timestamp}`): as a
+    class it shifted every real class's id on each run. With a file imgrec did not write, it is
+    a class again, so that file is not left out."""
+    write_image(tmp_path / "cat" / "a.jpg")
+    metadata = {"format_version": 3, "versions": {"imgrec": "1"},
+                "splits": {"train": {"files": ["train-00000-of-00001.tfrecord"]}}}
+    for dated in ("20261204T000000", "20261205T000000"):
+        write_text(tmp_path / dated / "metadata.json", json.dumps(metadata))
+        write_text(tmp_path / dated / "train-00000-of-00001.tfrecord", "records")
+        write_text(tmp_path / dated / "index" / "train-00000-of-00001.index", "index")
+        write_text(tmp_path / dated / "contact_sheet.png", "drawn by imgrec verify")
+    write_image(tmp_path / "20261205T000000" / "mine.jpg")
+    classes, rejected = split_found(list_local_root(str(tmp_path)))
+    assert [c.label for c in classes] == ["20261205T000000", "cat"] and not rejected
 
 
 def test_a_top_level_symlink_loop_is_a_dead_letter_not_a_crash(tmp_path):

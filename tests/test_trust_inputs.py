@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.trust_helpers import GiB, check_complete, make_tree, run_imgrec, write_image, write_png_rows
+from tests.trust_helpers import GiB, check_complete, make_tree, metadata_of, run_imgrec, write_image, write_png_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -276,6 +276,20 @@ def test_a_glob_matches_names_with_backslashes_as_a_shell_does(tmp_path):
     metadata, records, rows = check_complete(tmp_path / "out")
     assert sorted((pathlib.PurePosixPath(path).name, label) for path, label, _ in records) == [
         ("a.png", "cat"), ("b\\c.png", "cat"), ("d.png", "dog"), ("e.png", "dog\\v2")] and not rows
+
+
+def test_earlier_outputs_inside_the_input_are_not_classes(tmp_path):
+    """A schedule writing `--output=IN/{timestamp}`: each earlier dataset became an empty class of
+    the next run, shifting the real classes' ids run after run."""
+    data = tmp_path / "data"
+    make_tree(data, {"cat": 3, "dog": 3})
+    first = run_imgrec(data, data / "run1")
+    assert first.returncode == 0, first.brief()
+    second = run_imgrec(data, data / "run2", f"--reuse_from={data / 'run1'}")
+    assert second.returncode == 0, second.brief()
+    metadata, records, rows = check_complete(data / "run2")
+    assert metadata["label_map"] == metadata_of(data / "run1")["label_map"] == {"cat": 0, "dog": 1}
+    assert len(records) == 6 and not rows and metadata["reuse"]["reused"] == 6, metadata.get("reuse")
 
 
 def test_a_symlink_loop_neither_hangs_nor_multiplies_inputs(tmp_path):

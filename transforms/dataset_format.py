@@ -400,6 +400,13 @@ def is_dataset_metadata(value: Any) -> bool:
             and isinstance(value.get("splits"), dict) and "imgrec" in (value.get("versions") or {}))
 
 
+def dataset_names(value: Mapping) -> frozenset[str]:
+    """The names directly inside a folder holding the dataset `value` (its parsed metadata.json)
+    describes that imgrec wrote: its files, and the pictures `imgrec verify` draws beside them."""
+    written = {METADATA_FILE, INDEX_DIR, DEAD_LETTERS_FILE, STAGING_DIR, LOCK_FILE, CONTACT_SHEET, CLASS_COUNTS}
+    return frozenset(written | {f.split("/", 1)[0] for f in listed_files(value)})
+
+
 def listed_files(value: Mapping) -> list[str]:
     """The files a metadata.json of any format version says its dataset consists of (so an
     older imgrec's dataset can be replaced without touching anything else)."""

@@ -27,7 +27,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.batches import GroupInBuckets, batched, split_by
-from transforms.dataset_format import is_temporary_metadata
+from transforms.dataset_format import METADATA_FILE, dataset_names, is_dataset_metadata, is_temporary_metadata
 from transforms.files import file_kind, local_path
 from transforms.refs import Batch, Candidate
 from transforms.rejections import (
@@ -141,6 +141,19 @@ class OutputFolder:
         return any(not passed_over(name) for name in os.listdir(folder))
 
 
+def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
+    """A local folder holding a finished imgrec dataset (an earlier dated output of a scheduled
+    run inside its input, say), as an output discovery passes over; else None."""
+    try:
+        with open(os.path.join(folder, METADATA_FILE), "rb") as handle:
+            value = json.loads(handle.read())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not is_dataset_metadata(value):
+        return None
+    return OutputFolder(os.path.realpath(folder), dataset_names(value))
+
+
 # --------------------------------------------------------------------------------------------
 # Class folders on a local filesystem
 
@@ -222,7 +235,8 @@ def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
 def list_local_root(root: str,
                     output: Optional[OutputFolder] = None) -> Iterator[Union[ClassFolder, beam.pvalue.TaggedOutput]]:
     """A ClassFolder for each class folder of a local root; other entries as rejections. The
-    output folder is a class only if it holds something imgrec did not write."""
+    output folder, and any other folder holding an imgrec dataset, is a class only if it holds
+    something imgrec did not write: dated outputs inside the input never become classes."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
@@ -235,6 +249,9 @@ def list_local_root(root: str,
             yield reject(entry.path, UnreadableFile(f"cannot follow {entry.path}: {exc.strerror or exc}"))
             continue
         if is_dir and output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
+            continue
+        dataset = imgrec_dataset(entry.path) if is_dir else None
+        if dataset and not dataset.holds_inputs(entry.path):
             continue
         if is_dir and not folder_skip_reason(entry.name):
             folders.append((entry.name, entry.path))
