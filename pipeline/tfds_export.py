@@ -33,9 +33,12 @@ import dataclasses
 import posixpath
 import re
 import sys
+import uuid
 from typing import Any, Mapping, Optional, Sequence
 
+from pipeline.errors import OutputLocked
 from pipeline.interrupts import exit_quietly
+from pipeline.lock import OutputLock
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, read_metadata
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata
 
@@ -143,10 +146,8 @@ def split_infos(metadata: DatasetMetadata, template: Any) -> tuple[list[Any], li
 def _remove_tfds_files(output_dir: str) -> None:
     import tensorflow as tf
 
-    for filename in TFDS_FILES:
-        path = posixpath.join(output_dir.rstrip("/"), filename)
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.remove(path)
+    for filename in written_files(output_dir):
+        tf.io.gfile.remove(posixpath.join(output_dir.rstrip("/"), filename))
 
 
 def written_files(output_dir: str) -> list[str]:
@@ -181,7 +182,14 @@ def export(output_dir: str, name: Optional[str] = None, check_data: bool = True)
 
     Everything is validated before anything is written. `check_data` makes TFDS read one
     record back, so a mapping that does not match the records fails here, not in training.
+    The output's lock is held throughout: a run replacing the dataset meanwhile would have its
+    metadata.json overwritten by this export's copy of the old one.
     """
+    with OutputLock(output_dir, f"export-{uuid.uuid4().hex}"):
+        return _export(output_dir, name, check_data)
+
+
+def _export(output_dir: str, name: Optional[str], check_data: bool) -> dict[str, Any]:
     metadata = read_metadata(output_dir)
     if metadata.compression != "none":
         raise NotExportable(f"shards are {metadata.compression}-compressed; TFDS reads TFRecords without a "
@@ -202,10 +210,13 @@ def export(output_dir: str, name: Optional[str] = None, check_data: bool = True)
             filename_template=template, check_data=check_data,
             supervised_keys=(by_role["image"], by_role["label"]),
             description=f"Written by imgrec; see metadata.json (input fingerprint {metadata.fingerprint}).")
-    except Exception:
+    except Exception as exc:
         # TFDS writes its files before check_data reads a record back; without them a failed
         # export cannot be loaded by mistake.
         _remove_tfds_files(output_dir)
+        if type(exc).__module__.startswith("tensorflow"):  # check_data could not parse a record
+            message = re.sub(r"^\{\{.*?\}\}\s*", "", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+            raise NotExportable(f"TFDS cannot read the records as metadata.json describes them: {message}") from None
         raise
     record_exports(output_dir, metadata, written_files(output_dir))
     return {"name": name, "features": {key: repr(feature) for key, feature in features.items()},
@@ -222,6 +233,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (NotExportable, NotAnImgrecDataset, UnsupportedDataset) as error:
         print(f"imgrec: error: {error}", file=sys.stderr)
         return 2
+    except OutputLocked as error:
+        print(f"imgrec: error: {error}", file=sys.stderr)
+        return error.exit_code
     print(f"TFDS metadata written to {args.output} as {summary['name']!r}:")
     for key, feature in summary["features"].items():
         print(f"  {key}: {feature}")

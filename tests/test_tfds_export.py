@@ -12,6 +12,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from pipeline import tfds_export
+from pipeline.errors import OutputLocked
+from pipeline.lock import OutputLock
 from pipeline.reader import load_dataset
 from tests.helpers import SAMPLE, read_metadata, run_pipeline, visible_files, written_datasets
 
@@ -147,3 +149,36 @@ def test_a_new_publish_removes_the_tfds_files(tmp_path):
     republished = run_pipeline(SAMPLE, output, *COMMON, *LAYOUTS["jpeg"], "--overwrite")
     assert republished.exports == ()
     assert visible_files(output) == set(republished.owned_files())
+
+
+def unexported_copy(output: str, copy: pathlib.Path) -> pathlib.Path:
+    """A copy of the dataset without the TFDS files an earlier test's export left in it."""
+    shutil.copytree(output, copy)
+    for name in tfds_export.written_files(str(copy)):
+        (copy / name).unlink()
+    return copy
+
+
+def test_records_that_do_not_match_metadata_are_one_error_and_leave_no_tfds_files(written, tmp_path, capsys):
+    """TFDS's check_data fails on an edited shape: a TensorFlow traceback used to end the export,
+    and `label.labels.txt` stayed behind, listed nowhere."""
+    output, metadata = written("jpeg")
+    copy = unexported_copy(output, tmp_path / "edited")
+    edited = metadata.to_json()
+    edited["features"]["image"]["shape"] = [8, 8, 3]
+    (copy / "metadata.json").write_text(json.dumps(edited))
+    before = sorted(p.name for p in copy.iterdir())
+    assert tfds_export.main([str(copy)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("imgrec: error: TFDS cannot read the records as metadata.json describes them: "), error
+    assert sorted(p.name for p in copy.iterdir()) == before
+
+
+def test_an_export_holds_the_output_lock(written, tmp_path):
+    """A run replacing the dataset while TFDS writes would have its metadata.json overwritten by
+    the export's copy of the old one; so each refuses while the other holds the output."""
+    output, _ = written("jpeg")
+    copy = unexported_copy(output, tmp_path / "locked")
+    with OutputLock(str(copy), "a-running-conversion"):
+        assert tfds_export.main([str(copy)]) == OutputLocked.exit_code
+    assert not (copy / "dataset_info.json").exists()
