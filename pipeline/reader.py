@@ -271,29 +271,37 @@ def _checked(path: tf.Tensor, published: PublishedRun) -> tf.data.Dataset:
         lambda p: tf.ensure_shape(tf.numpy_function(check, [p], tf.string, stateful=True), []))
 
 
-def _checked_shard(compression_type: str, published: PublishedRun) -> Callable[[tf.Tensor], tf.data.Dataset]:
-    """shard path → its records, checked against metadata.json just before the shard is opened
-    (so a replacement is normally caught before any of its records is read) and again after its
-    last record (closing the gap between that check and the open, and covering filesystems such
-    as GCS, where an open file does not keep its old content)."""
-    def read(path: tf.Tensor) -> tf.data.Dataset:
-        records = _checked(path, published).flat_map(
-            lambda p: tf.data.TFRecordDataset(p, compression_type=compression_type))
-        return records.concatenate(_checked(path, published).filter(lambda _: tf.constant(False)))
+def _checked_shard(compression_type: str, published: Optional[PublishedRun],
+                   counted: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
+    """(shard path, records it holds) → its records. When `counted`, a shard with more or fewer
+    records (cut at a record boundary, swapped) fails the iteration (`FailedPreconditionError: Input dataset was
+    expected to contain N elements`). With `published`, it is checked against metadata.json just
+    before it is opened (so a replacement is normally caught before any of its records is read)
+    and again after its last record (closing the gap between that check and the open, and
+    covering filesystems such as GCS, where an open file does not keep its old content)."""
+    def records(path: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
+        found = tf.data.TFRecordDataset(path, compression_type=compression_type)
+        return found.apply(tf.data.experimental.assert_cardinality(length)) if counted else found
+
+    def read(path: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
+        if published is None:
+            return records(path, length)
+        opened = _checked(path, published).flat_map(lambda p: records(p, length))
+        return opened.concatenate(_checked(path, published).filter(lambda _: tf.constant(False)))
     return read
 
 
-def _read_checked(file_names: tf.data.Dataset, compression_type: str, published: PublishedRun,
-                  num_parallel_reads: Optional[int]) -> tf.data.Dataset:
-    """Records of the files, in exactly the order `tf.data.TFRecordDataset(file_names,
+def _read_checked(shards: tf.data.Dataset, compression_type: str, published: Optional[PublishedRun],
+                  counted: bool, num_parallel_reads: Optional[int]) -> tf.data.Dataset:
+    """Records of the (path, length) shards, in exactly the order `tf.data.TFRecordDataset(paths,
     num_parallel_reads=...)` gives them (it interleaves the same way), with one check per shard at
     each end, not one per record."""
-    read = _checked_shard(compression_type, published)
+    read = _checked_shard(compression_type, published, counted)
     if num_parallel_reads is None:
-        return file_names.flat_map(read)
+        return shards.flat_map(read)
     if num_parallel_reads == tf.data.AUTOTUNE:
-        return file_names.interleave(read, num_parallel_calls=tf.data.AUTOTUNE)
-    return file_names.interleave(read, cycle_length=num_parallel_reads, block_length=1,
+        return shards.interleave(read, num_parallel_calls=tf.data.AUTOTUNE)
+    return shards.interleave(read, cycle_length=num_parallel_reads, block_length=1,
                                  num_parallel_calls=num_parallel_reads, deterministic=True)
 
 
@@ -316,7 +324,8 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
                   shuffle_buffer: int = 10_000, normalize: Optional[str] = None,
                   mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD,
                   with_metadata: bool = False, num_parallel_reads: Optional[int] = tf.data.AUTOTUNE,
-                  drop_remainder: bool = False, published: Optional[PublishedRun] = None) -> tf.data.Dataset:
+                  drop_remainder: bool = False, published: Optional[PublishedRun] = None,
+                  lengths: Optional[Sequence[int]] = None) -> tf.data.Dataset:
     """files → records → (shuffle) → parse + decode (+ normalize) → batch → prefetch.
 
     Shuffling happens on serialized records, before decoding, so the buffer holds compact JPEG/PNG
@@ -326,19 +335,27 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
     `num_parallel_reads` files at once and AUTOTUNE picks that from the CPU count: pass an int
     for the same order on every machine. With `published`, each shard is read only while that run's
     metadata.json is in place (see `PublishedRun`), else `DatasetChanged` stops the iteration.
+    With `lengths` (records per file), a file holding another number of records stops it too.
     """
     normalize = _check_normalize(normalize, layout, mean, std)
     if batch_size is not None and batch_size <= 0:
         raise ValueError(f"batch_size must be positive or None; got {batch_size}")
-    file_names = tf.data.Dataset.from_tensor_slices(tf.constant(list(files), dtype=tf.string))
-    if shuffle:
-        file_names = file_names.shuffle(max(len(files), 1), seed=seed)
+    if lengths is not None and len(lengths) != len(files):
+        raise ValueError(f"{len(files)} files but {len(lengths)} lengths")
+    paths = tf.constant(list(files), dtype=tf.string)
     compression_type = tf_compression_type(compression or "none")
-    if published is None:
+    if published is None and lengths is None:
+        file_names = tf.data.Dataset.from_tensor_slices(paths)
+        if shuffle:
+            file_names = file_names.shuffle(max(len(files), 1), seed=seed)
         records = tf.data.TFRecordDataset(file_names, compression_type=compression_type,
                                           num_parallel_reads=num_parallel_reads)
     else:
-        records = _read_checked(file_names, compression_type, published, num_parallel_reads)
+        counts = tf.constant(list(lengths) if lengths is not None else [-1] * len(files), dtype=tf.int64)
+        shards = tf.data.Dataset.from_tensor_slices((paths, counts))
+        if shuffle:
+            shards = shards.shuffle(max(len(files), 1), seed=seed)
+        records = _read_checked(shards, compression_type, published, lengths is not None, num_parallel_reads)
     if shuffle:
         records = records.shuffle(shuffle_buffer, seed=seed)
     dataset = records.map(_record_fn(layout, normalize, mean, std, with_metadata),
@@ -372,12 +389,13 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
     where the graph must be serialized (the tf.data service).
     """
     metadata = read_metadata(output_dir)
-    files = shard_paths(output_dir, metadata, split)
+    shards = list(zip(shard_paths(output_dir, metadata, split), metadata.splits[split].shard_lengths))
     if input_context is not None:
-        files = shard_for_input_pipeline(files, input_context.num_input_pipelines,
-                                         input_context.input_pipeline_id, split)
+        shards = shard_for_input_pipeline(shards, input_context.num_input_pipelines,
+                                          input_context.input_pipeline_id, split)
     return build_dataset(
-        files, layout_from_metadata(metadata, with_metadata),
+        [path for path, _ in shards], layout_from_metadata(metadata, with_metadata),
+        lengths=[length for _, length in shards],
         compression=metadata.compression, batch_size=batch_size, shuffle=shuffle,
         seed=seed, shuffle_buffer=shuffle_buffer, normalize=normalize, mean=mean, std=std,
         with_metadata=with_metadata, num_parallel_reads=num_parallel_reads, drop_remainder=drop_remainder,

@@ -291,6 +291,23 @@ def test_the_replacement_check_can_be_left_out(replaceable, dataset_a):
     assert len(seen) == metadata.splits["train"].num_examples
 
 
+@pytest.mark.parametrize("check_replaced", [True, False])
+def test_a_shard_holding_fewer_records_than_metadata_says_fails_loudly(replaceable, dataset_a, check_replaced):
+    """A shard cut at a record boundary reads as valid TFRecords: the reader gave 10 of its
+    records without a word."""
+    _, metadata = replaceable
+    shard = dataset_a / metadata.splits["train"].files[0]
+    kept = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(str(shard)).take(10)]
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        for record in kept:
+            writer.write(record)
+    expected = metadata.splits["train"].shard_lengths[0]
+    dataset = load_dataset(str(dataset_a), "train", batch_size=None, check_replaced=check_replaced)
+    message = f"expected to contain {expected} elements but contained only 10"
+    with pytest.raises(tf.errors.FailedPreconditionError, match=message):
+        examples(dataset)
+
+
 def plain_tf_data_order(output: pathlib.Path, metadata, num_parallel_reads, seed) -> list[str]:
     """Content hashes in the order the reader gave before it checked for replacement: plain tf.data."""
     names = tf.data.Dataset.from_tensor_slices([str(output / f) for f in metadata.splits["train"].files])
