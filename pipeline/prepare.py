@@ -288,5 +288,5 @@ def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Opt
     missing = [i for _, i in shards if not FileSystems.exists(i)]
     if missing:
         raise UsageError(f"{where} cannot serve this run: record index files are missing ({missing[0]}, ...)")
-    return ReuseSource(dataset, shards)
+    return ReuseSource(dataset, shards, metadata.role_keys()["image"])
 

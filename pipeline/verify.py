@@ -207,10 +207,12 @@ def _uncompressed(stored: BinaryIO, compression: str) -> ContextManager[BinaryIO
     return gzip.GzipFile(fileobj=stored, mode="rb") if compression == "gzip" else contextlib.nullcontext(stored)
 
 
-def index_check(output: str, name: str, info: SplitInfo, compression: str, holds_hashes: bool) -> Check:
+def index_check(output: str, name: str, info: SplitInfo, compression: str, image_key: Optional[str]) -> Check:
     """The split's record indexes list every record of its shards once, in file order: each line
     frames the record that follows the previous line's (checksums verified), holding the line's
-    content hash, and the last ends the shard. Incremental runs and random access trust them."""
+    content hash and, at the image bytes it names, the `image_key` feature's value (checked when
+    the records hold content hashes: pass None otherwise), and the last ends the shard.
+    Incremental runs and random access trust them."""
     problems: list[str] = []
     lines = 0
     for shard, index in zip(info.files, info.index_files):
@@ -225,7 +227,8 @@ def index_check(output: str, name: str, info: SplitInfo, compression: str, holds
                         break
                     data = tfrecord.read_record_at(handle, entry.offset, entry.length)
                     end = entry.offset + entry.length
-                    if holds_hashes and not locates_image(data, entry.image_offset, entry.image_length, entry.sha256):
+                    if image_key and not locates_image(data, entry.image_offset, entry.image_length, entry.sha256,
+                                                                 image_key):
                         problems.append(f"{index} line {number}: the record there does not hold content "
                                         f"{entry.sha256[:12]}... at the image bytes it names")
                 else:  # every line was read: the last must end the shard
@@ -400,8 +403,9 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         scans = [scan_shard(path, metadata.compression, layout) for path in paths]
         split_result = split_checks(name, info, scans, label_map, layout)
         if info.index_files:
+            roles = metadata.role_keys()
             split_result.append(index_check(output, name, info, metadata.compression,
-                                            "content_hash" in metadata.role_keys()))
+                                            roles["image"] if "content_hash" in roles else None))
         for check in split_result:
             print(check.line(), file=stream)
         checks.extend(split_result)

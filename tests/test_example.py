@@ -199,15 +199,21 @@ def test_a_record_index_entry_is_checked_against_the_record(keys):
     spec = ImageSpec(height=5, width=7, normalize="none")
     record = build_example(encode_pixels(random_image(), spec), FIELDS, spec, keys)
     offset, length, digest = record.image_offset, record.image_length, FIELDS.content_hash
+    image_key = keys.image
     if not keys.content_hash:  # no hash stored: nothing can be checked, so reuse refuses such datasets
-        assert not locates_image(record.data, offset, length, digest)
+        assert not locates_image(record.data, offset, length, digest, image_key)
         return
-    assert locates_image(record.data, offset, length, digest)
-    assert not locates_image(record.data, offset, length, "cd" * 32)  # another image's record
+    assert locates_image(record.data, offset, length, digest, image_key)
+    assert not locates_image(record.data, offset, length, "cd" * 32, image_key)  # another image's record
     for shift in (-8, -1, 1, 8):  # a window that is not the image value
-        assert not locates_image(record.data, offset + shift, length, digest), shift
-    assert not locates_image(record.data, offset, length - 1, digest)
-    assert not locates_image(record.data, offset, len(record.data), digest)  # beyond the record
+        assert not locates_image(record.data, offset + shift, length, digest, image_key), shift
+    assert not locates_image(record.data, offset, length - 1, digest, image_key)
+    assert not locates_image(record.data, offset, len(record.data), digest, image_key)  # beyond the record
+    assert not locates_image(record.data, offset, length, digest, "other/key")
+    if keys.label_text:  # another bytes feature's value, framed like the image's, is not the image
+        text = FIELDS.label_text.encode()
+        at = record.data.index(bytes([0x0A, len(text)]) + text) + 2
+        assert not locates_image(record.data, at, len(text), digest, image_key)
 
 
 def test_image_location_with_a_large_image():

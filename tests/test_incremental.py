@@ -15,10 +15,12 @@ import time
 import cv2
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from pipeline.errors import UsageError
 from pipeline.run import run
 from tests.helpers import IN_MEMORY, REPO
+from transforms import tfrecord
 
 pytestmark = pytest.mark.e2e
 
@@ -118,6 +120,27 @@ def test_an_edited_record_index_never_gives_an_image_another_images_pixels(chang
     convert(images, tmp_path / "scratch")
     assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
     assert incremental["reuse"]["converted"] == changed + 2
+
+
+def test_an_edited_record_index_never_gives_an_image_another_features_bytes(changed_inputs, tmp_path):
+    """An index line pointed at the record's label text (a bytes value framed like the image's):
+    the incremental run wrote `b'cow'` as the image."""
+    images, first, changed = changed_inputs
+    index = sorted((first / "index").glob("train-*.idx"))[0]
+    rows = [line.split() for line in index.read_text().splitlines()]
+    current = {hashlib.sha256(p.read_bytes()).hexdigest() for p in images.rglob("*") if p.is_file()}
+    a = next(i for i, row in enumerate(rows) if row[2] in current)
+    with open(first / index.name[:-len(".idx")], "rb") as handle:
+        data = tfrecord.read_record_at(handle, int(rows[a][0]), int(rows[a][1]))
+    features = json.loads((first / "metadata.json").read_text())["features"]
+    key = next(k for k, v in features.items() if v.get("role") == "label_text")
+    text = tf.train.Example.FromString(data).features.feature[key].bytes_list.value[0]
+    rows[a][3], rows[a][4] = str(data.index(bytes([0x0A, len(text)]) + text) + 2), str(len(text))
+    index.write_text("".join(" ".join(row) + "\n" for row in rows))
+    incremental = convert(images, tmp_path / "incremental", f"--reuse_from={first}")
+    convert(images, tmp_path / "scratch")
+    assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
+    assert incremental["reuse"]["converted"] == changed + 1
 
 
 def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_shard(tmp_path):

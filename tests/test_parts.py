@@ -480,7 +480,7 @@ def test_a_reused_record_equals_a_fresh_one_and_a_damaged_source_is_converted_ag
 def index_locations(shard: str, tmp_path) -> dict:
     """The record index of the written shard, by content hash."""
     index = str(tmp_path / "run" / "index" / "train-00000-of-00001.tfrecord.idx")
-    return {loc.entry.sha256: loc for _, locations in read_index(shard, index) for loc in locations}
+    return {loc.entry.sha256: loc for _, locations in read_index(shard, index, "image") for loc in locations}
 
 
 def test_attach_takes_the_first_record_of_a_content():

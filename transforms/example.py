@@ -117,12 +117,17 @@ def _example_chunks(features: Mapping[str, FeatureValue], locate: str = "") -> t
     return [head, *chunks], located + len(head) if located >= 0 else -1
 
 
-def locates_image(data: bytes, image_offset: int, image_length: int, content_hash: str) -> bool:
-    """Whether one record's `data` holds a bytes value of exactly `image_length` bytes at
-    `image_offset` (what a record index line claims) and the content hash as a bytes value
-    elsewhere (the content_hash feature, which a dataset must have to be reused): a damaged or
-    edited index must never give an image another image's pixels, nor shifted ones."""
-    head, end = _tag(_LIST_VALUE, image_length), image_offset + image_length
+def locates_image(data: bytes, image_offset: int, image_length: int, content_hash: str, image_key: str) -> bool:
+    """Whether one record's `data` holds the value of its `image_key` feature, exactly
+    `image_length` bytes, at `image_offset` (what a record index line claims) and the content
+    hash as a bytes value elsewhere (the content_hash feature, which a dataset must have to be
+    reused): a damaged or edited index must never give an image another image's pixels, shifted
+    ones, or another feature's bytes (its label text)."""
+    values = _tag(_LIST_VALUE, image_length)
+    feature = _tag(_FEATURE_BYTES, len(values) + image_length)
+    head = _field(_MAP_KEY, image_key.encode("utf-8")) + _tag(_MAP_VALUE, len(feature) + len(values) + image_length)
+    head += feature + values
+    end = image_offset + image_length
     if image_offset < len(head) or end > len(data) or data[image_offset - len(head):image_offset] != head:
         return False
     if end < len(data) and data[end] != _tag(_FEATURES_MAP, 0)[0]:  # the next map entry, or the end

@@ -201,7 +201,7 @@ def reused_record(image: PlannedImage, fields: RecordFields, settings: WriterSet
         raise _ReuseFailed(f"{location.shard}@{location.entry.offset}: {exc}") from exc
     entry = location.entry
     if entry.sha256 != image.source.content_hash or not locates_image(
-            data, entry.image_offset, entry.image_length, entry.sha256):
+            data, entry.image_offset, entry.image_length, entry.sha256, location.image_key):
         raise _ReuseFailed(f"{location.shard}@{entry.offset} does not hold content {image.source.content_hash}")
     pixels = data[entry.image_offset:entry.image_offset + entry.image_length]
     return build_example(pixels, fields, settings.image, settings.keys)
@@ -284,7 +284,8 @@ def parse_journal(text: str, num_images: int) -> dict[int, JournalLine]:
     return lines
 
 
-def salvaged_record(line: JournalLine, image: PlannedImage, records: BinaryIO, size: int) -> Optional[bytes]:
+def salvaged_record(line: JournalLine, image: PlannedImage, records: BinaryIO, size: int,
+                    image_key: str) -> Optional[bytes]:
     """The framed record an interrupted attempt wrote for `image`, if it is exactly what
     converting the image writes: inside the file, checksums valid, holding the image's content
     hash and image bytes where the line says. Else None, and the image is converted again.
@@ -294,10 +295,10 @@ def salvaged_record(line: JournalLine, image: PlannedImage, records: BinaryIO, s
     entry = line.entry
     if entry.sha256 != image.source.content_hash or entry.offset + entry.length > size:
         return None
-    return intact_record(records, entry)
+    return intact_record(records, entry, image_key)
 
 
-def intact_record(records: BinaryIO, entry: IndexEntry) -> Optional[bytes]:
+def intact_record(records: BinaryIO, entry: IndexEntry, image_key: str) -> Optional[bytes]:
     """The framed record at `entry` in `records` if its checksums hold and its image bytes are
     where the entry says, hashing to the entry's content hash; else None."""
     try:
@@ -306,7 +307,7 @@ def intact_record(records: BinaryIO, entry: IndexEntry) -> Optional[bytes]:
         data = tfrecord.parse_framed(framed)
     except (ValueError, OSError):  # CorruptRecord is a ValueError
         return None
-    return framed if locates_image(data, entry.image_offset, entry.image_length, entry.sha256) else None
+    return framed if locates_image(data, entry.image_offset, entry.image_length, entry.sha256, image_key) else None
 
 
 class _Attempt:
@@ -417,7 +418,7 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
         with files.create(attempt.temporary) as handle, _claimed_attempt(task, attempt) as (earlier, records, size):
             for position, image in enumerate(task.images):
                 line = earlier.get(position)
-                framed = salvaged_record(line, image, records, size) if line else None
+                framed = salvaged_record(line, image, records, size, settings.keys.image) if line else None
                 if framed is not None:
                     handle.write(framed)
                     entry, was_reused = dataclasses.replace(line.entry, offset=offset), line.reused
@@ -458,7 +459,7 @@ def finished_outcome(task: PartTask, settings: WriterSettings) -> Optional[PartO
         if outcome.digest != task.digest or files.size(records) != sum(e.length for e in outcome.index):
             return None
         with files.open_read(records) as handle:
-            if not all(intact_record(handle, entry) for entry in outcome.index):
+            if not all(intact_record(handle, entry, settings.keys.image) for entry in outcome.index):
                 return None
     except (OSError, ValueError, KeyError, TypeError):  # damaged JSON, a line that is no entry
         return None

@@ -25,12 +25,13 @@ class ReuseSource:
 
     dataset: str
     shards: tuple[tuple[str, str], ...]  # (shard path, index path)
+    image_key: str = "image"  # its records' image feature
 
 
-def read_index(shard: str, index: str) -> Iterator[tuple[int, tuple[RecordLocation, ...]]]:
+def read_index(shard: str, index: str, image_key: str) -> Iterator[tuple[int, tuple[RecordLocation, ...]]]:
     """One shard's index → (bucket of the content hash, the records of that bucket)."""
     with FileSystems.open(index, compression_type="uncompressed") as handle:
-        locations = [RecordLocation(shard, entry) for entry in parse_index(handle.read().decode("ascii"))]
+        locations = [RecordLocation(shard, entry, image_key) for entry in parse_index(handle.read().decode("ascii"))]
     yield from split_by(locations, lambda loc: bucket_of(loc.entry.sha256)).items()
 
 
@@ -54,7 +55,7 @@ class AttachReusableRecords(beam.PTransform):
 
     def expand(self, planned: beam.PCollection) -> beam.PCollection:
         records = (planned.pipeline
-                   | "IndexFiles" >> beam.Create(list(self._source.shards))
+                   | "IndexFiles" >> beam.Create([(*pair, self._source.image_key) for pair in self._source.shards])
                    | "SpreadIndexFiles" >> beam.Reshuffle()
                    | "ReadIndex" >> beam.FlatMapTuple(read_index))
         images = planned | "BucketImages" >> beam.FlatMap(
