@@ -185,6 +185,7 @@ def export(output_dir: str, name: Optional[str] = None, check_data: bool = True)
     The output's lock is held throughout: a run replacing the dataset meanwhile would have its
     metadata.json overwritten by this export's copy of the old one.
     """
+    read_metadata(output_dir)  # not a dataset (a missing folder, a file): refused before the lock is taken
     with OutputLock(output_dir, f"export-{uuid.uuid4().hex}"):
         return _export(output_dir, name, check_data)
 

@@ -338,6 +338,9 @@ def test_a_folder_holding_an_imgrec_dataset_is_no_class(tmp_path):
     write_image(tmp_path / "20261205T000000" / "mine.jpg")
     classes, rejected = split_found(list_local_root(str(tmp_path)))
     assert [c.label for c in classes] == ["20261205T000000", "cat"] and not rejected
+    os.mkfifo(tmp_path / "cat" / "metadata.json")  # no dataset: never opened (it would block)
+    classes, _ = split_found(list_local_root(str(tmp_path)))
+    assert [c.label for c in classes] == ["20261205T000000", "cat"]
 
 
 def test_a_top_level_symlink_loop_is_a_dead_letter_not_a_crash(tmp_path):

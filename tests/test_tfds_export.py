@@ -111,6 +111,15 @@ def test_gzip_shards_are_refused(written, tmp_path):
     assert tfds_export.main([str(gzip_dir)]) == 2
 
 
+@pytest.mark.parametrize("what", ["missing", "file"])
+def test_a_path_that_holds_no_dataset_is_one_error_line(tmp_path, capsys, what):
+    path = tmp_path / "x"
+    if what == "file":
+        path.write_text("not a folder")
+    assert tfds_export.main([str(path)]) == 2
+    assert capsys.readouterr().err.startswith("imgrec: error: ")
+
+
 def test_label_ids_that_classlabel_cannot_hold_stay_plain_int64(written):
     _, metadata = written("jpeg")
     assert tfds_export.class_names({"b": 1, "a": 0}) == ["a", "b"]

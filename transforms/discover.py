@@ -53,6 +53,7 @@ LABEL_COLUMNS = ("label", "class", "category", "class_name", "label_name")
 # is a BadManifestLine, so one huge line, or a file without newlines, never fills memory.
 MAX_LINE_BYTES = 4 * 2**20
 EXCERPT_CHARS = 200  # of a line, quoted in a message
+MAX_METADATA_BYTES = 256 * 2**20  # a folder's metadata.json read to see if it holds a dataset
 LISTINGS_QUOTED = 5  # of a file's conflicting manifest lines, quoted in each of their messages
 
 
@@ -144,9 +145,13 @@ class OutputFolder:
 def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
     """A local folder holding a finished imgrec dataset (an earlier dated output of a scheduled
     run inside its input, say), as an output discovery passes over; else None."""
+    path = os.path.join(folder, METADATA_FILE)
     try:
-        with open(os.path.join(folder, METADATA_FILE), "rb") as handle:
-            value = json.loads(handle.read())
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_METADATA_BYTES:  # a FIFO would block open()
+            return None
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read(MAX_METADATA_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
     if not is_dataset_metadata(value):
