@@ -25,7 +25,7 @@ from transforms.discover import (
     classify_remote,
     csv_layout,
     first_line,
-    glob_regex,
+    glob_matches,
     glob_root,
     jsonl_layout,
     label_from_parent,
@@ -439,26 +439,35 @@ def test_glob_root_is_where_the_wildcards_start(pattern, root):
 
 @pytest.mark.parametrize("pattern,matched,unmatched", [
     ("/d/*/*.png", ["/d/cat/a.png", "/d/cat/b\\c.png", "/d/dog\\v2/e.png"], ["/d/a/b/c.png", "/d/x.png"]),
-    ("/d/**.png", ["/d/a/b/c.png", "/d/x.png"], ["/d/x.jpg"]),
+    ("/d/**/*.png", ["/d/x.png", "/d/a/b/c.png"], ["/d/x.jpg"]),  # `**` stands for no folder too
+    ("/d/**.png", ["/d/x.png"], ["/d/a/b/c.png"]),  # only a whole segment crosses folders
     ("/d/?.png", ["/d/a.png", "/d/\\.png"], ["/d//.png", "/d/ab.png"]),
     ("/d/[a-c]*.jpg", ["/d/b1.jpg"], ["/d/d1.jpg"]),
     ("/d/[!a]*.jpg", ["/d/b.jpg"], ["/d/a.jpg"]),
     ("/d/[]x].jpg", ["/d/].jpg", "/d/x.jpg"], ["/d/y.jpg"]),
-    ("/d/[^x].jpg", ["/d/^.jpg", "/d/x.jpg"], ["/d/y.jpg"]),
+    ("/d/[z-a].jpg", [], ["/d/z.jpg", "/d/a.jpg"]),  # a reversed range matches nothing (it crashed)
     ("/d/a[.jpg", ["/d/a[.jpg"], ["/d/a.jpg"]),  # an unclosed `[` is itself
+    ("/d/x[1/y]/*.png", ["/d/x[1/y]/a.png"], ["/d/x1/a.png"]),  # no class spans a `/`
+    ("/d/*[!/]/*.png", [], ["/d/ab/a.png"]),
     ("/d/(x)+.jpg", ["/d/(x)+.jpg"], ["/d/xx.jpg"]),
 ])
-def test_glob_regex_reads_a_glob_as_a_shell_does(pattern, matched, unmatched):
+def test_glob_matches_as_a_shell_does(pattern, matched, unmatched):
     """Beam's `*` stops at a backslash: `b\\c.png` and the folder `dog\\v2` were never inputs."""
-    regex = glob_regex(pattern)
-    assert [p for p in matched if not regex.match(p)] == [] and [p for p in unmatched if regex.match(p)] == []
+    assert [p for p in matched if not glob_matches(pattern, p)] == []
+    assert [p for p in unmatched if glob_matches(pattern, p)] == []
 
 
-def test_match_glob_lists_names_with_backslashes(tmp_path):
-    for name in ("cat/a.png", "cat/b\\c.png", "dog\\v2/e.png", "deep/x/y.png"):
+def test_match_glob_lists_names_with_backslashes_symlinks_and_dangling_links(tmp_path):
+    for name in ("cat/a.png", "cat/b\\c.png", "dog\\v2/e.png", "deep/x/y.png", "elsewhere/f.png"):
         write_text(tmp_path / name, "x")
+    (tmp_path / "linked").symlink_to(tmp_path / "elsewhere")  # followed, as a shell's glob does
+    (tmp_path / "cat" / "gone.png").symlink_to(tmp_path / "nothing")  # listed: reading reports it
+    (tmp_path / "deep" / "x" / "loop").symlink_to(tmp_path / "deep")  # walked once
     assert sorted(match_glob(f"{tmp_path}/*/*.png")) == [
-        f"{tmp_path}/cat/a.png", f"{tmp_path}/cat/b\\c.png", f"{tmp_path}/dog\\v2/e.png"]
+        f"{tmp_path}/cat/a.png", f"{tmp_path}/cat/b\\c.png", f"{tmp_path}/cat/gone.png",
+        f"{tmp_path}/dog\\v2/e.png", f"{tmp_path}/elsewhere/f.png", f"{tmp_path}/linked/f.png"]
+    assert sorted(match_glob(f"{tmp_path}/deep/**/*.png")) == [f"{tmp_path}/deep/x/y.png"]
+    assert list(match_glob(f"{tmp_path}/cat/a.png")) == [f"{tmp_path}/cat/a.png"]
 
 
 @pytest.mark.parametrize("path,expected", [

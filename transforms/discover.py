@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import fnmatch
 import json
 import os
 import posixpath
@@ -28,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.batches import GroupInBuckets, batched, split_by
 from transforms.dataset_format import METADATA_FILE, dataset_names, is_dataset_metadata, is_temporary_metadata
-from transforms.files import file_kind, local_path
+from transforms.files import as_pattern, file_kind, local_path
 from transforms.refs import Batch, Candidate
 from transforms.rejections import (
     AmbiguousLabel,
@@ -631,52 +632,63 @@ def glob_root(pattern: str) -> str:
     return "/".join(segments[:literal])
 
 
-def glob_regex(pattern: str) -> "re.Pattern[str]":
-    """A glob as a shell reads it: `*` and `?` stay inside one path segment, `**` crosses
-    segments, `[...]` (`[!...]`) is a character class. Beam's own `*` also stops at a backslash,
-    which left files such as `b\\c.png` out of a match without a word."""
-    parts, i = [], 0
-    while i < len(pattern):
-        char = pattern[i]
-        end = _class_end(pattern, i) if char == "[" else -1
-        if pattern.startswith("**", i):
-            parts.append(".*")
-            i += 1
-        elif char == "*":
-            parts.append("[^/]*")
-        elif char == "?":
-            parts.append("[^/]")
-        elif end > 0:
-            parts.append(_char_class(pattern[i + 1:end]))
-            i = end
-        else:
-            parts.append(re.escape(char))
-        i += 1
-    return re.compile("".join(parts) + r"\Z", re.DOTALL)
+def glob_matches(pattern: str, path: str) -> bool:
+    """Whether `path` matches `pattern` as a shell with globstar matches it: segment by segment
+    (no `*`, `?` or `[...]` reaches past a `/`; a backslash is part of a name), with Python's
+    fnmatch inside a segment, and a `**` segment standing for any number of folders, none too.
+    Beam's own matching let `*` stop at a backslash and `[...]` span folders."""
+    return _segments_match(tuple(pattern.split("/")), tuple(path.split("/")))
 
 
-def _class_end(pattern: str, start: int) -> int:
-    """Where the class opened by the `[` at `start` closes, or -1 (then the `[` is literal)."""
-    end = start + 1 + (pattern[start + 1:start + 2] == "!")
-    end += pattern[end:end + 1] == "]"  # a `]` first is a member
-    return pattern.find("]", end)
+def _segments_match(patterns: tuple[str, ...], names: tuple[str, ...]) -> bool:
+    if not patterns:
+        return not names
+    if patterns[0] == "**":
+        return any(_segments_match(patterns[1:], names[skip:]) for skip in range(len(names) + 1))
+    return bool(names) and fnmatch.fnmatchcase(names[0], patterns[0]) and _segments_match(patterns[1:], names[1:])
 
 
-def _char_class(body: str) -> str:
-    """fnmatch's class as a regex class: `!` first negates; backslashes and a `^` first are members."""
-    body = body.replace("\\", "\\\\")
-    if body.startswith("!"):
-        return f"[^{body[1:]}]"
-    return f"[\\{body}]" if body.startswith("^") else f"[{body}]"
+def _local_files(folder: str, depth: Optional[int], ancestors: frozenset) -> Iterator[str]:
+    """Paths under a local folder that are not folders (dangling symlinks and FIFOs too: reading
+    reports them), `depth` levels deep at most (None: any). Symlinked folders are followed, as a
+    shell's glob does; one that contains itself is not walked again."""
+    try:
+        names = sorted(os.listdir(folder or "."))
+    except OSError:
+        return
+    for name in names:
+        path = f"{folder}/{name}" if folder else name
+        try:
+            info = os.stat(path)
+        except OSError:  # a dangling symlink, or a symlink loop
+            yield path
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            yield path
+        elif (depth is None or depth > 1) and (info.st_dev, info.st_ino) not in ancestors:
+            yield from _local_files(path, None if depth is None else depth - 1,
+                                    ancestors | {(info.st_dev, info.st_ino)})
 
 
 def match_glob(pattern: str) -> Iterator[str]:
-    """The paths `pattern` matches (`glob_regex`), found by Beam's listing of a wider pattern
-    (every `*` as `**`), so any Beam filesystem works and lists only below the literal prefix."""
-    wanted = glob_regex(pattern)
-    for metadata in FileSystems.match([pattern.replace("*", "**")])[0].metadata_list:
-        if wanted.match(metadata.path):
-            yield metadata.path
+    """The files `pattern` matches (`glob_matches`), listed below its literal prefix: locally by
+    walking (following symlinked folders, reporting dangling symlinks), elsewhere with Beam."""
+    root = glob_root(pattern)
+    if local_path(pattern) is None:
+        prefix = re.match(r"[^[*?]*", pattern).group(0)
+        listed = (m.path for m in FileSystems.match([as_pattern(prefix) + "**"])[0].metadata_list)
+    else:
+        listed = _local_listing(root, pattern)
+    return (path for path in listed if glob_matches(pattern, path))
+
+
+def _local_listing(root: str, pattern: str) -> Iterator[str]:
+    if root and not os.path.isdir(root):
+        return iter([root])  # a pattern without wildcards names one file
+    segments = pattern.split("/")
+    depth = None if "**" in segments else len(segments) - (len(root.split("/")) if root else 0)
+    info = os.stat(root or ".")
+    return _local_files(root, depth, frozenset({(info.st_dev, info.st_ino)}))
 
 
 def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Found:
@@ -693,7 +705,22 @@ def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Fo
 
 def glob_candidates(pattern: str, extensions: tuple[str, ...]) -> Iterator[Union[Batch, beam.pvalue.TaggedOutput]]:
     root = glob_root(pattern)
-    yield from batched(classify_glob_match(root, path, extensions) for path in match_glob(pattern))
+    datasets: dict[str, Optional[OutputFolder]] = {}  # folder → the dataset it holds
+    yield from batched(classify_glob_match(root, path, extensions) for path in match_glob(pattern)
+                       if not written_by_imgrec(path, datasets))
+
+
+def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) -> bool:
+    """Whether a local file a glob matched is one imgrec wrote beside a dataset (an earlier
+    output inside the input: `imgrec verify`'s contact_sheet.png, say), so no input."""
+    local = local_path(path)
+    if local is None:
+        return False
+    folder = os.path.dirname(local) or "."
+    if folder not in datasets:
+        datasets[folder] = imgrec_dataset(folder)
+    dataset = datasets[folder]
+    return dataset is not None and dataset.owns(os.path.join(dataset.path, os.path.basename(local)))
 
 
 class DiscoverImages(beam.PTransform):
