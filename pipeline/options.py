@@ -185,15 +185,24 @@ def check_flags(flags: Sequence[str], source: str = "command line") -> None:
 
 
 class ConfigLoader(yaml.SafeLoader):
-    """YAML 1.2's booleans, true and false only: YAML 1.1's on/off/yes/no read
-    `reduced_decode: off` as False."""
+    """YAML 1.2's booleans and numbers: YAML 1.1 also read `off` as false (`reduced_decode: off`),
+    `0123` as octal 83, `1:30` as 90 and `1_000` as 1000, changing what a setting says. Other
+    spellings stay text, which `coerce` converts to a number or refuses with a message."""
 
 
+_REPLACED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
 ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _REPLACED]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
                                    list("tTfF"))
+ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"),
+                                   list("-+0123456789"))
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
 
 
 def config_path(name: str) -> str:
@@ -305,6 +314,8 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
         raise ValueError(f"{name} must be a number, got {value!r}")
     if hint is str and isinstance(value, bool):  # nor the text "True"
         raise ValueError(f"{name} must be text, got {str(value).lower()}")
+    if hint is str and isinstance(value, float):  # `1.50` would become the text "1.5"
+        raise ValueError(f"{name} must be text, got the number {value!r}; quote it")
     if hint is int and isinstance(value, float) and not value.is_integer():  # 1.5 must not become 1
         raise ValueError(f"{name} must be a whole number, got {value!r}")
     if isinstance(value, (list, tuple, dict)):  # never str() it: a YAML alias bomb expands there

@@ -178,6 +178,8 @@ def test_yaml_values_get_the_field_type(section, field, value, expected):
     ({"splits": {"salt": True}}, IO, "splits.salt must be text, got true"),  # never the text "True"
     ({"input": {"path": ["m.csv"]}}, ["--output=o"], "input.path must be str, got a list"),  # never "['m.csv']"
     ({"output": {"path": True}}, ["--input=i"], "output.path must be text, got true"),
+    ({"splits": {"salt": 1.50}}, IO, "splits.salt must be text, got the number 1.5; quote it"),  # not "1.5"
+    ({"output": {"shuffle_seed": "1:00"}}, IO, "output.shuffle_seed must be int, got '1:00'"),
 ])
 def test_build_spec_usage_errors(config, flags, message):
     with pytest.raises(UsageError, match=message):
@@ -190,6 +192,11 @@ def test_read_config(tmp_path):
     # YAML 1.2 booleans: YAML 1.1 read `off` (a reduced_decode value) as False
     assert read_config(write_config(tmp_path, "image: {reduced_decode: off}\noutput: {overwrite: true}\n")) == {
         "image": {"reduced_decode": "off"}, "output": {"overwrite": True}}
+    # and numbers: YAML 1.1 read 0123 as octal 83 and 1:30 as 90, silently other splits
+    numbers = "splits: {salt: 0123}\nimage: {height: 64, mean: [0.5, .5, 1e-1]}\n"
+    assert read_config(write_config(tmp_path, numbers)) == {
+        "splits": {"salt": "0123"}, "image": {"height": 64, "mean": [0.5, 0.5, 0.1]}}
+    assert read_config(write_config(tmp_path, "splits: {salt: 1:30}\n")) == {"splits": {"salt": "1:30"}}
     assert read_config(write_config(tmp_path, "")) == {}
     assert read_config(None) == {}
 
