@@ -26,8 +26,6 @@ from pipeline.errors import UsageError
 from pipeline.publish import JOURNAL_FILE, journal_path, read_json
 from transforms import files
 from transforms.dataset_format import (
-    CLASS_COUNTS,
-    CONTACT_SHEET,
     DEAD_LETTERS_FILE,
     INDEX_DIR,
     LOCK_FILE,
@@ -35,6 +33,7 @@ from transforms.dataset_format import (
     STAGING_DIR,
     DatasetMetadata,
     FormatError,
+    dataset_names,
     is_dataset_metadata,
     is_temporary_metadata,
     join,
@@ -132,7 +131,7 @@ def output_folder(output: str, state: OutputState) -> OutputFolder:
     user's."""
     own = {STAGING_DIR, LOCK_FILE, *ALWAYS_WRITTEN} | state.owned_names
     if state.previous is not None:
-        own |= {CONTACT_SHEET, CLASS_COUNTS}
+        own |= dataset_names(state.previous)
     local = local_path(output)
     return OutputFolder(os.path.realpath(local) if local is not None else output.rstrip("/"), frozenset(own))
 
