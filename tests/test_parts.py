@@ -484,8 +484,8 @@ def index_locations(shard: str, tmp_path) -> dict:
 
 
 def test_attach_takes_the_first_record_of_a_content():
-    first = RecordLocation("/d/train-00000-of-00002.tfrecord", IndexEntry(100, 50, "h", 10, 20))
-    later = RecordLocation("/d/train-00001-of-00002.tfrecord", IndexEntry(0, 50, "h", 10, 20))
+    first = RecordLocation("/d/train-00000-of-00002.tfrecord", IndexEntry(100, 50, "h", 10, 20), "image")
+    later = RecordLocation("/d/train-00001-of-00002.tfrecord", IndexEntry(0, 50, "h", 10, 20), "image")
     images = [source("/a.jpg", content_hash="h"), source("/b.jpg", content_hash="h")]
     attached = [im for batch in attach((0, {"images": [tuple(images)], "records": [(later,), (first,)]}))
                 for im in batch]

@@ -468,11 +468,11 @@ def test_attach_reusable_records_joins_on_content(tmp_path):
     write_text(index, "".join(e.to_line() for e in entries))
     shard = str(tmp_path / "old" / "train-00000-of-00001.tfrecord")
     images = [PlannedImage(source(f"/{name}.jpg", digest=name * 64), 0, "train") for name in ("a", "b", "c")]
-    expected = [("/a.jpg", RecordLocation(shard, entries[0])), ("/b.jpg", RecordLocation(shard, entries[1])),
-                ("/c.jpg", None)]
+    expected = [("/a.jpg", RecordLocation(shard, entries[0], "pixels")),
+                ("/b.jpg", RecordLocation(shard, entries[1], "pixels")), ("/c.jpg", None)]
     with test_pipeline() as p:
         attached = p | beam.Create(list(batched(images, 2))) | AttachReusableRecords(
-            ReuseSource(str(tmp_path / "old"), ((shard, str(index)),)))
+            ReuseSource(str(tmp_path / "old"), ((shard, str(index)),), "pixels"))
         assert_that(attached | beam.FlatMap(lambda batch: [(im.source.path, im.reuse) for im in batch]),
                     equal_to(expected))
 

@@ -141,7 +141,7 @@ class RecordLocation:
 
     shard: str
     entry: IndexEntry
-    image_key: str = "image"  # the feature whose value is at entry.image_offset
+    image_key: str  # the feature whose value is at entry.image_offset
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ class ReuseSource:
 
     dataset: str
     shards: tuple[tuple[str, str], ...]  # (shard path, index path)
-    image_key: str = "image"  # its records' image feature
+    image_key: str  # its records' image feature
 
 
 def read_index(shard: str, index: str, image_key: str) -> Iterator[tuple[int, tuple[RecordLocation, ...]]]:
