@@ -274,11 +274,12 @@ def _checked(path: tf.Tensor, published: PublishedRun) -> tf.data.Dataset:
 def _checked_shard(compression_type: str, published: Optional[PublishedRun],
                    counted: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
     """(shard path, records it holds) → its records. When `counted`, a shard with more or fewer
-    records (cut at a record boundary, swapped) fails the iteration (`FailedPreconditionError: Input dataset was
-    expected to contain N elements`). With `published`, it is checked against metadata.json just
-    before it is opened (so a replacement is normally caught before any of its records is read)
-    and again after its last record (closing the gap between that check and the open, and
-    covering filesystems such as GCS, where an open file does not keep its old content)."""
+    records (cut at a record boundary, swapped) fails the iteration (`FailedPreconditionError:
+    Input dataset was expected to contain N elements`). With `published`, it is checked against
+    metadata.json just before it is opened (so a replacement is normally caught before any of
+    its records is read) and again after its last record (closing the gap between that check and
+    the open, and covering filesystems such as GCS, where an open file does not keep its old
+    content)."""
     def records(path: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
         found = tf.data.TFRecordDataset(path, compression_type=compression_type)
         return found.apply(tf.data.experimental.assert_cardinality(length)) if counted else found
@@ -302,7 +303,7 @@ def _read_checked(shards: tf.data.Dataset, compression_type: str, published: Opt
     if num_parallel_reads == tf.data.AUTOTUNE:
         return shards.interleave(read, num_parallel_calls=tf.data.AUTOTUNE)
     return shards.interleave(read, cycle_length=num_parallel_reads, block_length=1,
-                                 num_parallel_calls=num_parallel_reads, deterministic=True)
+                             num_parallel_calls=num_parallel_reads, deterministic=True)
 
 
 def _record_fn(layout: RecordLayout, normalize: Optional[str], mean: Sequence[float], std: Sequence[float],
