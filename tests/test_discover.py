@@ -25,6 +25,7 @@ from transforms.discover import (
     classify_remote,
     csv_layout,
     first_line,
+    glob_candidates,
     glob_matches,
     glob_root,
     jsonl_layout,
@@ -455,6 +456,21 @@ def test_glob_matches_as_a_shell_does(pattern, matched, unmatched):
     """Beam's `*` stops at a backslash: `b\\c.png` and the folder `dog\\v2` were never inputs."""
     assert [p for p in matched if not glob_matches(pattern, p)] == []
     assert [p for p in unmatched if glob_matches(pattern, p)] == []
+
+
+def test_a_glob_passes_over_what_imgrec_wrote_beside_an_earlier_dataset(tmp_path):
+    """`IN/*/*.png` reaching an earlier output inside IN: the pictures `imgrec verify` drew there
+    became a class of their own; a photo the user put there is still an input."""
+    metadata = {"format_version": 3, "versions": {"imgrec": "1"}, "splits": {}}
+    write_text(tmp_path / "20261204T000000" / "metadata.json", json.dumps(metadata))
+    for name in ("contact_sheet.png", "class_counts.png"):
+        write_image(tmp_path / "20261204T000000" / name)
+    write_image(tmp_path / "20261204T000000" / "mine.png")
+    write_image(tmp_path / "cat" / "a.png")
+    batches = list(glob_candidates(f"{tmp_path}/*/*.png", EXTENSIONS))
+    found, rejected = split_found(x for item in batches for x in (item if isinstance(item, tuple) else [item]))
+    assert sorted(c.path for c in found) == [f"{tmp_path}/20261204T000000/mine.png", f"{tmp_path}/cat/a.png"]
+    assert not rejected
 
 
 def test_match_glob_lists_names_with_backslashes_symlinks_and_dangling_links(tmp_path):
