@@ -278,6 +278,61 @@ def test_jpeg_padding_and_appended_data_still_decode(tmp_path):
         np.testing.assert_array_equal(decode_image(data + suffix, SPEC), expected)
 
 
+def noisy_photo(size: int = 128) -> np.ndarray:
+    """BGR gradient with noise: enough entropy-coded data to cut in the middle of a scan."""
+    noise = np.random.default_rng(3).integers(0, 64, (size, size, 3))
+    return ((gradient(size, size) // 2 + noise) % 256).astype(np.uint8)
+
+
+def encoded(bgr: np.ndarray, *params: int) -> bytes:
+    ok, buf = cv2.imencode(".jpg", bgr, list(params))
+    assert ok
+    return buf.tobytes()
+
+
+@pytest.mark.parametrize("params", [(), (cv2.IMWRITE_JPEG_RST_INTERVAL, 4), (cv2.IMWRITE_JPEG_PROGRESSIVE, 1)],
+                         ids=["baseline", "restart_markers", "progressive"])
+@pytest.mark.parametrize("fraction", [0.3, 0.6, 0.9])
+def test_jpeg_cut_inside_a_scan_with_an_end_marker_appended_is_corrupt(params, fraction, capfd):
+    """libjpeg fills the rest with grey and only warns; OpenCV returns the image as decoded."""
+    data = encoded(noisy_photo(), *params)
+    cut = data[:int(len(data) * fraction)] + b"\xff\xd9"
+    with pytest.raises(CorruptImage, match="jpeg data is damaged|progressive jpeg ends before its last scans"):
+        decode_image(cut, SPEC)
+    assert "Corrupt JPEG data" not in capfd.readouterr().err  # the warning became the reason
+
+
+def test_progressive_jpeg_cut_between_scans_is_corrupt():
+    """Cut exactly before its last scan, libjpeg decodes the scans that are there without a word."""
+    data = encoded(noisy_photo(), cv2.IMWRITE_JPEG_PROGRESSIVE, 1)
+    last_scan = data.rfind(b"\xff\xda")
+    cut = data[:last_scan] + b"\xff\xd9"
+    assert cv2.imdecode(np.frombuffer(cut, np.uint8), cv2.IMREAD_COLOR) is not None
+    with pytest.raises(CorruptImage, match="progressive jpeg ends before its last scans: 1 of 3 components"):
+        decode_image(cut, SPEC)
+
+
+@pytest.mark.parametrize("params", [(), (cv2.IMWRITE_JPEG_RST_INTERVAL, 1), (cv2.IMWRITE_JPEG_PROGRESSIVE, 1),
+                                    (cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444)],
+                         ids=["baseline", "restart_markers", "progressive", "444"])
+@pytest.mark.parametrize("grey", [False, True])
+def test_complete_jpegs_of_every_kind_decode_silently(params, grey, capfd):
+    image = noisy_photo()
+    data = encoded(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if grey else image, *params)
+    expected = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    np.testing.assert_array_equal(decode_image(data + b"appended after the end marker", SPEC), expected)
+    assert capfd.readouterr().err == ""
+
+
+def test_other_libjpeg_warnings_pass_through_to_stderr(capfd):
+    """Extraneous bytes between segments lose no pixels: the image is kept, the warning shown."""
+    data = encoded(noisy_photo())
+    quantization = data.find(b"\xff\xdb")
+    padded = data[:quantization] + b"\x00\x00" + data[quantization:]
+    np.testing.assert_array_equal(decode_image(padded, SPEC), decode_image(data, SPEC))
+    assert "extraneous bytes before marker" in capfd.readouterr().err
+
+
 def test_truncated_png_is_corrupt(tmp_path):
     data = pillow_file(tmp_path, Image.fromarray(gradient(256, 256)), "PNG")
     for cut in (len(data) // 2, len(data) - 12):

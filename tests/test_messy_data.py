@@ -39,6 +39,7 @@ def messy_folder(tmp_path) -> pathlib.Path:
     (root / "ant" / "empty.jpg").write_bytes(b"")
     (root / "ant" / "notes.jpg").write_bytes(b"these are not pixels, just text in a .jpg\n" * 4)
     (root / "ant" / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    (root / "ant" / "cut_scan.jpg").write_bytes(good[: len(good) // 2] + b"\xff\xd9")  # decodes with grey rows
     png = (root / "bee" / "bee_0000.png").read_bytes()
     (root / "bee" / "truncated.png").write_bytes(png[: len(png) // 2])
     (root / "bee" / "bomb.png").write_bytes(png_declaring(100_000, 100_000))
@@ -60,6 +61,7 @@ def test_each_kind_of_bad_input_becomes_a_dead_letter(messy_folder, tmp_path):
         "empty.jpg": ("read", "EmptyFile"),
         "notes.jpg": ("header", "NotAnImage"),
         "truncated.jpg": ("decode", "CorruptImage"),
+        "cut_scan.jpg": ("decode", "CorruptImage"),
         "truncated.png": ("decode", "CorruptImage"),
         "bomb.png": ("header", "ImageTooLarge"),
         "tiny.png": ("header", "ImageTooSmall"),
@@ -67,23 +69,24 @@ def test_each_kind_of_bad_input_becomes_a_dead_letter(messy_folder, tmp_path):
         # the copy sorts after ant/ant_0001.jpg, so the copy is the one dropped
         "copy_of_ant_0001.jpg": ("dedup", "DuplicateImage"),
     }
-    assert len(rows) == len(by_path) == 8
+    assert len(rows) == len(by_path) == 9
     assert {name: (r["stage"], r["error"]) for name, r in by_path.items()} == expected
     for name, row in by_path.items():
         assert row["message"], name
     assert "100000x100000" in by_path["bomb.png"]["message"]
     assert "ant_0001.jpg" in by_path["copy_of_ant_0001.jpg"]["message"]
+    assert "premature end of data segment" in by_path["cut_scan.jpg"]["message"]
     lines = (out / metadata.error_files[0]).read_text().splitlines()
     assert lines == sorted(lines)  # one sorted file: the same bytes on every runner
     inputs = metadata.inputs
-    assert inputs.total == 28 == inputs.written + inputs.rejected
-    assert inputs.written == 20 and inputs.rejected == 8
-    assert inputs.errors == 6  # skipped files and dropped copies are not errors
+    assert inputs.total == 29 == inputs.written + inputs.rejected
+    assert inputs.written == 20 and inputs.rejected == 9
+    assert inputs.errors == 7  # skipped files and dropped copies are not errors
     assert metadata.duplicates.groups == 1 and metadata.duplicates.dropped is True
     # Rejections found while converting carry their split; the split's count matches.
     for split, info in metadata.splits.items():
         assert info.rejected == sum(1 for r in rows if r["split"] == split)
-    assert sum(info.rejected for info in metadata.splits.values()) == 2  # the two truncated files
+    assert sum(info.rejected for info in metadata.splits.values()) == 3  # the three cut files
 
 
 def test_unknown_labels_and_manifest_problems_are_dead_letters(tmp_path):
@@ -106,16 +109,16 @@ def test_unknown_labels_and_manifest_problems_are_dead_letters(tmp_path):
 
 def test_error_budget_fails_the_run_and_publishes_nothing(messy_folder, tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(TooManyErrors, match=r"5 of 27 images were rejected .*max_error_fraction 1\.00%") as failure:
+    with pytest.raises(TooManyErrors, match=r"6 of 28 images were rejected .*max_error_fraction 1\.00%") as failure:
         run_pipeline(messy_folder, out)  # default max_error_fraction 0.01
     assert not (out / "metadata.json").exists()
     assert not [name for name in visible_files(out) if not name.startswith(".imgrec-staging/")]
     # The dead letters stay where the message says, for the user to read.
     (dead_letter_file,) = re.findall(r"Dead letters: (\S+)", str(failure.value))
     rows = [json.loads(line) for line in pathlib.Path(dead_letter_file).read_text().splitlines()]
-    # 5 errors + the skipped README; the tiny image passes min_side=1, no copy is dropped
-    assert sorted(r["error"] for r in rows) == ["CorruptImage", "CorruptImage", "EmptyFile", "ImageTooLarge",
-                                                "NotAnImage", "SkippedFile"]
+    # 6 errors + the skipped README; the tiny image passes min_side=1, no copy is dropped
+    assert sorted(r["error"] for r in rows) == ["CorruptImage", "CorruptImage", "CorruptImage", "EmptyFile",
+                                                "ImageTooLarge", "NotAnImage", "SkippedFile"]
 
 
 def test_refuses_to_overwrite_a_finished_dataset(tmp_path):

@@ -20,6 +20,7 @@ from pipeline.metadata import (
     versions,
 )
 from transforms.dataset_format import DatasetMetadata, DuplicateSummary, ReuseSummary
+from transforms.decode import DAMAGE_CHECKS
 from transforms.example import feature_spec
 from transforms.fingerprint import (
     POLICY_FIELDS,
@@ -34,6 +35,7 @@ from transforms.fingerprint import (
 from transforms.parts import ShardResult
 from transforms.rejections import Rejection
 from transforms.specs import ConversionSpec, FeatureKeys, InputSpec, OutputSpec, SplitSpec
+from transforms.split import STRATIFIED_ROUNDING
 
 pytestmark = pytest.mark.unit
 
@@ -240,11 +242,26 @@ def test_a_dataset_that_rejected_files_for_their_state_while_converting_records_
     assert changed != "f" * 64 != unreadable and len(changed) == 64
 
 
+def recomputed_fingerprint(spec: ConversionSpec, rounding: bool = True, damage_checks: bool = True) -> str:
+    """config_fingerprint computed here, with or without the entries that name imgrec's rules."""
+    config = json.loads(json.dumps(spec.to_dict()))
+    for field in POLICY_FIELDS:
+        config["output"].pop(field)
+    if rounding and spec.splits.method == "stratified":
+        config["splits"]["rounding"] = STRATIFIED_ROUNDING
+    if damage_checks:
+        config["image"]["damage_checks"] = DAMAGE_CHECKS
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def test_stratified_fingerprints_name_the_rounding():
     """--skip_unchanged must not keep a stratified dataset that an older rounding cut."""
     stratified = dataclasses.replace(SPEC, splits=dataclasses.replace(SPEC.splits, method="stratified"))
-    config = json.loads(json.dumps(stratified.to_dict()))
-    for field in POLICY_FIELDS:
-        config["output"].pop(field)
-    without_rounding = hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()
-    assert config_fingerprint(stratified) != without_rounding
+    assert config_fingerprint(stratified) == recomputed_fingerprint(stratified)
+    assert config_fingerprint(stratified) != recomputed_fingerprint(stratified, rounding=False)
+
+
+def test_fingerprints_name_the_damage_checks():
+    """--skip_unchanged must not keep a dataset converted before damaged JPEGs were refused."""
+    assert config_fingerprint(SPEC) == recomputed_fingerprint(SPEC)
+    assert config_fingerprint(SPEC) != recomputed_fingerprint(SPEC, damage_checks=False)

@@ -5,12 +5,20 @@ orientation. The header is checked before decoding so oversized images never rea
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import cv2
 import numpy as np
 
-from transforms.image_header import ImageHeader, exif_orientation, jpeg_has_eoi, read_header, tiff_alpha_is_associated
+from transforms.image_header import (
+    ImageHeader,
+    exif_orientation,
+    jpeg_has_eoi,
+    jpeg_progression_gap,
+    read_header,
+    tiff_alpha_is_associated,
+)
+from transforms.native_stderr import call_capturing_stderr, write_stderr
 from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall
 from transforms.specs import ImageSpec
 
@@ -26,6 +34,15 @@ _REDUCED_FLAGS = {1: 0, 2: 16, 4: 32, 8: 64}  # the size bits of cv2.IMREAD_REDU
 # upright copy; compositing alpha works on three uint16 planes and an alpha plane.
 _RGB_AND_UPRIGHT_BYTES = 3 + 3
 _COMPOSITE_BYTES = 2 * 3 * 2 + 2
+
+# libjpeg's warnings that it made pixels up: data missing from a scan (filled with grey), or
+# undecodable. Its most common warning, extraneous bytes between segments, loses no pixels.
+LIBJPEG_LOST_PIXELS = ("premature end of data segment", "Premature end of JPEG file", "bad Huffman code",
+                       "bad arithmetic code", "instead of RST")
+# The checks that refuse damaged images OpenCV would decode. Part of the input fingerprint, so
+# --skip_unchanged converts again a dataset made without them, which may hold such an image.
+DAMAGE_CHECKS = "jpeg: no libjpeg lost-pixel warning, progressive scans complete"
+T = TypeVar("T")
 
 
 def decode_working_bytes(header: ImageHeader, spec: ImageSpec) -> int:
@@ -168,9 +185,25 @@ def jpeg_scale(header: ImageHeader, spec: ImageSpec) -> int:
     return next((scale for scale in (8, 4, 2) if -(-short // scale) >= needed), 1)
 
 
+def refuse_made_up_pixels(header: ImageHeader, decode: Callable[[], T]) -> T:
+    """Runs an OpenCV decode. For a JPEG, libjpeg's only report that it filled in missing or
+    undecodable data is a warning on stderr (OpenCV returns the image as decoded), so stderr is
+    captured and such a warning makes the image corrupt; anything else printed is passed on."""
+    if header.format != "jpeg":
+        return decode()
+    decoded, printed = call_capturing_stderr(decode)
+    lines = printed.splitlines(keepends=True)
+    lost = [line.strip() for line in lines if any(warning in line for warning in LIBJPEG_LOST_PIXELS)]
+    write_stderr("".join(line for line in lines if line.strip() not in lost))
+    if lost:
+        raise CorruptImage(f"jpeg data is damaged: libjpeg reports \"{lost[0]}\" and would fill in the "
+                           "missing pixels")
+    return decoded
+
+
 def _imdecode(data: bytes, flags: int, header: ImageHeader) -> np.ndarray:
     try:
-        img = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        img = refuse_made_up_pixels(header, lambda: cv2.imdecode(np.frombuffer(data, np.uint8), flags))
     except cv2.error as exc:
         raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
     if img is None or img.size == 0:
@@ -201,13 +234,16 @@ def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
     header = check_header(data, spec)
     if header.format == "jpeg" and not jpeg_has_eoi(data):
         raise CorruptImage("jpeg is truncated: no end-of-image marker after the scan data")
+    gap = jpeg_progression_gap(data) if header.format == "jpeg" else None
+    if gap:
+        raise CorruptImage(gap)
     if spec.decoder == "imread":
         return decode_like_imread(data, header)
     if header.format == "jpeg" and header.channels == 3 and header.bytes_per_sample == 1:
         return decode_plain_jpeg(data, header, spec)
     try:
-        img, types, metadata = cv2.imdecodeWithMetadata(np.frombuffer(data, np.uint8),
-                                                        cv2.IMREAD_UNCHANGED)
+        img, types, metadata = refuse_made_up_pixels(header, lambda: cv2.imdecodeWithMetadata(
+            np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED))
     except cv2.error as exc:
         raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
     if img is None or img.size == 0:

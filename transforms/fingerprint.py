@@ -11,6 +11,7 @@ from typing import Iterable
 
 import apache_beam as beam
 
+from transforms.decode import DAMAGE_CHECKS
 from transforms.rejections import Rejection
 from transforms.specs import ConversionSpec
 from transforms.split import STRATIFIED_ROUNDING
@@ -32,6 +33,7 @@ def config_fingerprint(spec: ConversionSpec) -> str:
         config["output"].pop(field)
     if spec.splits.method == "stratified":  # a dataset cut by an older rounding is not unchanged
         config["splits"]["rounding"] = STRATIFIED_ROUNDING
+    config["image"]["damage_checks"] = DAMAGE_CHECKS
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()
 
 

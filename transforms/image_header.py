@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import zlib
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from transforms.rejections import CorruptImage, EmptyFile, NotAnImage
 
@@ -43,6 +43,8 @@ _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7,
 # Markers without a length field: TEM, RST0-7, SOI, EOI.
 _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 _JPEG_SOS, _JPEG_EOI = 0xDA, 0xD9
+_JPEG_PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+_ALL_COEFFICIENTS = (1 << 64) - 1
 
 
 def _jpeg_markers(data: bytes) -> Iterator[tuple[int, int]]:
@@ -98,6 +100,62 @@ def jpeg_has_eoi(data: bytes) -> bool:
     """
     scan_start = next(pos for marker, pos in _jpeg_markers(data) if marker == _JPEG_SOS)
     return data.rfind(b"\xff\xd9", scan_start) >= 0
+
+
+def _end_of_scan(data: bytes, pos: int) -> int:
+    """Where the entropy-coded data that starts at `pos` ends: the next marker that is neither a
+    stuffed 0xFF00, a fill byte nor a restart marker (len(data) when there is none)."""
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0 or pos + 1 >= len(data):
+            return len(data)
+        following = data[pos + 1]
+        if following != 0x00 and following != 0xFF and not 0xD0 <= following <= 0xD7:
+            return pos
+        pos += 1 if following == 0xFF else 2
+
+
+def jpeg_progression_gap(data: bytes) -> Optional[str]:
+    """For a progressive JPEG, what no scan brought to full precision; None when every
+    coefficient of every component was, and for JPEGs that are not progressive.
+
+    A progressive file cut between two scans, with an end-of-image marker after the cut, decodes
+    without a warning from libjpeg into a blurred or colourless picture made of the scans that
+    are there. Encoders' scan scripts code all 64 coefficients of every component down to the
+    last bit, so a gap means scans are missing. Reads only markers, not pixels.
+    """
+    components: list[int] = []
+    final: dict[int, int] = {}  # component id -> bit k set when coefficient k reached precision 0
+    for marker, payload in _jpeg_markers(data):
+        if marker in _JPEG_SOF:
+            if marker not in _JPEG_PROGRESSIVE_SOF:
+                return None
+            components = list(data[payload + 6:payload + 6 + 3 * data[payload + 5]:3])
+    pos = payload - 4  # the first scan's SOS marker, where _jpeg_markers stopped
+    while True:
+        pos = data.find(b"\xff", pos)  # past extraneous bytes, as libjpeg skips them
+        while 0 <= pos < len(data) - 1 and data[pos + 1] == 0xFF:
+            pos += 1
+        if pos < 0 or pos + 4 > len(data) or data[pos + 1] == _JPEG_EOI:
+            break
+        marker = data[pos + 1]
+        if marker in _JPEG_STANDALONE:
+            pos += 2
+            continue
+        (length,) = struct.unpack_from(">H", data, pos + 2)
+        segment = data[pos + 4:pos + 2 + length]
+        pos += 2 + max(length, 2)
+        if marker == _JPEG_SOS and len(segment) >= 4 and len(segment) == 4 + 2 * segment[0]:
+            start, end, approximation = segment[-3:]
+            if approximation & 0x0F == 0 and start <= end <= 63:
+                for component in segment[1:1 + 2 * segment[0]:2]:
+                    final[component] = final.get(component, 0) | ((1 << (end + 1)) - (1 << start))
+            pos = _end_of_scan(data, pos)
+    missing = [c for c in components if final.get(c, 0) != _ALL_COEFFICIENTS]
+    if not missing:
+        return None
+    return (f"progressive jpeg ends before its last scans: {len(missing)} of {len(components)} components "
+            "never reach full precision (cut between scans?)")
 
 
 def _png(data: bytes) -> _Size:

@@ -1,0 +1,71 @@
+"""What native code prints on the process's stderr (file descriptor 2) while one call runs.
+
+libjpeg reports pixels it had to make up (a scan cut short and padded with grey, a bad Huffman
+code) only as a warning printed on stderr, and OpenCV returns the padded image as a success.
+Redirecting fd 2 around the decode is the one way to see that from Python. fd 2 belongs to the
+whole process, so captures take turns: in a process that decodes on several threads, the
+captured calls run one at a time.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import threading
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+_LOCK = threading.Lock()
+# One sink per process: a file opened before a fork would be shared with the child.
+_SINKS: dict[int, int] = {}
+
+
+def _sink() -> int:
+    """This process's capture file, as a descriptor above 2: in a process started with stderr
+    closed, a new file would otherwise become fd 2 itself."""
+    pid = os.getpid()
+    if pid not in _SINKS:
+        with tempfile.TemporaryFile() as opened:
+            _SINKS[pid] = fcntl.fcntl(opened.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)
+    return _SINKS[pid]
+
+
+def write_stderr(text: str) -> None:
+    """Passes captured text on to the real stderr; like C's fprintf, ignores a stderr that is
+    closed or whose reader has gone (`... 2>&1 | head`): a decode must not fail for that."""
+    data = text.encode("utf-8", "surrogateescape")
+    try:
+        while data:
+            data = data[os.write(2, data):]
+    except OSError:
+        pass
+
+
+def call_capturing_stderr(function: Callable[[], T]) -> tuple[T, str]:
+    """`function()`'s result and what was written to fd 2 while it ran. If it raises, whatever it
+    printed goes on to stderr before the exception propagates."""
+    with _LOCK:
+        sink = _sink()
+        os.ftruncate(sink, 0)
+        os.lseek(sink, 0, os.SEEK_SET)
+        try:
+            saved = os.dup(2)
+        except OSError:  # fd 2 is closed: there is nothing to restore afterwards
+            saved = None
+        os.dup2(sink, 2)
+        finished = False
+        try:
+            result = function()
+            finished = True
+        finally:
+            if saved is None:
+                os.close(2)
+            else:
+                os.dup2(saved, 2)
+                os.close(saved)
+            size = os.lseek(sink, 0, os.SEEK_END)
+            printed = os.pread(sink, size, 0).decode("utf-8", "surrogateescape") if size else ""
+            if not finished and printed:
+                write_stderr(printed)
+    return result, printed
