@@ -13,6 +13,13 @@ comes later (the lock's release, reading the result back) changes nothing. Then:
   old dataset or the new one, never the journal of a half-finished publish.
 - A second signal does not cut the clean-up short; a third exits at once (a hung filesystem).
 
+Python runs a signal's handler in the main thread, once that thread runs again, but the kernel
+may deliver the signal to any thread. Beam's main thread can wait without a timeout for workers
+the same signal killed (multi_processing, a kill of the process group), and would never run it.
+So a thread of imgrec's reads the signal numbers Python writes to its wakeup fd, interrupts the
+main thread's wait with a signal whose handler does nothing (Python then runs the pending
+handlers), and on the third signal exits by itself.
+
 What the user is told comes from the output (`pipeline.publish.interrupted_outcome`), not from
 when the signal came.
 """
@@ -36,6 +43,7 @@ _SDK_WORKER_ENV = b"CONTROL_API_SERVICE_DESCRIPTOR="
 _PUBLISH_WAIT_SECONDS = 60.0  # a publish is renames; a minute is a hung filesystem
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _GIVE_UP_AFTER = 3  # signals
+_NUDGE = signal.SIGURG  # ignored by default; nothing in the driver uses out-of-band socket data
 
 # Process-wide: one conversion at a time per process is handled (`main()` runs one).
 _publishing = 0  # threads of this process inside `publishing()`
@@ -53,9 +61,6 @@ def received() -> Optional[int]:
 def on_signal(signum: int, _frame) -> None:
     """Records the signal; interrupts the pipeline if it is running and not publishing."""
     _received.append(signum)
-    if len(_received) >= _GIVE_UP_AFTER:
-        os.write(2, b"imgrec: error: interrupted again: exiting without cleaning up; run the same command again\n")
-        os._exit(130)
     if len(_received) > 1 or _publishing or not _interruptible:
         return
     kill_sdk_workers()
@@ -73,6 +78,37 @@ def exit_until_handled() -> None:
     default would print the traceback of whichever import it cut short."""
     for signum in _SIGNALS:
         signal.signal(signum, _before_the_run)
+
+
+def _wake_main_thread(wakeups: int) -> None:
+    """Until `handled()` closes the wakeup pipe: each SIGINT/SIGTERM interrupts the main thread's
+    wait; the third ends the process."""
+    main, count = threading.main_thread().ident, 0
+    with os.fdopen(wakeups, "rb", buffering=0) as pipe:
+        while numbers := pipe.read(64):
+            count += sum(number in _SIGNALS for number in numbers)
+            if count >= _GIVE_UP_AFTER:
+                os.write(2, b"imgrec: error: interrupted again: exiting without cleaning up; run the same command "
+                            b"again\n")
+                os._exit(130)
+            if count:
+                signal.pthread_kill(main, _NUDGE)
+
+
+@contextlib.contextmanager
+def _main_thread_woken() -> Iterator[None]:
+    """Runs `_wake_main_thread` on this process's signals while the block runs (main thread)."""
+    wakeups, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    nudge_before = signal.signal(_NUDGE, lambda *_: None)
+    wakeup_before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    threading.Thread(target=_wake_main_thread, args=(wakeups,), name="imgrec-signals", daemon=True).start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(wakeup_before)
+        os.close(write_end)  # the thread reads to the end and stops
+        signal.signal(_NUDGE, nudge_before)
 
 
 @contextlib.contextmanager
@@ -98,7 +134,8 @@ def handled() -> Iterator[None]:
         handler.addFilter(beam_noise)
     threading.excepthook = thread_died
     try:
-        yield
+        with _main_thread_woken():
+            yield
     finally:
         _received.clear()  # a later run(), unhandled, must not find this one's signal
         for signum, handler_before in previous.items():

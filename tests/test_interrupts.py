@@ -1,7 +1,10 @@
 """pipeline.interrupts without Beam: when a signal raises, waits, or stops a publish."""
 from __future__ import annotations
 
+import pathlib
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -73,3 +76,41 @@ def test_the_driver_waits_for_a_publish_in_another_thread():
         release.set()
         assert interrupts.wait_for_publishing(timeout=5) and done == [True]
         worker.join()
+
+
+RUN_IN_CHILD = """
+import os, signal, sys, threading
+from pipeline import interrupts
+
+never = threading.Event()
+threading.Thread(target=never.wait, daemon=True).start()  # a thread the kernel may hand signals to
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # ... and here it must
+with interrupts.handled():
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    {body}
+"""
+
+
+def run_child(body: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RUN_IN_CHILD.replace("{body}", body)], capture_output=True, text=True,
+                          timeout=30, cwd=pathlib.Path(__file__).parent.parent)
+
+
+def test_a_signal_another_thread_took_still_interrupts_the_main_threads_endless_wait():
+    """Beam's main thread waits with no timeout for workers a process-group kill has also killed;
+    Python runs handlers only in the main thread, and the kernel had given the signal to another."""
+    child = run_child("""try:
+        with interrupts.interruptible():
+            never.wait()
+    except KeyboardInterrupt as exc:
+        print("interrupted:", exc)""")
+    assert child.stdout == "interrupted: signal 15\n", child.stderr
+
+
+def test_the_third_signal_ends_the_process_even_if_the_main_thread_never_runs_again():
+    child = run_child("""threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})  # the main thread is never woken
+    never.wait()""")
+    assert child.returncode == 130
+    assert child.stderr == "imgrec: error: interrupted again: exiting without cleaning up; run the same command again\n"
