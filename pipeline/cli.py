@@ -9,6 +9,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from pipeline.interrupts import exit_quietly, exit_until_handled
+from pipeline.standard_streams import open_closed_standard_streams
 
 USAGE = """usage: imgrec COMMAND [ARGS]
 
@@ -58,6 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def entry_point() -> None:
     """The `imgrec` console script."""
+    open_closed_standard_streams()
     exit_quietly(main())
 
 

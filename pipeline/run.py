@@ -19,8 +19,10 @@ import uuid
 from typing import Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
+from pipeline.standard_streams import open_closed_standard_streams
 
 if __name__ == "__main__":
+    open_closed_standard_streams()
     interrupts.exit_until_handled()
 
 import apache_beam as beam  # noqa: E402

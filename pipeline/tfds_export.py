@@ -28,6 +28,11 @@ re-run this export after such a run.
 """
 from __future__ import annotations
 
+from pipeline.standard_streams import open_closed_standard_streams
+
+if __name__ == "__main__":
+    open_closed_standard_streams()  # before the imports open files
+
 import argparse
 import dataclasses
 import posixpath

@@ -17,6 +17,11 @@ from __future__ import annotations
 
 import os
 
+from pipeline.standard_streams import open_closed_standard_streams
+
+if __name__ == "__main__":
+    open_closed_standard_streams()  # before TensorFlow's import opens files
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # a CLI: TF's start-up chatter hides the report
 
 import argparse

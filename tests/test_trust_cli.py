@@ -6,12 +6,17 @@ bad flag or key and suggest the closest valid one.
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
+import cv2
+import numpy as np
 import pytest
 
-from tests.trust_helpers import check_complete, error_line, make_tree, run_imgrec
+from tests.trust_helpers import REPO, check_complete, env, error_line, make_tree, run_imgrec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -166,3 +171,20 @@ def test_a_missing_input_is_a_usage_error(tmp_path):
     out = tmp_path / "out"
     line = assert_refused(run_imgrec(None, out), out)
     assert "--input" in line, line
+
+
+@pytest.mark.parametrize("entry", [["-m", "pipeline.run"], ["-m", "pipeline.cli", "run"]], ids=["module", "imgrec"])
+def test_a_run_started_with_its_standard_streams_closed_converts_and_reports_as_usual(
+        tmp_path, data, entry):
+    """`imgrec run ... 2>&- >&- <&-`: the next files opened would get descriptors 0-2, and
+    libjpeg's warning about the damaged JPEG (written to fd 2) would land in one of them."""
+    noise = np.random.default_rng(5).integers(0, 256, (96, 96, 3), dtype=np.uint8)
+    jpeg = cv2.imencode(".jpg", noise)[1].tobytes()
+    (data / "cat" / "damaged.jpg").write_bytes(jpeg[:len(jpeg) // 2] + b"\xff\xd9")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, *entry, f"--input={data}", f"--output={out}", "--max_error_fraction=1"],
+                         cwd=REPO, env=env(), timeout=120, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
+    assert run.returncode == 0
+    metadata, records, rows = check_complete(out)
+    assert [(pathlib.Path(r["path"]).name, r["error"]) for r in rows] == [("damaged.jpg", "CorruptImage")]
+    assert "premature end of data segment" in rows[0]["message"]
