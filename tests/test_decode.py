@@ -2,7 +2,9 @@
 headers), checking the exact pixels the pipeline will store."""
 from __future__ import annotations
 
+import concurrent.futures
 import io
+import re
 import struct
 from pathlib import Path
 
@@ -324,13 +326,73 @@ def test_complete_jpegs_of_every_kind_decode_silently(params, grey, capfd):
     assert capfd.readouterr().err == ""
 
 
-def test_other_libjpeg_warnings_pass_through_to_stderr(capfd):
-    """Extraneous bytes between segments lose no pixels: the image is kept, the warning shown."""
+def test_other_libjpeg_warnings_pass_through_to_stderr_naming_the_image(capfd):
+    """Bytes between the scan and the end marker lose no pixels: the image is kept, the warning shown."""
+    data = encoded(noisy_photo())
+    padded = data[:-2] + b"\x00\x00" + data[-2:]
+    np.testing.assert_array_equal(decode_image(padded, SPEC, "in/a/padded.jpg"), decode_image(data, SPEC))
+    assert re.fullmatch(r"imgrec: while decoding in/a/padded\.jpg: Corrupt JPEG data: \d extraneous bytes before "
+                        r"marker 0xd9\n", capfd.readouterr().err)
+
+
+def test_stray_bytes_between_header_segments_do_not_hide_a_cut_scan(capfd):
+    """libjpeg prints only its first warning; the stray bytes would take it."""
     data = encoded(noisy_photo())
     quantization = data.find(b"\xff\xdb")
-    padded = data[:quantization] + b"\x00\x00" + data[quantization:]
-    np.testing.assert_array_equal(decode_image(padded, SPEC), decode_image(data, SPEC))
-    assert "extraneous bytes before marker" in capfd.readouterr().err
+    sloppy = data[:quantization] + b"\x00\x00" + data[quantization:]
+    np.testing.assert_array_equal(decode_image(sloppy, SPEC), decode_image(data, SPEC))
+    assert capfd.readouterr().err == ""
+    cut = sloppy[:len(sloppy) // 2] + b"\xff\xd9"
+    with pytest.raises(CorruptImage, match="premature end of data segment"):
+        decode_image(cut, SPEC)
+
+
+def test_progressive_jpeg_missing_a_scan_in_the_middle_is_corrupt():
+    data = encoded(noisy_photo(), cv2.IMWRITE_JPEG_PROGRESSIVE, 1)
+    scans = [i for i in range(len(data) - 1) if data[i:i + 2] == b"\xff\xda"]
+    refused = 0
+    for dropped in range(1, len(scans) - 1):
+        try:
+            decode_image(data[:scans[dropped]] + data[scans[dropped + 1]:], SPEC)
+        except CorruptImage:
+            refused += 1
+    assert refused >= len(scans) - 3  # a scan whose loss leaves only stray bytes may pass (README)
+
+
+def jpeg_tiff(image: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "TIFF", compression="jpeg", quality=90)
+    return buffer.getvalue()
+
+
+def damaged_jpeg_tiff() -> bytes:
+    """A JPEG-compressed TIFF whose JPEG data hits an end marker halfway."""
+    data = bytearray(jpeg_tiff(noisy_photo()))
+    data[len(data) // 2:len(data) // 2 + 2] = b"\xff\xd9"
+    return bytes(data)
+
+
+def test_damaged_jpeg_data_inside_a_tiff_is_corrupt():
+    """OpenCV logs libtiff's warnings with a timestamp; the reason must not hold it."""
+    with pytest.raises(CorruptImage) as refused:
+        decode_image(damaged_jpeg_tiff(), SPEC)
+    assert str(refused.value) == ('tiff data is damaged: libjpeg reports "Corrupt JPEG data: premature end of data '
+                                  'segment" and would fill in the missing pixels')
+
+
+def test_decodes_on_other_threads_never_put_their_warnings_into_a_capture():
+    damaged, valid = damaged_jpeg_tiff(), encoded(noisy_photo())
+
+    def decode(index: int) -> str:
+        try:
+            decode_image(damaged if index % 2 else valid, SPEC)
+            return "written"
+        except CorruptImage:
+            return "refused"
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(decode, range(200)))
+    assert outcomes == ["written", "refused"] * 100
 
 
 def test_truncated_png_is_corrupt(tmp_path):

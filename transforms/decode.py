@@ -5,7 +5,8 @@ orientation. The header is checked before decoding so oversized images never rea
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+import functools
+from typing import Sequence
 
 import cv2
 import numpy as np
@@ -15,6 +16,7 @@ from transforms.image_header import (
     exif_orientation,
     jpeg_has_eoi,
     jpeg_progression_gap,
+    jpeg_without_header_junk,
     read_header,
     tiff_alpha_is_associated,
 )
@@ -35,14 +37,18 @@ _REDUCED_FLAGS = {1: 0, 2: 16, 4: 32, 8: 64}  # the size bits of cv2.IMREAD_REDU
 _RGB_AND_UPRIGHT_BYTES = 3 + 3
 _COMPOSITE_BYTES = 2 * 3 * 2 + 2
 
-# libjpeg's warnings that it made pixels up: data missing from a scan (filled with grey), or
-# undecodable. Its most common warning, extraneous bytes between segments, loses no pixels.
+# libjpeg's warnings that it made pixels up: data missing from a scan (filled with grey),
+# undecodable, or a progressive scan missing from the sequence. Its most common warning,
+# extraneous bytes between segments, loses no pixels.
 LIBJPEG_LOST_PIXELS = ("premature end of data segment", "Premature end of JPEG file", "bad Huffman code",
-                       "bad arithmetic code", "instead of RST")
+                       "bad arithmetic code", "instead of RST", "Inconsistent progression sequence")
+# How those messages begin, after whatever OpenCV puts before them (its TIFF reader logs libtiff's
+# warnings with a timestamp, which a dead letter must not hold: dead letters are the same bytes
+# on every run).
+_LIBJPEG_MESSAGE_STARTS = ("Corrupt JPEG data", "Premature end of JPEG file", "Inconsistent progression sequence")
 # The checks that refuse damaged images OpenCV would decode. Part of the input fingerprint, so
 # --skip_unchanged converts again a dataset made without them, which may hold such an image.
-DAMAGE_CHECKS = "jpeg: no libjpeg lost-pixel warning, progressive scans complete"
-T = TypeVar("T")
+DAMAGE_CHECKS = "jpeg, tiff: no libjpeg lost-pixel warning; jpeg: progressive scans complete"
 
 
 def decode_working_bytes(header: ImageHeader, spec: ImageSpec) -> int:
@@ -185,25 +191,23 @@ def jpeg_scale(header: ImageHeader, spec: ImageSpec) -> int:
     return next((scale for scale in (8, 4, 2) if -(-short // scale) >= needed), 1)
 
 
-def refuse_made_up_pixels(header: ImageHeader, decode: Callable[[], T]) -> T:
-    """Runs an OpenCV decode. For a JPEG, libjpeg's only report that it filled in missing or
-    undecodable data is a warning on stderr (OpenCV returns the image as decoded), so stderr is
-    captured and such a warning makes the image corrupt; anything else printed is passed on."""
-    if header.format != "jpeg":
-        return decode()
-    decoded, printed = call_capturing_stderr(decode)
-    lines = printed.splitlines(keepends=True)
-    lost = [line.strip() for line in lines if any(warning in line for warning in LIBJPEG_LOST_PIXELS)]
-    write_stderr("".join(line for line in lines if line.strip() not in lost))
+def refuse_made_up_pixels(header: ImageHeader, printed: str, source: str) -> None:
+    """libjpeg's only report that it filled in missing or undecodable data is a warning on stderr
+    (OpenCV returns the image as decoded), also for the JPEG data inside a TIFF: such a warning
+    in what a decode printed makes the image corrupt. Anything else goes on to stderr, naming
+    the image."""
+    lines = printed.splitlines()
+    lost = next((line for line in lines if any(warning in line for warning in LIBJPEG_LOST_PIXELS)), None)
     if lost:
-        raise CorruptImage(f"jpeg data is damaged: libjpeg reports \"{lost[0]}\" and would fill in the "
-                           "missing pixels")
-    return decoded
+        message = lost[min(lost.find(start) for start in _LIBJPEG_MESSAGE_STARTS if start in lost):].strip()
+        raise CorruptImage(f"{header.format} data is damaged: libjpeg reports \"{message}\" and would fill in "
+                           "the missing pixels")
+    write_stderr("".join(f"imgrec: while decoding {source or 'an image'}: {line}\n" for line in lines))
 
 
 def _imdecode(data: bytes, flags: int, header: ImageHeader) -> np.ndarray:
     try:
-        img = refuse_made_up_pixels(header, lambda: cv2.imdecode(np.frombuffer(data, np.uint8), flags))
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as exc:
         raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
     if img is None or img.size == 0:
@@ -222,28 +226,13 @@ def decode_like_imread(data: bytes, header: ImageHeader) -> np.ndarray:
     return cv2.cvtColor(_imdecode(data, cv2.IMREAD_COLOR, header), cv2.COLOR_BGR2RGB)
 
 
-def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
-    """Decode to HxWx3 uint8 RGB, upright; GIFs give their first frame; large JPEGs may come out
-    at 1/2, 1/4 or 1/8 size (see `jpeg_scale`), which the resize that follows absorbs.
-
-    Other than plain JPEGs, IMREAD_UNCHANGED keeps alpha and 16-bit depth (so both are converted
-    deliberately here) but skips EXIF orientation, which is applied from the EXIF block OpenCV
-    returns. OpenCV's TIFF reader applies the TIFF orientation tag itself and returns no EXIF, so
-    TIFFs are not rotated twice.
-    """
-    header = check_header(data, spec)
-    if header.format == "jpeg" and not jpeg_has_eoi(data):
-        raise CorruptImage("jpeg is truncated: no end-of-image marker after the scan data")
-    gap = jpeg_progression_gap(data) if header.format == "jpeg" else None
-    if gap:
-        raise CorruptImage(gap)
-    if spec.decoder == "imread":
-        return decode_like_imread(data, header)
-    if header.format == "jpeg" and header.channels == 3 and header.bytes_per_sample == 1:
-        return decode_plain_jpeg(data, header, spec)
+def decode_any(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
+    """IMREAD_UNCHANGED keeps alpha and 16-bit depth (so both are converted deliberately here)
+    but skips EXIF orientation, which is applied from the EXIF block OpenCV returns. OpenCV's
+    TIFF reader applies the TIFF orientation tag itself and returns no EXIF, so TIFFs are not
+    rotated twice."""
     try:
-        img, types, metadata = refuse_made_up_pixels(header, lambda: cv2.imdecodeWithMetadata(
-            np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED))
+        img, types, metadata = cv2.imdecodeWithMetadata(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as exc:
         raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
     if img is None or img.size == 0:
@@ -251,3 +240,30 @@ def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
     rgb = to_rgb(to_uint8(img), spec, opencv_premultiplied(header, img, data))
     del img
     return apply_orientation(rgb, _orientation(types, metadata))
+
+
+def decode_image(data: bytes, spec: ImageSpec, source: str = "") -> np.ndarray:
+    """Decode to HxWx3 uint8 RGB, upright; GIFs give their first frame; large JPEGs may come out
+    at 1/2, 1/4 or 1/8 size (see `jpeg_scale`), which the resize that follows absorbs. `source`
+    names the image in what the decoder prints.
+
+    The decode runs with stderr captured (`refuse_made_up_pixels`). All decodes of a process are
+    captured, one at a time, so no other decode's output can land in a capture.
+    """
+    header = check_header(data, spec)
+    if header.format == "jpeg":
+        if not jpeg_has_eoi(data):
+            raise CorruptImage("jpeg is truncated: no end-of-image marker after the scan data")
+        gap = jpeg_progression_gap(data)
+        if gap:
+            raise CorruptImage(gap)
+        data = jpeg_without_header_junk(data)
+    if spec.decoder == "imread":
+        decode = functools.partial(decode_like_imread, data, header)
+    elif header.format == "jpeg" and header.channels == 3 and header.bytes_per_sample == 1:
+        decode = functools.partial(decode_plain_jpeg, data, header, spec)
+    else:
+        decode = functools.partial(decode_any, data, header, spec)
+    decoded, printed = call_capturing_stderr(decode)
+    refuse_made_up_pixels(header, printed, source)
+    return decoded

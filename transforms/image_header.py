@@ -102,6 +102,20 @@ def jpeg_has_eoi(data: bytes) -> bool:
     return data.rfind(b"\xff\xd9", scan_start) >= 0
 
 
+def jpeg_without_header_junk(data: bytes) -> bytes:
+    """The JPEG without the stray bytes between its header segments (a sloppy writer's), which
+    libjpeg skips with a warning: it prints only the first warning of a decode, and that one
+    must be free for damage in the scan data. The same bytes when there are none."""
+    segments = []  # (start, end) of each segment, the first scan running to the end of the data
+    for marker, payload in _jpeg_markers(data):
+        (length,) = struct.unpack_from(">H", data, payload - 2)
+        segments.append((payload - 4, len(data) if marker == _JPEG_SOS else payload - 2 + length))
+    ends = [2] + [end for _, end in segments[:-1]]
+    if all(start == end for (start, _), end in zip(segments, ends)):
+        return data
+    return data[:2] + b"".join(data[start:end] for start, end in segments)
+
+
 def _end_of_scan(data: bytes, pos: int) -> int:
     """Where the entropy-coded data that starts at `pos` ends: the next marker that is neither a
     stuffed 0xFF00, a fill byte nor a restart marker (len(data) when there is none)."""

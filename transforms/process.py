@@ -9,5 +9,5 @@ from transforms.specs import FeatureKeys, ImageSpec
 
 
 def image_to_record(data: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys) -> EncodedRecord:
-    pixels = normalize_image(resize_image(decode_image(data, spec), spec), spec)
+    pixels = normalize_image(resize_image(decode_image(data, spec, fields.source_path), spec), spec)
     return build_example(encode_pixels(pixels, spec), fields, spec, keys)
