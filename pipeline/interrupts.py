@@ -139,7 +139,9 @@ def handled() -> Iterator[None]:
     finally:
         _received.clear()  # a later run(), unhandled, must not find this one's signal
         for signum, handler_before in previous.items():
-            signal.signal(signum, handler_before)
+            # The entry point's start-up handler would say "nothing was written" after a publish;
+            # only `exit_quietly` follows, which ignores signals too.
+            signal.signal(signum, signal.SIG_IGN if handler_before is _before_the_run else handler_before)
         for handler in handlers:
             handler.removeFilter(beam_noise)
         threading.excepthook = default_hook

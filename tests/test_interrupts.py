@@ -22,6 +22,20 @@ def test_handled_restores_the_handlers_and_the_thread_hook():
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), threading.excepthook) == before
 
 
+def test_a_signal_after_main_does_not_claim_that_nothing_was_written():
+    """After main(), the entry point only exits: a signal then must not end it with the start-up
+    line, "nothing was written", when main() had just published."""
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        interrupts.exit_until_handled()
+        with interrupts.handled():
+            pass
+        assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def test_a_signal_is_forgotten_after_main():
     """A later run() in the same process, without handlers, must not stop for main()'s signal."""
     with interrupts.handled():
