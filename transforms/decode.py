@@ -16,7 +16,7 @@ from transforms.image_header import (
     exif_orientation,
     jpeg_has_eoi,
     jpeg_progression_gap,
-    jpeg_without_header_junk,
+    jpeg_without_harmless_warnings,
     read_header,
     tiff_alpha_is_associated,
 )
@@ -247,8 +247,9 @@ def decode_image(data: bytes, spec: ImageSpec, source: str = "") -> np.ndarray:
     at 1/2, 1/4 or 1/8 size (see `jpeg_scale`), which the resize that follows absorbs. `source`
     names the image in what the decoder prints.
 
-    The decode runs with stderr captured (`refuse_made_up_pixels`). All decodes of a process are
-    captured, one at a time, so no other decode's output can land in a capture.
+    The decode runs with stderr captured, and what libjpeg printed is checked
+    (`refuse_made_up_pixels`). Every decode of a process is captured, one at a time, so no other
+    decode's output can land in a capture.
     """
     header = check_header(data, spec)
     if header.format == "jpeg":
@@ -257,7 +258,7 @@ def decode_image(data: bytes, spec: ImageSpec, source: str = "") -> np.ndarray:
         gap = jpeg_progression_gap(data)
         if gap:
             raise CorruptImage(gap)
-        data = jpeg_without_header_junk(data)
+        data = jpeg_without_harmless_warnings(data)
     if spec.decoder == "imread":
         decode = functools.partial(decode_like_imread, data, header)
     elif header.format == "jpeg" and header.channels == 3 and header.bytes_per_sample == 1:

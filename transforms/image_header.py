@@ -42,7 +42,7 @@ _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7,
                        0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 # Markers without a length field: TEM, RST0-7, SOI, EOI.
 _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
-_JPEG_SOS, _JPEG_EOI = 0xDA, 0xD9
+_JPEG_SOS, _JPEG_EOI, _JPEG_APP0 = 0xDA, 0xD9, 0xE0
 _JPEG_PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 _ALL_COEFFICIENTS = (1 << 64) - 1
 
@@ -50,7 +50,7 @@ _ALL_COEFFICIENTS = (1 << 64) - 1
 def _jpeg_markers(data: bytes) -> Iterator[tuple[int, int]]:
     """Yield (marker, offset of its payload) up to and including SOS, after which the entropy-coded
     data starts and no more headers can be read. Bytes between segments that are not 0xFF are
-    skipped as libjpeg does ("extraneous bytes"), and so are 0xFF fill bytes."""
+    skipped as libjpeg does ("extraneous bytes"), and so are 0xFF fill bytes and 0xFF00 pairs."""
     pos = 2
     while True:
         pos = data.find(b"\xff", pos)
@@ -60,6 +60,8 @@ def _jpeg_markers(data: bytes) -> Iterator[tuple[int, int]]:
             raise CorruptImage(f"jpeg header truncated at byte {len(data)}: no start-of-scan marker")
         marker = data[pos]
         pos += 1
+        if marker == 0x00:  # a stuffed zero, not a marker: libjpeg discards it
+            continue
         if marker in _JPEG_STANDALONE:
             if marker == _JPEG_EOI:
                 raise CorruptImage(f"jpeg ends (EOI at byte {pos - 2}) before any image data")
@@ -102,17 +104,22 @@ def jpeg_has_eoi(data: bytes) -> bool:
     return data.rfind(b"\xff\xd9", scan_start) >= 0
 
 
-def jpeg_without_header_junk(data: bytes) -> bytes:
-    """The JPEG without the stray bytes between its header segments (a sloppy writer's), which
-    libjpeg skips with a warning: it prints only the first warning of a decode, and that one
-    must be free for damage in the scan data. The same bytes when there are none."""
-    segments = []  # (start, end) of each segment, the first scan running to the end of the data
+def jpeg_without_harmless_warnings(data: bytes) -> bytes:
+    """The JPEG without what makes libjpeg warn before the scan data while losing no pixels:
+    stray bytes between header segments (a sloppy writer's) and a JFIF major version other than
+    1. libjpeg prints only the first warning of a decode, and that one must be left for damage
+    in the scan data. The same bytes when there is nothing to take out."""
+    segments, jfif_version = [], None  # (start, end); the first scan runs to the end of the data
     for marker, payload in _jpeg_markers(data):
         (length,) = struct.unpack_from(">H", data, payload - 2)
         segments.append((payload - 4, len(data) if marker == _JPEG_SOS else payload - 2 + length))
+        if marker == _JPEG_APP0 and length >= 9 and data[payload:payload + 5] == b"JFIF\x00" and data[payload + 5] != 1:
+            jfif_version = payload + 5
     ends = [2] + [end for _, end in segments[:-1]]
-    if all(start == end for (start, _), end in zip(segments, ends)):
+    if jfif_version is None and all(start == end for (start, _), end in zip(segments, ends)):
         return data
+    if jfif_version is not None:
+        data = data[:jfif_version] + b"\x01" + data[jfif_version + 1:]
     return data[:2] + b"".join(data[start:end] for start, end in segments)
 
 
