@@ -6,6 +6,7 @@ an exit code (see pipeline/errors.py) and prints the summary. Schedulers rely on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import errno
@@ -16,7 +17,7 @@ import socket
 import sys
 import time
 import uuid
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TextIO
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
 from pipeline.standard_streams import open_closed_standard_streams
@@ -364,13 +365,20 @@ def read_published(output: str, run_id: str) -> DatasetMetadata:
     return metadata
 
 
-def _say(text: str) -> None:
-    """Progress and notes go to stderr, with the logs: a scheduler reading stdout to the end
-    (Airflow does) must never find stderr full. Best effort: the reader may be gone."""
+def _say(text: str, stream: Optional[TextIO] = None) -> None:
+    """Progress, notes and errors go to stderr, with the logs: a scheduler reading stdout to the
+    end (Airflow does) must never find stderr full; the summary goes to stdout. Best effort: the
+    reader may be gone (`| head`) or the disk full, and the exit code says what happened anyway.
+    After a failed write the stream's descriptor points at /dev/null, so Python's last flush
+    does not fail again and change the exit code."""
+    stream = stream or sys.stderr
     try:
-        print(text, file=sys.stderr, flush=True)
+        print(text, file=stream, flush=True)
     except (OSError, ValueError):
-        pass
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
 
 
 def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
@@ -414,20 +422,20 @@ def _convert_and_report(argv: Sequence[str]) -> int:
     try:
         conversion = convert(argv)
     except ImgrecError as exc:
-        print(f"imgrec: error: {exc}", file=sys.stderr)
+        _say(f"imgrec: error: {exc}")
         return exc.exit_code
     except Exception as exc:  # a failed pipeline: Beam's own error, with its traceback in the log
         _LOG.exception("the run failed")
-        print(f"imgrec: error: the run failed: {type(exc).__name__}: {last_line(exc)}", file=sys.stderr)
+        _say(f"imgrec: error: the run failed: {type(exc).__name__}: {last_line(exc)}")
         return 1
     output = conversion.spec.output.path
     if conversion.dry_run:
-        print(f"dry run: built the Dataflow job for {output}; nothing was staged, submitted or written")
+        _say(f"dry run: built the Dataflow job for {output}; nothing was staged, submitted or written", sys.stdout)
     elif conversion.unchanged_from:
-        print(f"unchanged: inputs and config match the dataset in {conversion.unchanged_from}; "
-              "nothing was converted or written")
+        _say(f"unchanged: inputs and config match the dataset in {conversion.unchanged_from}; "
+             "nothing was converted or written", sys.stdout)
     else:
-        print(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine))
+        _say(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine), sys.stdout)
     return 0
 
 

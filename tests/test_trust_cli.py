@@ -188,3 +188,17 @@ def test_a_run_started_with_its_standard_streams_closed_converts_and_reports_as_
     metadata, records, rows = check_complete(out)
     assert [(pathlib.Path(r["path"]).name, r["error"]) for r in rows] == [("damaged.jpg", "CorruptImage")]
     assert "premature end of data segment" in rows[0]["message"]
+
+
+def test_an_output_that_cannot_be_written_does_not_change_the_exit_code(tmp_path, data):
+    """A full disk under stdout (or `| head`, a reader gone): the exit code still says what
+    happened, 0 for a published dataset and 2 for a usage error."""
+    out = tmp_path / "out"
+    with open("/dev/full", "w") as full:
+        published = subprocess.run([sys.executable, "-m", "pipeline.run", f"--input={data}", f"--output={out}"],
+                                   cwd=REPO, env=env(), timeout=120, stdout=full, stderr=subprocess.DEVNULL)
+        usage = subprocess.run([sys.executable, "-m", "pipeline.run", f"--input={data}", "--output="],
+                               cwd=REPO, env=env(), timeout=120, stdout=subprocess.DEVNULL, stderr=full)
+    assert published.returncode == 0
+    check_complete(out)
+    assert usage.returncode == 2
