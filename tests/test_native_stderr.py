@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 
 import pytest
 
@@ -54,3 +55,31 @@ def test_a_closed_stderr_neither_fails_the_call_nor_stays_open(tmp_path):
                          cwd=pathlib.Path(__file__).parent.parent, check=True, pass_fds=(),
                          preexec_fn=lambda: os.close(2), text=True).stdout
     assert out == "7 'native\\n' True\n"
+
+
+def test_a_fork_while_another_thread_captures_leaves_the_child_a_working_capture_and_stderr(capfd):
+    """Library use: a program that forks while one of its threads decodes."""
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        inside.set()
+        release.wait(10)
+
+    holder = threading.Thread(target=call_capturing_stderr, args=(hold,))
+    holder.start()
+    inside.wait(10)
+    child = os.fork()
+    if child == 0:  # the child: its capture must work, and its stderr be the parent's real one
+        signal.alarm(10)  # a child stuck on the lock dies of SIGALRM: the test fails, not hangs
+        try:
+            ok = call_capturing_stderr(lambda: os.write(2, b"x") and 1) == (1, "x")
+            os.write(2, b"child's stderr\n")
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(child, 0)
+    release.set()
+    holder.join()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert "child's stderr\n" in capfd.readouterr().err

@@ -12,13 +12,26 @@ import fcntl
 import os
 import tempfile
 import threading
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 T = TypeVar("T")
 
 _LOCK = threading.Lock()
 # One sink per process: a file opened before a fork would be shared with the child.
 _SINKS: dict[int, int] = {}
+_real_stderr: Optional[int] = None  # while a capture runs: a duplicate of what fd 2 was before
+
+
+def _after_fork_in_child() -> None:
+    """A fork while another thread captures would leave the child's lock held for good, and its
+    fd 2 on the parent's capture file."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    if _real_stderr is not None:
+        os.dup2(_real_stderr, 2)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _sink() -> int:
@@ -45,20 +58,22 @@ def write_stderr(text: str) -> None:
 def call_capturing_stderr(function: Callable[[], T]) -> tuple[T, str]:
     """`function()`'s result and what was written to fd 2 while it ran. If it raises, whatever it
     printed goes on to stderr before the exception propagates."""
+    global _real_stderr
     with _LOCK:
         sink = _sink()
         os.ftruncate(sink, 0)
         os.lseek(sink, 0, os.SEEK_SET)
         try:
-            saved = os.dup(2)
+            _real_stderr = os.dup(2)
         except OSError:  # fd 2 is closed: there is nothing to restore afterwards
-            saved = None
+            _real_stderr = None
         os.dup2(sink, 2)
         finished = False
         try:
             result = function()
             finished = True
         finally:
+            saved, _real_stderr = _real_stderr, None
             if saved is None:
                 os.close(2)
             else:
