@@ -83,3 +83,11 @@ def test_a_fork_while_another_thread_captures_leaves_the_child_a_working_capture
     holder.join()
     assert os.waitstatus_to_exitcode(status) == 0
     assert "child's stderr\n" in capfd.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd_create: the capture is a temporary file")
+def test_the_capture_lives_in_memory_so_a_full_temporary_folder_cannot_swallow_a_warning():
+    from transforms import native_stderr
+
+    call_capturing_stderr(lambda: None)
+    assert os.readlink(f"/proc/self/fd/{native_stderr._sink()}").startswith("/memfd:imgrec-stderr")

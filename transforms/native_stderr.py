@@ -36,11 +36,17 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def _sink() -> int:
     """This process's capture file, as a descriptor above 2: in a process started with stderr
-    closed, a new file would otherwise become fd 2 itself."""
+    closed, a new file would otherwise become fd 2 itself. In memory where the system allows
+    (Linux), so that a full temporary folder cannot swallow a warning."""
     pid = os.getpid()
     if pid not in _SINKS:
-        with tempfile.TemporaryFile() as opened:
-            _SINKS[pid] = fcntl.fcntl(opened.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)
+        if hasattr(os, "memfd_create"):
+            descriptor = os.memfd_create("imgrec-stderr", os.MFD_CLOEXEC)
+            _SINKS[pid] = fcntl.fcntl(descriptor, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(descriptor)
+        else:
+            with tempfile.TemporaryFile() as opened:
+                _SINKS[pid] = fcntl.fcntl(opened.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)
     return _SINKS[pid]
 
 
