@@ -359,6 +359,17 @@ def test_harmless_header_oddities_neither_change_pixels_nor_hide_a_cut_scan(oddi
         decode_image(cut, SPEC)
 
 
+@pytest.mark.parametrize("stray", [b"\x00\x00", b"\xff\x00\x10\x00"], ids=["bytes", "stuffed_zero"])
+def test_stray_bytes_between_progressive_scans_are_skipped_as_libjpeg_skips_them(stray, capfd):
+    """libjpeg warns and decodes every scan; the scan-coverage check must find them all too."""
+    data = encoded(noisy_photo(), cv2.IMWRITE_JPEG_PROGRESSIVE, 1)
+    second_scan = data.find(b"\xff\xda", data.find(b"\xff\xda") + 2)
+    odd = data[:second_scan] + stray + data[second_scan:]
+    expected = cv2.cvtColor(cv2.imdecode(np.frombuffer(odd, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    np.testing.assert_array_equal(decode_image(odd, SPEC), expected)
+    assert "extraneous bytes" in capfd.readouterr().err
+
+
 def test_progressive_jpeg_missing_a_scan_in_the_middle_is_corrupt():
     data = encoded(noisy_photo(), cv2.IMWRITE_JPEG_PROGRESSIVE, 1)
     scans = [i for i in range(len(data) - 1) if data[i:i + 2] == b"\xff\xda"]

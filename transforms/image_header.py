@@ -160,7 +160,7 @@ def jpeg_progression_gap(data: bytes) -> Optional[str]:
         if pos < 0 or pos + 4 > len(data) or data[pos + 1] == _JPEG_EOI:
             break
         marker = data[pos + 1]
-        if marker in _JPEG_STANDALONE:
+        if marker in _JPEG_STANDALONE or marker == 0x00:  # 0xFF00 outside a scan: stray bytes
             pos += 2
             continue
         (length,) = struct.unpack_from(">H", data, pos + 2)
