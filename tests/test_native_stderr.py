@@ -58,21 +58,24 @@ def test_a_closed_stderr_neither_fails_the_call_nor_stays_open(tmp_path):
 
 
 def test_a_fork_while_another_thread_captures_leaves_the_child_a_working_capture_and_stderr(capfd):
-    """Library use: a program that forks while one of its threads decodes."""
+    """Library use: a program that forks while one of its threads decodes. The child's capture
+    must neither wait for the parent's nor share its file (the parent's capture stays whole)."""
     import threading
 
-    inside, release = threading.Event(), threading.Event()
+    inside, release, parent_captured = threading.Event(), threading.Event(), []
 
     def hold() -> None:
+        os.write(2, b"parent's decode\n")
         inside.set()
         release.wait(10)
 
-    holder = threading.Thread(target=call_capturing_stderr, args=(hold,))
+    holder = threading.Thread(target=lambda: parent_captured.append(call_capturing_stderr(hold)[1]))
     holder.start()
     inside.wait(10)
     child = os.fork()
     if child == 0:  # the child: its capture must work, and its stderr be the parent's real one
         signal.alarm(10)  # a child stuck on the lock dies of SIGALRM: the test fails, not hangs
+        ok = False
         try:
             ok = call_capturing_stderr(lambda: os.write(2, b"x") and 1) == (1, "x")
             os.write(2, b"child's stderr\n")
@@ -82,6 +85,7 @@ def test_a_fork_while_another_thread_captures_leaves_the_child_a_working_capture
     release.set()
     holder.join()
     assert os.waitstatus_to_exitcode(status) == 0
+    assert parent_captured == ["parent's decode\n"]
     assert "child's stderr\n" in capfd.readouterr().err
 
 

@@ -17,16 +17,16 @@ from typing import Callable, Optional, TypeVar
 T = TypeVar("T")
 
 _LOCK = threading.Lock()
-# One sink per process: a file opened before a fork would be shared with the child.
-_SINKS: dict[int, int] = {}
+_sink_descriptor: Optional[int] = None  # this process's capture file, opened on first use
 _real_stderr: Optional[int] = None  # while a capture runs: a duplicate of what fd 2 was before
 
 
 def _after_fork_in_child() -> None:
     """A fork while another thread captures would leave the child's lock held for good, and its
-    fd 2 on the parent's capture file."""
-    global _LOCK
-    _LOCK = threading.Lock()
+    fd 2 on the parent's capture file; and a capture file the child shared with its parent
+    would mix their output."""
+    global _LOCK, _sink_descriptor
+    _LOCK, _sink_descriptor = threading.Lock(), None
     if _real_stderr is not None:
         os.dup2(_real_stderr, 2)
 
@@ -38,16 +38,16 @@ def _sink() -> int:
     """This process's capture file, as a descriptor above 2: in a process started with stderr
     closed, a new file would otherwise become fd 2 itself. In memory where the system allows
     (Linux), so that a full temporary folder cannot swallow a warning."""
-    pid = os.getpid()
-    if pid not in _SINKS:
+    global _sink_descriptor
+    if _sink_descriptor is None:
         if hasattr(os, "memfd_create"):
             descriptor = os.memfd_create("imgrec-stderr", os.MFD_CLOEXEC)
-            _SINKS[pid] = fcntl.fcntl(descriptor, fcntl.F_DUPFD_CLOEXEC, 3)
+            _sink_descriptor = fcntl.fcntl(descriptor, fcntl.F_DUPFD_CLOEXEC, 3)
             os.close(descriptor)
         else:
             with tempfile.TemporaryFile() as opened:
-                _SINKS[pid] = fcntl.fcntl(opened.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)
-    return _SINKS[pid]
+                _sink_descriptor = fcntl.fcntl(opened.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)
+    return _sink_descriptor
 
 
 def write_stderr(text: str) -> None:
