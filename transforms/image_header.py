@@ -47,11 +47,11 @@ _JPEG_PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 _ALL_COEFFICIENTS = (1 << 64) - 1
 
 
-def _jpeg_markers(data: bytes) -> Iterator[tuple[int, int]]:
-    """Yield (marker, offset of its payload) up to and including SOS, after which the entropy-coded
-    data starts and no more headers can be read. Bytes between segments that are not 0xFF are
-    skipped as libjpeg does ("extraneous bytes"), and so are 0xFF fill bytes and 0xFF00 pairs."""
-    pos = 2
+def _jpeg_markers(data: bytes, pos: int = 2) -> Iterator[tuple[int, int]]:
+    """Yield (marker, offset of its payload) from `pos` (just after SOI, or after a scan's data)
+    up to and including the next SOS, after which the entropy-coded data starts and no more
+    headers can be read. Bytes between segments that are not 0xFF are skipped as libjpeg does
+    ("extraneous bytes"), and so are 0xFF fill bytes and 0xFF00 pairs."""
     while True:
         pos = data.find(b"\xff", pos)
         while 0 <= pos < len(data) and data[pos] == 0xFF:
@@ -147,31 +147,24 @@ def jpeg_progression_gap(data: bytes) -> Optional[str]:
     """
     components: list[int] = []
     final: dict[int, int] = {}  # component id -> bit k set when coefficient k reached precision 0
-    for marker, payload in _jpeg_markers(data):
-        if marker in _JPEG_SOF:
-            if marker not in _JPEG_PROGRESSIVE_SOF:
-                return None
-            components = list(data[payload + 6:payload + 6 + 3 * data[payload + 5]:3])
-    pos = payload - 4  # the first scan's SOS marker, where _jpeg_markers stopped
-    while True:
-        pos = data.find(b"\xff", pos)  # past extraneous bytes, as libjpeg skips them
-        while 0 <= pos < len(data) - 1 and data[pos + 1] == 0xFF:
-            pos += 1
-        if pos < 0 or pos + 4 > len(data) or data[pos + 1] == _JPEG_EOI:
-            break
-        marker = data[pos + 1]
-        if marker in _JPEG_STANDALONE or marker == 0x00:  # 0xFF00 outside a scan: stray bytes
-            pos += 2
-            continue
-        (length,) = struct.unpack_from(">H", data, pos + 2)
-        segment = data[pos + 4:pos + 2 + length]
-        pos += 2 + max(length, 2)
-        if marker == _JPEG_SOS and len(segment) >= 4 and len(segment) == 4 + 2 * segment[0]:
-            start, end, approximation = segment[-3:]
-            if approximation & 0x0F == 0 and start <= end <= 63:
-                for component in segment[1:1 + 2 * segment[0]:2]:
-                    final[component] = final.get(component, 0) | ((1 << (end + 1)) - (1 << start))
-            pos = _end_of_scan(data, pos)
+    pos = 2
+    try:
+        while True:  # one scan's segments (the first time, the header's too) per round
+            for marker, payload in _jpeg_markers(data, pos):
+                if marker in _JPEG_SOF:
+                    if marker not in _JPEG_PROGRESSIVE_SOF:
+                        return None
+                    components = list(data[payload + 6:payload + 6 + 3 * data[payload + 5]:3])
+            (length,) = struct.unpack_from(">H", data, payload - 2)
+            segment = data[payload:payload - 2 + length]  # the SOS's
+            if len(segment) >= 4 and len(segment) == 4 + 2 * segment[0]:
+                start, end, approximation = segment[-3:]
+                if approximation & 0x0F == 0 and start <= end <= 63:
+                    for component in segment[1:1 + 2 * segment[0]:2]:
+                        final[component] = final.get(component, 0) | ((1 << (end + 1)) - (1 << start))
+            pos = _end_of_scan(data, payload - 2 + length)
+    except CorruptImage:  # the end-of-image marker, or the end of the data: no more scans
+        pass
     missing = [c for c in components if final.get(c, 0) != _ALL_COEFFICIENTS]
     if not missing:
         return None
