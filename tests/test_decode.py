@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from tests.helpers import png_declaring
-from transforms.decode import apply_orientation, check_header, decode_image, decode_working_bytes
+from transforms.decode import apply_orientation, check_header, decode_image, decode_working_bytes, refuse_made_up_pixels
 from transforms.image_header import ImageHeader, exif_orientation, read_header
 from transforms.rejections import CorruptImage, EmptyFile, ImageTooLarge, ImageTooSmall, NotAnImage
 from transforms.specs import ImageSpec
@@ -393,6 +393,13 @@ def damaged_jpeg_tiff() -> bytes:
     data = bytearray(jpeg_tiff(noisy_photo()))
     data[len(data) // 2:len(data) // 2 + 2] = b"\xff\xd9"
     return bytes(data)
+
+
+def test_a_lost_pixels_warning_worded_otherwise_is_still_a_reason():
+    """Another libjpeg build could word the start of its message differently: the whole line then."""
+    header = ImageHeader("jpeg", 8, 8)
+    with pytest.raises(CorruptImage, match='reports "JPEG: premature end of data segment"'):
+        refuse_made_up_pixels(header, "JPEG: premature end of data segment\n", "a.jpg")
 
 
 def test_damaged_jpeg_data_inside_a_tiff_is_corrupt():

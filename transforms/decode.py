@@ -199,9 +199,9 @@ def refuse_made_up_pixels(header: ImageHeader, printed: str, source: str) -> Non
     lines = printed.splitlines()
     lost = next((line for line in lines if any(warning in line for warning in LIBJPEG_LOST_PIXELS)), None)
     if lost:
-        message = lost[min(lost.find(start) for start in _LIBJPEG_MESSAGE_STARTS if start in lost):].strip()
-        raise CorruptImage(f"{header.format} data is damaged: libjpeg reports \"{message}\" and would fill in "
-                           "the missing pixels")
+        begins = min((lost.find(start) for start in _LIBJPEG_MESSAGE_STARTS if start in lost), default=0)
+        raise CorruptImage(f"{header.format} data is damaged: libjpeg reports \"{lost[begins:].strip()}\" and "
+                           "would fill in the missing pixels")
     write_stderr("".join(f"imgrec: while decoding {source or 'an image'}: {line}\n" for line in lines))
 
 
