@@ -20,6 +20,7 @@ from pipeline.errors import RunFailed
 from pipeline.metadata import build_metadata, check_error_budget, rejections_by_error
 from pipeline.progress import RecordProgress
 from pipeline.publish import publish
+from pipeline.tables import counted
 from transforms import files
 from transforms.assign import DUPLICATES, ComputeLabelMap, PlanSplits
 from transforms.dataset_format import DatasetMetadata, FormatError, join
@@ -57,7 +58,7 @@ def check_not_empty(metadata: DatasetMetadata, spec: ConversionSpec, dead_letter
     if inputs.written == 0 and not spec.output.allow_empty:
         why = f": {rejections_by_error(inputs)}" if inputs.rejected else ""
         where = f" Dead letters: {dead_letters}" if inputs.rejected else ""
-        raise RunFailed(f"no image was written ({inputs.total} inputs found under {spec.input.path}, "
+        raise RunFailed(f"no image was written ({counted(inputs.total, 'input')} found under {spec.input.path}, "
                         f"{inputs.rejected} rejected{why}); nothing was published. Pass --allow_empty to publish "
                         f"an empty dataset.{where}")
 

@@ -98,14 +98,20 @@ FLAGS = (
 )
 
 
-def _defaults() -> dict[str, Any]:
-    """Each flag's default, from the spec dataclasses (shown by --help)."""
+def _defaults() -> dict[str, str]:
+    """Each flag's default as --help shows it (as the flag would be written), from the spec
+    dataclasses; flags without one, and switches (off by default), are left out."""
     defaults = {}
     for flag in FLAGS:
-        field = {f.name: f for f in dataclasses.fields(SECTIONS[flag.section])}[flag.field]
-        if field.default is not dataclasses.MISSING:
-            # a flag given in MiB shows its default in MiB
-            defaults[flag.name] = f"{field.default / 2**20:g}" if flag.type is _mebibytes else field.default
+        default = {f.name: f for f in dataclasses.fields(SECTIONS[flag.section])}[flag.field].default
+        if default is dataclasses.MISSING or default is None or default is False or default == "":
+            continue
+        if flag.type is _mebibytes:
+            defaults[flag.name] = f"{default / 2**20:g}"
+        elif isinstance(default, (tuple, list)):
+            defaults[flag.name] = ",".join(map(str, default))
+        else:
+            defaults[flag.name] = str(default)
     return defaults
 
 
@@ -135,7 +141,7 @@ class ImgrecOptions(PipelineOptions):
                             help="YAML config: a file, or a shipped one by name (local, seed, imagenet, flink, spark).")
         defaults = _defaults()
         for flag in FLAGS:
-            shown = f" (default: {defaults[flag.name]})" if defaults.get(flag.name) not in (None, False, "") else ""
+            shown = f" (default: {defaults[flag.name]})" if flag.name in defaults else ""
             if flag.type is None:
                 parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=flag.help + shown)
             else:

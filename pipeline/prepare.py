@@ -252,7 +252,8 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
         try:
             previous = read_json(join(dataset, METADATA_FILE))
         except (OSError, ValueError) as exc:
-            raise UsageError(f"--compare_to: cannot read {join(dataset, METADATA_FILE)}: {exc}") from None
+            raise UsageError(f"--compare_to: cannot read {join(dataset, METADATA_FILE)}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
         if not is_dataset_metadata(previous):
             raise UsageError(f"--compare_to: {join(dataset, METADATA_FILE)} is not the metadata of an imgrec "
                              "dataset")
@@ -271,7 +272,10 @@ def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Opt
     try:
         with FileSystems.open(join(dataset, METADATA_FILE), compression_type="uncompressed") as handle:
             metadata = DatasetMetadata.loads(handle.read())
-    except (OSError, FormatError) as exc:
+    except OSError as exc:
+        raise UsageError(f"{where} cannot serve this run: cannot read {join(dataset, METADATA_FILE)}: "
+                         f"{exc.strerror or exc}") from None
+    except FormatError as exc:
         raise UsageError(f"{where} cannot serve this run: {exc}") from None
     if metadata.pixel_fingerprint != pixel_fingerprint:
         raise UsageError(f"{where} cannot serve this run: it was written with other image settings or "

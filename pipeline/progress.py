@@ -78,7 +78,6 @@ class ProgressReporter:
         self._stop = threading.Event()
         self._started = clock()
         self._first_done: Optional[tuple[float, int]] = None
-        self._total: Optional[int] = None
         self._last_line = ""
 
     def poll_once(self) -> Optional[str]:
@@ -87,7 +86,6 @@ class ProgressReporter:
         except Exception:  # the folder may not exist yet, or be gone after publishing
             return None
         now = self._clock()
-        self._total = total if total is not None else self._total
         if done and self._first_done is None:
             self._first_done = (now, done)
         rate = None
@@ -115,11 +113,12 @@ class ProgressReporter:
                 self._print(line)
                 printed_at, planned = self._clock(), planned or first_plan
 
-    def finish(self) -> None:
-        """After the run published (its staging, markers included, is gone): the final count,
-        so even a run shorter than the interval shows what was converted."""
-        if self._interval > 0 and self._total:
-            self._print(format_progress(self._total, self._total, self._clock() - self._started, None))
+    def finish(self, planned: int) -> None:
+        """After the run published (its staging, markers included, is gone): the final count of
+        the images it planned to convert, from the published metadata, so a run that ended
+        before a poll saw its markers shows it too."""
+        if self._interval > 0 and planned:
+            self._print(format_progress(planned, planned, self._clock() - self._started, None))
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:

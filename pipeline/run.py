@@ -255,8 +255,8 @@ def convert(argv: Sequence[str]) -> Conversion:
         raise UsageError(f"cannot write into the output folder {output}: {exc.strerror or exc}") from None
     try:
         state = inspect_output(output)
+        check_layout(spec.input, output, state)  # first: --overwrite, which check_output suggests, cannot lift it
         check_output(output, spec.output, state)
-        check_layout(spec.input, output, state)
         clear_dead_runs(output)
         compared = comparison(spec.output, template, state)
         if compared and compared.missing:
@@ -290,13 +290,13 @@ def convert(argv: Sequence[str]) -> Conversion:
                     result = _run_to_completion(pipeline, this_run)
             finally:
                 close_shared_pools()
-        reporter.finish()
         elapsed = time.monotonic() - clock
         engine = engine_of(runner)
         if FileSystems.exists(join(this_run, UNCHANGED_MARKER)):
             _cleanup(output, this_run, keep_run=False, keep_parts=False)
             return Conversion(result, spec, run_id, engine, elapsed, unchanged_from=compared.dataset)
         metadata = read_published(output, run_id)
+        reporter.finish(metadata.planned)
         if interrupts.received():  # it came while this process published, which finished first
             _say(PUBLISHED_BEFORE_SIGNAL)
         return Conversion(result, spec, run_id, engine, elapsed, metadata)

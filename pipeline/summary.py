@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pipeline.tables import format_bytes, format_table
+from pipeline.tables import counted, format_bytes, format_table
 from transforms.dataset_format import DatasetMetadata
 from transforms.specs import ConversionSpec
 
@@ -51,11 +51,11 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
             lines.append(f"warning: split {name} has no examples")
     resumed = metadata.run.get("resumed_records", 0)
     if resumed:
-        lines.append(f"resumed: {resumed} records were taken from what an interrupted run had written")
+        lines.append(f"resumed: {counted(resumed, 'record')} taken from what an earlier, unfinished run had written")
     if inputs.rejected:
         lines.append(f"dead letters: {', '.join(metadata.error_files)}")
     if elapsed is not None:
         rate = f", {inputs.total / elapsed:,.0f} images/s" if elapsed > 0 else ""
         lines.append(f"time: {elapsed:.1f} s{rate}" + (f" on {engine}" if engine else ""))
-    lines.append(f"output: {output} (metadata.json, {len(metadata.shard_files)} shards)")
+    lines.append(f"output: {output} (metadata.json, {counted(len(metadata.shard_files), 'shard')})")
     return "\n".join(lines)

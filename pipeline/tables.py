@@ -32,3 +32,8 @@ def format_bytes(num_bytes: float) -> str:
             return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
         num_bytes /= 1024
     raise AssertionError("unreachable")
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 shard", "2 shards": a count and its noun in the right number."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

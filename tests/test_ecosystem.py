@@ -227,4 +227,7 @@ def test_help_shows_defaults_and_how_beam_flags_pass():
     done = subprocess.run([sys.executable, "-m", "pipeline.run", "--help"], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
     assert done.returncode == 0
-    assert "(default: 224)" in done.stdout and "passes straight to Beam" in " ".join(done.stdout.split())
+    text = " ".join(done.stdout.split())
+    assert "(default: 224)" in text and "passes straight to Beam" in text
+    for default in ("(default: 0)", "(default: train,val,test)", "(default: 0.7,0.2,0.1)"):  # as flags take them
+        assert default in text, default

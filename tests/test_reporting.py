@@ -80,7 +80,7 @@ def test_summary_has_a_column_per_class_when_there_are_few():
     assert lines[2].split() == ["train", "4", "2", "2", "1", "2.0", "KiB", "0"]
     assert lines[3].split() == ["total", "4", "0"]
     assert "inputs: 4 = 4 written + 0 rejected" in lines
-    assert lines[-1] == "output: out (metadata.json, 1 shards)"
+    assert lines[-1] == "output: out (metadata.json, 1 shard)"
     assert not any(line.startswith(("dead letters", "duplicates", "reused", "time")) for line in lines)
 
 
@@ -188,9 +188,22 @@ def test_reporter_prints_changed_lines_only(tmp_path):
 def test_interval_zero_prints_nothing(tmp_path):
     mark(tmp_path, TOTAL_FILE, "10")
     stream = io.StringIO()
-    with ProgressReporter(str(tmp_path), interval=0, stream=stream).running():
+    reporter = ProgressReporter(str(tmp_path), interval=0, stream=stream)
+    with reporter.running():
         pass
+    reporter.finish(10)
     assert stream.getvalue() == ""
+
+
+def test_the_final_count_is_printed_even_when_no_poll_saw_the_plan(tmp_path):
+    """A run shorter than the first poll: its markers are gone with its staging when it ends."""
+    clock = FakeClock()
+    stream = io.StringIO()
+    reporter = ProgressReporter(str(tmp_path / "gone"), interval=30.0, stream=stream, clock=clock)
+    clock.now += 0.4
+    reporter.finish(36)
+    reporter.finish(0)  # nothing was converted (an unchanged dataset): nothing to report
+    assert stream.getvalue() == "imgrec: converted 36/36 images (100%)\n"
 
 
 class Terminal(io.StringIO):

@@ -79,10 +79,12 @@ def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path,
     (("--direct_running_mode=multi_processing", "--direct_num_workers=-1"), ("--direct_num_workers",)),
     (("--compare_to=latest",), ("compare_to", "skip_unchanged")),
     (("--target_shard_mb=inf",), ("--target_shard_mb", "inf")),
+    (("--reuse_from=/nonexistent/dataset",), ("--reuse_from", "/nonexistent/dataset/metadata.json: No such file")),
 ], ids=["split_ratios", "encoding_choice", "int_value", "missing_config", "unknown_runner", "nan_ratio",
         "split_name_path", "num_shards_bound", "repeated_class", "negative_processes", "too_many_processes",
         "negative_interval",
-        "unreachable_job_service", "negative_workers", "compare_to_alone", "infinite_shard_size"])
+        "unreachable_job_service", "negative_workers", "compare_to_alone", "infinite_shard_size",
+        "missing_reuse_source"])
 def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts):
     out = tmp_path / "out"
     line = assert_refused(run_imgrec(data, out, *flags), out)
@@ -137,6 +139,21 @@ def test_s3_without_the_aws_extra_is_a_usage_error(tmp_path, data, flag):
     run = run_imgrec("s3://bucket/data", out) if flag == "--input" else run_imgrec(data, "s3://bucket/out")
     line = assert_refused(run, out)
     assert line.startswith(f"imgrec: error: {flag}=s3://bucket/"), line
+
+
+def test_an_output_among_the_inputs_is_refused_without_suggesting_overwrite(tmp_path, data):
+    for output in (data, data / "cat"):
+        run = run_imgrec(data, output)
+        assert run.returncode == 2, run.brief()
+        line = error_line(run)
+        assert "in among" in line and "--overwrite" not in line, line
+
+
+def test_a_run_ends_with_its_final_progress_line_however_short(tmp_path, data):
+    (data / "notes.txt").write_text("not an image")
+    run = run_imgrec(data, tmp_path / "out", "--progress_interval=30")
+    assert run.returncode == 0, run.brief()
+    assert "imgrec: converted 4/4 images (100%)" in run.stderr.splitlines(), run.brief()
 
 
 def test_file_urls_name_local_input_and_output(tmp_path, data):

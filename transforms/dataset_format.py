@@ -291,6 +291,11 @@ class DatasetMetadata:
     format_version: int = FORMAT_VERSION
 
     @property
+    def planned(self) -> int:
+        """Images the run set out to convert: each split's records and its conversion rejections."""
+        return sum(split.num_examples + split.rejected for split in self.splits.values())
+
+    @property
     def shard_files(self) -> tuple[str, ...]:
         return tuple(f for split in self.splits.values() for f in split.files)
 
