@@ -83,6 +83,17 @@ def _read(path: str) -> Optional[LockOwner]:
         return None
 
 
+def _read_written(path: str, wait: float = 1.0) -> Optional[LockOwner]:
+    """The owner, given a moment to appear: a run that has just taken the lock has created the
+    file but may not have written into it yet."""
+    deadline = time.monotonic() + wait
+    while True:
+        owner = _read(path)
+        if owner is not None or time.monotonic() >= deadline:
+            return owner
+        time.sleep(0.02)
+
+
 def check_publisher(output: str, run_id: str) -> None:
     """Run where the dataset is published (the pipeline's last step, on a worker): the lock must
     still belong to this run and, when the driver runs on this host, the driver must be alive, so
@@ -108,6 +119,7 @@ class OutputLock:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._descriptor: Optional[int] = None  # local: the open, flocked lock file
+        self._written = 0  # its length
 
     def _owner(self) -> LockOwner:
         return LockOwner(self._run_id, self._host, os.getpid(), self._started, _now().isoformat(timespec="seconds"),
@@ -155,8 +167,13 @@ class OutputLock:
     def _write(self) -> None:
         text = self._owner().to_json().encode("utf-8")
         if self._descriptor is not None:
-            os.ftruncate(self._descriptor, 0)
+            # Overwritten in place, never emptied first: a reader (check_publisher, a run refused
+            # the lock) sees a whole owner at every moment. JSON allows the trailing spaces that
+            # pad a shorter text over the longer one.
+            text = text.ljust(self._written)
             os.pwrite(self._descriptor, text, 0)
+            os.ftruncate(self._descriptor, len(text))
+            self._written = len(text)
             return
         with FileSystems.create(self.path) as handle:
             handle.write(text)
@@ -165,7 +182,7 @@ class OutputLock:
         """Takes the lock; raises OutputLocked if a live run holds it."""
         local = local_path(self.path)
         if not (self._lock_local(local) if local is not None else self._lock_remote()):
-            owner = _read(self.path)
+            owner = _read_written(self.path)
             raise OutputLocked(
                 f"{self.path} is held by {owner.describe() if owner else 'another run'}; wait for that run "
                 f"to finish, or, if no such run is alive, delete {self.path}")

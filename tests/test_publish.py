@@ -2,13 +2,16 @@
 (pipeline.lock) and worker-side publishing (pipeline.publish) on real local folders."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pathlib
 import socket
+import threading
 
 import pytest
 
+from pipeline import lock as lock_module
 from pipeline.errors import OutputLocked, RunFailed, UsageError
 from pipeline.lock import LockOwner, OutputLock, check_publisher
 from pipeline.prepare import (
@@ -363,3 +366,29 @@ def test_an_interrupted_run_is_told_what_the_output_holds(tmp_path):
     assert interrupted_outcome(out, "r2").startswith("interrupted; nothing was published")  # the renames had not begun
     (tmp_path / "metadata.json").unlink()
     assert interrupted_outcome(out, "r2").startswith(f"interrupted while publishing: {out} holds no finished dataset")
+
+
+def test_a_heartbeat_never_leaves_the_lock_file_without_its_owner(tmp_path, monkeypatch):
+    """check_publisher reads the lock as the heartbeat rewrites it: an owner missing for a moment
+    would refuse to publish a finished run."""
+    monkeypatch.setattr(lock_module, "HEARTBEAT_SECONDS", 0)  # rewritten continuously
+    with OutputLock(str(tmp_path), "r1"):
+        for _ in range(3000):
+            check_publisher(str(tmp_path), "r1")
+
+
+def test_a_run_refused_the_lock_names_the_owner_that_has_just_taken_it(tmp_path):
+    """The owner creates and flocks the file, then writes itself into it: a run refused in
+    between waits a moment for the name instead of saying 'another run'."""
+    descriptor = os.open(tmp_path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    owner = LockOwner("first-run", socket.gethostname(), os.getpid(), "2026-12-02T00:00:00+00:00",
+                      "2026-12-02T00:00:00+00:00")
+    writer = threading.Timer(0.2, os.pwrite, (descriptor, owner.to_json().encode(), 0))
+    writer.start()
+    try:
+        with pytest.raises(OutputLocked, match="first-run"):
+            OutputLock(str(tmp_path), "second-run").acquire()
+    finally:
+        writer.join()
+        os.close(descriptor)
