@@ -115,7 +115,8 @@ class ConvertToTFRecords(beam.PTransform):
         label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
             spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))
         early_rejections = (discovered[REJECTED], read[REJECTED]) | "EarlyRejections" >> beam.Flatten()
-        fingerprint = (read.images, early_rejections, label_map) | "Fingerprint" >> InputFingerprint(spec)
+        fingerprint = ((read.images, early_rejections, label_map)
+                       | "Fingerprint" >> InputFingerprint(spec, context.library_versions))
         plan = read.images | "PlanSplits" >> PlanSplits(spec.splits, AsSingleton(label_map),
                                                         spec.output.drop_duplicates)
         to_write = plan["planned"] | "SkipIfUnchanged" >> beam.Filter(

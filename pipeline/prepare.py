@@ -18,7 +18,7 @@ import os
 import posixpath
 import re
 import string
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -46,6 +46,7 @@ from transforms.discover import OutputFolder
 from transforms.files import list_names, local_path
 from transforms.reuse import ReuseSource
 from transforms.specs import InputSpec, OutputSpec
+from transforms.tfrecord import framed_length
 
 LATEST = "latest"
 # The fields of a dated output template: the UTC strftime format of each, and a regex of its values.
@@ -201,14 +202,17 @@ def sibling_pattern(template: str) -> Optional[tuple[str, re.Pattern]]:
     return parent, re.compile(regex)
 
 
-def latest_sibling(template: str, current: str) -> Optional[str]:
-    """The newest finished dataset among the siblings a dated output template produces."""
+def latest_sibling(template: str) -> Optional[str]:
+    """The newest finished dataset among the folders a dated output template produces, this
+    run's output included: a second run on the same {date} compares with, and reuses, what the
+    first wrote there, not the day before's (which would leave the first's dataset as the newest
+    when the inputs went back to the day before's)."""
     found = sibling_pattern(template)
     if found is None:
         raise UsageError(f"'latest' needs an output template with {{date}} or {{timestamp}} in its last "
                          f"folder, got --output={template}")
     parent, pattern = found
-    names = [n for n in list_names(parent) if pattern.fullmatch(n) and join(parent, n) != current.rstrip("/")]
+    names = [n for n in list_names(parent) if pattern.fullmatch(n)]
     return next((join(parent, n) for n in sorted(names, reverse=True) if _is_dataset(join(parent, n))), None)
 
 
@@ -221,20 +225,22 @@ def _is_dataset(folder: str) -> bool:
         return False
 
 
-def resolve_dataset(reference: Optional[str], template: str, current: str) -> Optional[str]:
+def resolve_dataset(reference: Optional[str], template: str) -> Optional[str]:
     if reference == LATEST:
-        return latest_sibling(template, current)
+        return latest_sibling(template)
     return reference
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """The dataset --skip_unchanged compares with, and its input + config fingerprint (None when
-    files it lists are missing: then it is not kept as it is, the run converts and repairs it)."""
+    files it lists are missing or shards are not whole: then it is not kept as it is, the run
+    converts and repairs it)."""
 
     dataset: str
     fingerprint: Optional[str]
     missing: tuple[str, ...] = ()
+    not_whole: tuple[str, ...] = ()  # shards of a split whose bytes are not what metadata.json says
 
 
 def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[Comparison]:
@@ -246,7 +252,7 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
             return None
         dataset, previous = spec.path, state.previous
     else:
-        dataset = resolve_dataset(spec.compare_to, template, spec.path)
+        dataset = resolve_dataset(spec.compare_to, template)
         if dataset is None:
             return None
         try:
@@ -258,14 +264,31 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
             raise UsageError(f"--compare_to: {join(dataset, METADATA_FILE)} is not the metadata of an imgrec "
                              "dataset")
     missing = tuple(f for f in listed_files(previous) if not FileSystems.exists(join(dataset, f)))
-    return Comparison(dataset, None if missing else previous.get("fingerprint"), missing)
+    not_whole = () if missing else shards_not_whole(dataset, previous)
+    return Comparison(dataset, None if missing or not_whole else previous.get("fingerprint"), missing, not_whole)
+
+
+def shards_not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
+    """The shards of each split of an uncompressed dataset whose sizes do not add up to its
+    records' framed bytes (metadata.json's num_bytes and num_examples): cut short or appended
+    to. A file that is there is not necessarily whole; gzip shards' sizes say nothing."""
+    if previous.get("compression") != "none":
+        return ()
+    not_whole: list[str] = []
+    for split in (previous.get("splits") or {}).values():
+        names, num_bytes, examples = split.get("files"), split.get("num_bytes"), split.get("num_examples")
+        if not (isinstance(names, list) and isinstance(num_bytes, int) and isinstance(examples, int)):
+            continue
+        if sum(files.size(join(dataset, name)) for name in names) != num_bytes + examples * framed_length(0):
+            not_whole.extend(names)
+    return tuple(not_whole)
 
 
 def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Optional[ReuseSource]:
     """The dataset --reuse_from names, checked to be able to serve this run's images."""
     if not spec.reuse_from:
         return None
-    dataset = resolve_dataset(spec.reuse_from, template, spec.path)
+    dataset = resolve_dataset(spec.reuse_from, template)
     if dataset is None:
         return None
     where = f"--reuse_from={dataset}"
@@ -291,5 +314,9 @@ def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Opt
     missing = [i for _, i in shards if not FileSystems.exists(i)]
     if missing:
         raise UsageError(f"{where} cannot serve this run: record index files are missing ({missing[0]}, ...)")
-    return ReuseSource(dataset, shards, metadata.role_keys()["image"])
+    run_id = metadata.run.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        raise UsageError(f"{where} cannot serve this run: its {METADATA_FILE} names no run (run.run_id), so a run "
+                         "replacing it while this one reads it could not be noticed")
+    return ReuseSource(dataset, run_id, shards, metadata.role_keys()["image"])
 

@@ -262,6 +262,9 @@ def convert(argv: Sequence[str]) -> Conversion:
         if compared and compared.missing:
             _say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
                  f"({', '.join(compared.missing[:3])}); converting again")
+        elif compared and compared.not_whole:
+            _say(f"imgrec: {compared.dataset} has shards whose sizes do not match its {METADATA_FILE} "
+                 f"({', '.join(compared.not_whole[:3])}): cut short or appended to; converting again")
         context = RunContext(
             run_info, output, this_run, writer, library_versions,
             previous_fingerprint=compared.fingerprint if compared else None,

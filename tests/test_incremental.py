@@ -143,7 +143,7 @@ def test_an_edited_record_index_never_gives_an_image_another_features_bytes(chan
     assert incremental["reuse"]["converted"] == changed + 1
 
 
-def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_shard(tmp_path):
+def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_or_cut_shard(tmp_path):
     images, out = tmp_path / "images", tmp_path / "out"
     make_images(images, 12)
     first = convert(images, out)
@@ -156,6 +156,11 @@ def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_shard(tmp_path):
     missing.unlink()
     third = convert(images, out, "--skip_unchanged")  # not kept as it is: converted again, repaired
     assert third["run"]["run_id"] != second["run"]["run_id"] and missing.exists()
+    shard = out / third["splits"]["train"]["files"][0]
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:-100])  # cut short: every file is there, one is not whole
+    fourth = convert(images, out, "--skip_unchanged")
+    assert fourth["run"]["run_id"] != third["run"]["run_id"] and shard.read_bytes() == whole
 
 
 def test_reuse_from_latest_takes_the_newest_dated_sibling(changed_inputs, tmp_path):
@@ -210,7 +215,15 @@ def test_skip_unchanged_compares_with_the_newest_sibling(tmp_path):
         [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS,
          "--skip_unchanged", "--compare_to=latest"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert len(list(root.iterdir())) == 2
+    (today,) = set(root.iterdir()) - {root / "2026-01-01"}
+    # The same day, the new image withdrawn: compared with today's dataset, the newest, which
+    # is rebuilt; the day before's, which the inputs match again, must not make it look unchanged.
+    (images / "ant" / "new.jpg").unlink()
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS,
+         "--skip_unchanged", "--compare_to=latest"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((today / "metadata.json").read_text())["inputs"]["written"] == 12
 
 
 @pytest.mark.slow

@@ -198,15 +198,18 @@ def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
 
 
 def test_config_fingerprint_ignores_where_and_how_to_publish():
-    base = config_fingerprint(SPEC)
+    base = config_fingerprint(SPEC, VERSIONS)
     for same in (with_output(path="elsewhere"), with_output(overwrite=True), with_output(skip_unchanged=True),
                  with_output(allow_empty=True), with_output(skip_unchanged=True, compare_to="latest"),
                  with_output(reuse_from="x")):
-        assert config_fingerprint(same) == base
+        assert config_fingerprint(same, VERSIONS) == base
+    assert config_fingerprint(SPEC, {**VERSIONS, "apache_beam": "3", "python": "3.12"}) == base
     for changed in (with_output(num_shards=3), with_output(shuffle_seed=1), with_output(compression="gzip"),
                     with_image(quality=80), dataclasses.replace(SPEC, splits=SplitSpec(salt="s")),
                     dataclasses.replace(SPEC, input=InputSpec("other"))):
-        assert config_fingerprint(changed) != base
+        assert config_fingerprint(changed, VERSIONS) != base
+    for library in ("imgrec", "opencv", "numpy"):  # they make the pixels
+        assert config_fingerprint(SPEC, {**VERSIONS, library: "0.0.1"}) != base
 
 
 def test_input_fingerprint_is_order_independent_and_sensitive():
@@ -245,6 +248,7 @@ def test_a_dataset_that_rejected_files_for_their_state_while_converting_records_
 def recomputed_fingerprint(spec: ConversionSpec, rounding: bool = True, damage_checks: bool = True) -> str:
     """config_fingerprint computed here, with or without the entries that name imgrec's rules."""
     config = json.loads(json.dumps(spec.to_dict()))
+    config["versions"] = {name: VERSIONS[name] for name in ("imgrec", "opencv", "numpy")}
     for field in POLICY_FIELDS:
         config["output"].pop(field)
     if rounding and spec.splits.method == "stratified":
@@ -257,11 +261,11 @@ def recomputed_fingerprint(spec: ConversionSpec, rounding: bool = True, damage_c
 def test_stratified_fingerprints_name_the_rounding():
     """--skip_unchanged must not keep a stratified dataset that an older rounding cut."""
     stratified = dataclasses.replace(SPEC, splits=dataclasses.replace(SPEC.splits, method="stratified"))
-    assert config_fingerprint(stratified) == recomputed_fingerprint(stratified)
-    assert config_fingerprint(stratified) != recomputed_fingerprint(stratified, rounding=False)
+    assert config_fingerprint(stratified, VERSIONS) == recomputed_fingerprint(stratified)
+    assert config_fingerprint(stratified, VERSIONS) != recomputed_fingerprint(stratified, rounding=False)
 
 
 def test_fingerprints_name_the_damage_checks():
     """--skip_unchanged must not keep a dataset converted before damaged JPEGs were refused."""
-    assert config_fingerprint(SPEC) == recomputed_fingerprint(SPEC)
-    assert config_fingerprint(SPEC) != recomputed_fingerprint(SPEC, damage_checks=False)
+    assert config_fingerprint(SPEC, VERSIONS) == recomputed_fingerprint(SPEC)
+    assert config_fingerprint(SPEC, VERSIONS) != recomputed_fingerprint(SPEC, damage_checks=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import os
 import pathlib
 import shutil
@@ -16,7 +17,7 @@ import tensorflow as tf
 
 from tests.helpers import write_photo
 from transforms import tfrecord
-from transforms.dataset_format import IndexEntry, RecordLocation
+from transforms.dataset_format import METADATA_FILE, IndexEntry, RecordLocation
 from transforms.example import RecordFields
 from transforms.parts import (
     JournalLine,
@@ -383,13 +384,15 @@ def test_an_image_rejected_once_is_converted_again_and_takes_its_place(tmp_path,
     assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
 
 
-def test_reused_records_taken_from_a_killed_attempt_still_count_as_reused(tmp_path, images):
-    settings, task, first, _ = finished_part(tmp_path, images)
+def test_records_a_killed_attempt_copied_from_a_previous_dataset_are_not_taken_over(tmp_path, images):
+    """Whether that dataset was still the one checked when they were copied is not known."""
+    settings, task, first, expected = finished_part(tmp_path, images)
     folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=3)
     journal = folder / "run-killed-1.index"
     journal.write_text("".join(JournalLine(i, i == 1, e).to_line() for i, e in enumerate(first.index[:3])))
     again = convert_part(task, settings)
-    assert (again.resumed, again.reused) == (3, 1)
+    assert (again.resumed, again.reused) == (2, 0)
+    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
 
 
 @pytest.mark.parametrize("tamper", ["partial is a file", "journal is a folder", "records is a folder"])
@@ -480,12 +483,12 @@ def test_a_reused_record_equals_a_fresh_one_and_a_damaged_source_is_converted_ag
 def index_locations(shard: str, tmp_path) -> dict:
     """The record index of the written shard, by content hash."""
     index = str(tmp_path / "run" / "index" / "train-00000-of-00001.tfrecord.idx")
-    return {loc.entry.sha256: loc for _, locations in read_index(shard, index, "image") for loc in locations}
+    return {loc.entry.sha256: loc for _, locations in read_index(shard, index, "image", "r1") for loc in locations}
 
 
 def test_attach_takes_the_first_record_of_a_content():
-    first = RecordLocation("/d/train-00000-of-00002.tfrecord", IndexEntry(100, 50, "h", 10, 20), "image")
-    later = RecordLocation("/d/train-00001-of-00002.tfrecord", IndexEntry(0, 50, "h", 10, 20), "image")
+    first = RecordLocation("/d/train-00000-of-00002.tfrecord", IndexEntry(100, 50, "h", 10, 20), "image", "r1")
+    later = RecordLocation("/d/train-00001-of-00002.tfrecord", IndexEntry(0, 50, "h", 10, 20), "image", "r1")
     images = [source("/a.jpg", content_hash="h"), source("/b.jpg", content_hash="h")]
     attached = [im for batch in attach((0, {"images": [tuple(images)], "records": [(later,), (first,)]}))
                 for im in batch]
@@ -493,6 +496,42 @@ def test_attach_takes_the_first_record_of_a_content():
         im.source for im in images]
     unmatched = attach((0, {"images": [tuple(images)], "records": []}))
     assert [im.reuse for batch in unmatched for im in batch] == [None, None]
+
+
+def publish_as(folder: pathlib.Path, run_id: str) -> None:
+    (folder / METADATA_FILE).write_text(json.dumps({"run": {"run_id": run_id}}))
+
+
+@pytest.mark.parametrize("then", ["replaced", "removed"])
+def test_records_are_copied_only_from_the_dataset_the_run_checked(tmp_path, images, then):
+    """A run replacing the previous dataset (other settings: other pixels at the same offsets,
+    under the same content hashes) while a part copies from it: the part is written again from
+    the files."""
+    source = settings_for(tmp_path, part_images=3)
+    concat_shard(ShardPlan(SHARD, 3), convert_all(images, source), source)
+    locations = index_locations(str(tmp_path / "run" / "train-00000-of-00001.tfrecord"), tmp_path)
+    settings = settings_for(tmp_path, name="run2", part_images=8, parts="parts2")
+    (task,) = cut_into_parts(SHARD, [dataclasses.replace(im, reuse=locations[im.source.content_hash])
+                                     for im in images], settings)
+    publish_as(tmp_path / "run", "r1")
+    assert convert_part(task, settings).reused == len(images)
+    expected = (tmp_path / "parts2" / f"{task.digest}.records").read_bytes()
+    shutil.rmtree(tmp_path / "parts2")
+    if then == "replaced":
+        publish_as(tmp_path / "run", "r2")
+    else:
+        (tmp_path / "run" / METADATA_FILE).unlink()
+    again = convert_part(task, settings)
+    assert (again.records, again.reused) == (len(images), 0)
+    assert (tmp_path / "parts2" / f"{task.digest}.records").read_bytes() == expected
+    assert sorted(p.name for p in (tmp_path / "parts2").iterdir()) == [f"{task.digest}.json", f"{task.digest}.records"]
+
+
+def test_a_missing_or_damaged_index_offers_no_records(tmp_path):
+    index = tmp_path / "train.idx"
+    assert list(read_index(str(tmp_path / "train"), str(index), "image", "r1")) == []
+    index.write_bytes(b"not an index line\n")
+    assert list(read_index(str(tmp_path / "train"), str(index), "image", "r1")) == []
 
 
 def test_reuse_needs_no_pixels_of_a_changed_source(tmp_path, images):

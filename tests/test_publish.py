@@ -225,10 +225,11 @@ def test_latest_sibling_of_a_dated_output(tmp_path):
                            ("2026-12-04", {"hello": 1})):  # somebody else's metadata.json: not a dataset
         (tmp_path / name).mkdir()
         (tmp_path / name / ("metadata.json" if metadata else "x")).write_text(json.dumps(metadata))
-    assert latest_sibling(template, str(tmp_path / "2026-12-02")) == str(tmp_path / "2026-12-01")
-    assert latest_sibling(template, str(tmp_path / "2026-12-01")) == str(tmp_path / "2026-11-30")
+    assert latest_sibling(template) == str(tmp_path / "2026-12-01")
+    (tmp_path / "2026-12-03" / "metadata.json").write_text(json.dumps(dataset))  # this run's output, say
+    assert latest_sibling(template) == str(tmp_path / "2026-12-03")
     with pytest.raises(UsageError, match=r"'latest' needs an output template with \{date\}"):
-        latest_sibling(str(tmp_path / "fixed"), str(tmp_path / "fixed"))
+        latest_sibling(str(tmp_path / "fixed"))
     parent, pattern = sibling_pattern(str(tmp_path / "{{v1}}-{date}"))
     assert parent == str(tmp_path) and pattern.fullmatch("{v1}-2026-12-01") and not pattern.fullmatch("{{v1}}-x")
 

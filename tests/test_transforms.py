@@ -468,11 +468,11 @@ def test_attach_reusable_records_joins_on_content(tmp_path):
     write_text(index, "".join(e.to_line() for e in entries))
     shard = str(tmp_path / "old" / "train-00000-of-00001.tfrecord")
     images = [PlannedImage(source(f"/{name}.jpg", digest=name * 64), 0, "train") for name in ("a", "b", "c")]
-    expected = [("/a.jpg", RecordLocation(shard, entries[0], "pixels")),
-                ("/b.jpg", RecordLocation(shard, entries[1], "pixels")), ("/c.jpg", None)]
+    expected = [("/a.jpg", RecordLocation(shard, entries[0], "pixels", "r1")),
+                ("/b.jpg", RecordLocation(shard, entries[1], "pixels", "r1")), ("/c.jpg", None)]
     with test_pipeline() as p:
         attached = p | beam.Create(list(batched(images, 2))) | AttachReusableRecords(
-            ReuseSource(str(tmp_path / "old"), ((shard, str(index)),), "pixels"))
+            ReuseSource(str(tmp_path / "old"), "r1", ((shard, str(index)),), "pixels"))
         assert_that(attached | beam.FlatMap(lambda batch: [(im.source.path, im.reuse) for im in batch]),
                     equal_to(expected))
 
@@ -542,7 +542,7 @@ def test_input_fingerprint_ignores_order_and_follows_content_and_classes():
             return ((p | f"{name}Images" >> beam.Create(list(batched(imgs, 2))),
                      p | f"{name}Rejections" >> beam.Create(rejected),
                      p | f"{name}Labels" >> beam.Create([label_map]))
-                    | f"{name}Fingerprint" >> InputFingerprint(spec))
+                    | f"{name}Fingerprint" >> InputFingerprint(spec, {"imgrec": "1", "opencv": "5", "numpy": "2"}))
         forward = fingerprint("Forward", images, rejections, {"cat": 0})
         backward = fingerprint("Backward", images[::-1], rejections[::-1], {"cat": 0})
         fewer = fingerprint("Fewer", images[1:], rejections, {"cat": 0})

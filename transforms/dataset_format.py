@@ -137,11 +137,17 @@ def parse_index(text: str) -> list[IndexEntry]:
 
 @dataclasses.dataclass(frozen=True)
 class RecordLocation:
-    """A record of a published dataset: its shard's full path and its index entry."""
+    """A record of a published dataset: its shard's full path, its index entry, and the run
+    that published it (shard names stay the same when a run replaces the dataset)."""
 
     shard: str
     entry: IndexEntry
     image_key: str  # the feature whose value is at entry.image_offset
+    run_id: str
+
+    @property
+    def dataset(self) -> str:
+        return posixpath.dirname(self.shard)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import apache_beam as beam
 
@@ -20,15 +20,20 @@ _MODULUS = 2**256
 # Output settings that say where to write and what to do with an existing dataset, not what
 # the records hold.
 POLICY_FIELDS = ("path", "overwrite", "skip_unchanged", "allow_empty", "compare_to", "reuse_from")
+# The libraries whose versions can change an image's stored bytes (pipeline.metadata.versions).
+PIXEL_LIBRARIES = ("imgrec", "opencv", "numpy")
 
 
 def row_hash(row: bytes) -> int:
     return int.from_bytes(hashlib.sha256(row).digest(), "big")
 
 
-def config_fingerprint(spec: ConversionSpec) -> str:
-    """Everything that shapes the records; where they are written and how is left out."""
+def config_fingerprint(spec: ConversionSpec, library_versions: Mapping[str, str]) -> str:
+    """Everything that shapes the records, the versions of the libraries that make the pixels
+    included (a dataset another OpenCV made is not what this run would write); where they are
+    written and how is left out."""
     config = spec.to_dict()
+    config["versions"] = {name: library_versions[name] for name in PIXEL_LIBRARIES}
     for field in POLICY_FIELDS:
         config["output"].pop(field)
     if spec.splits.method == "stratified":  # a dataset cut by an older rounding is not unchanged
@@ -103,9 +108,9 @@ def with_label_map(fingerprint: str, label_map: dict[str, int]) -> str:
 class InputFingerprint(beam.PTransform):
     """(batches of SourceImage, Rejection, label map) → one hex fingerprint."""
 
-    def __init__(self, spec: ConversionSpec):
+    def __init__(self, spec: ConversionSpec, library_versions: Mapping[str, str]):
         super().__init__()
-        self._config = config_fingerprint(spec)
+        self._config = config_fingerprint(spec, library_versions)
 
     def expand(self, inputs: tuple) -> beam.PCollection:
         images, rejections, label_map = inputs

@@ -26,7 +26,16 @@ import uuid
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from transforms import files, tfrecord
-from transforms.dataset_format import FormatError, IndexEntry, index_file_name, join, shard_file_name
+from transforms.dataset_format import (
+    METADATA_FILE,
+    FormatError,
+    IndexEntry,
+    RecordLocation,
+    index_file_name,
+    join,
+    run_id_of,
+    shard_file_name,
+)
 from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
 from transforms.process import image_to_record
 from transforms.refs import PlannedImage
@@ -211,6 +220,21 @@ class _ReuseFailed(Exception):
     pass
 
 
+def still_published(location: RecordLocation) -> bool:
+    """Whether the dataset a record was taken from is still the one the run that published it
+    wrote. A run replacing it deletes its metadata.json before it touches a shard and writes its
+    own last, so records read before this returns True are that run's records (a dataset made
+    with other settings can have records at the very same offsets, holding the same content hash)."""
+    try:
+        return run_id_of(json.loads(files.read_bytes(join(location.dataset, METADATA_FILE)))) == location.run_id
+    except (OSError, ValueError):  # gone, or being rewritten
+        return False
+
+
+def without_reuse(task: PartTask) -> PartTask:
+    return dataclasses.replace(task, images=tuple(dataclasses.replace(image, reuse=None) for image in task.images))
+
+
 def convert_image(image: PlannedImage, settings: WriterSettings) -> tuple[EncodedRecord, bool]:
     """(record, reused?) for one planned image: its previous bytes if it has some, else a fresh
     conversion of the file, which must still hash to what was planned."""
@@ -357,10 +381,19 @@ class _Attempt:
                 continue
         return None
 
+    def abandon(self) -> None:
+        """Removes what this attempt wrote, journal included: nothing of it may be taken over."""
+        files.delete([path for path in (self.journal, self.temporary) if path])
+        self._remove_folder()
+
     def finish(self) -> None:
         files.rename(self.temporary, self.records_path)
         if self.folder is not None:
             os.remove(self.journal)
+        self._remove_folder()
+
+    def _remove_folder(self) -> None:
+        if self.folder is not None:
             try:
                 os.rmdir(self.folder)
             except OSError:  # other attempts' leftovers: removed with the parts when a run publishes
@@ -401,7 +434,10 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     outcome is written last, so a part whose outcome exists is complete, and taken as it is if it
     checks out (`finished_outcome`) and rejected no file for its state then (unreadable,
     changed). Records an interrupted run wrote for this part are taken when they check out
-    (`salvaged_record`); every other image, including those it rejected, is converted again.
+    (`salvaged_record`) and were converted, not copied from a previous dataset; every other
+    image, including those it rejected, is converted again. Records copied from a previous
+    dataset are kept only if it was not replaced meanwhile (`still_published`), else the part
+    is written again without copying.
     """
     split = task.shard[0]
     found = finished_outcome(task, settings)
@@ -413,12 +449,14 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
     offset = num_bytes = reused = resumed = 0
+    copied_from: dict[tuple[str, str], RecordLocation] = {}  # (dataset, run) → a record copied from it
     journal = _Journal(attempt.journal)
     try:
         with files.create(attempt.temporary) as handle, _claimed_attempt(task, attempt) as (earlier, records, size):
             for position, image in enumerate(task.images):
                 line = earlier.get(position)
-                framed = salvaged_record(line, image, records, size, settings.keys.image) if line else None
+                framed = salvaged_record(line, image, records, size, settings.keys.image) if line and not line.reused \
+                    else None
                 if framed is not None:
                     handle.write(framed)
                     entry, was_reused = dataclasses.replace(line.entry, offset=offset), line.reused
@@ -431,6 +469,8 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
                         continue
                     entry = IndexEntry(offset, tfrecord.write_record(handle, record.data),
                                        image.source.content_hash, record.image_offset, record.image_length)
+                    if was_reused:
+                        copied_from.setdefault((image.reuse.dataset, image.reuse.run_id), image.reuse)
                 index.append(entry)
                 journal.add(handle, JournalLine(position, was_reused, entry))
                 offset += entry.length
@@ -439,6 +479,9 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
                 reused += was_reused
     finally:
         journal.close()
+    if not all(still_published(location) for location in copied_from.values()):
+        attempt.abandon()
+        return convert_part(without_reuse(task), settings)
     attempt.finish()
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
                           tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")

@@ -4,7 +4,8 @@ The previous dataset's record index (`index/*.idx`, one small line per record) i
 the planned images on the content hash, in buckets (transforms/batches.py); only these small
 rows cross the shuffle, never the records. The shard writer then copies a matched image's bytes
 from the previous shard (read at its offset, checksums verified, and only if the record holds
-that content hash) instead of decoding the file again.
+that content hash) instead of decoding the file again, and keeps them only if the previous
+dataset's metadata.json still names the run that published it once the part is written.
 """
 from __future__ import annotations
 
@@ -24,14 +25,21 @@ class ReuseSource:
     """A previous finished dataset whose image bytes this run may take."""
 
     dataset: str
+    run_id: str  # the run that published it: its records are taken only while it still does
     shards: tuple[tuple[str, str], ...]  # (shard path, index path)
     image_key: str  # its records' image feature
 
 
-def read_index(shard: str, index: str, image_key: str) -> Iterator[tuple[int, tuple[RecordLocation, ...]]]:
-    """One shard's index → (bucket of the content hash, the records of that bucket)."""
-    with FileSystems.open(index, compression_type="uncompressed") as handle:
-        locations = [RecordLocation(shard, entry, image_key) for entry in parse_index(handle.read().decode("ascii"))]
+def read_index(shard: str, index: str, image_key: str, run_id: str) -> Iterator[tuple[int, tuple[RecordLocation, ...]]]:
+    """One shard's index → (bucket of the content hash, the records of that bucket). An index
+    that is gone (the dataset was removed or replaced meanwhile) or damaged offers nothing:
+    its images are converted, which is always right."""
+    try:
+        with FileSystems.open(index, compression_type="uncompressed") as handle:
+            entries = parse_index(handle.read().decode("ascii"))
+    except (OSError, ValueError):  # FormatError and UnicodeDecodeError are ValueErrors
+        return
+    locations = [RecordLocation(shard, entry, image_key, run_id) for entry in entries]
     yield from split_by(locations, lambda loc: bucket_of(loc.entry.sha256)).items()
 
 
@@ -54,8 +62,9 @@ class AttachReusableRecords(beam.PTransform):
         self._source = source
 
     def expand(self, planned: beam.PCollection) -> beam.PCollection:
+        source = self._source
         records = (planned.pipeline
-                   | "IndexFiles" >> beam.Create([(*pair, self._source.image_key) for pair in self._source.shards])
+                   | "IndexFiles" >> beam.Create([(*pair, source.image_key, source.run_id) for pair in source.shards])
                    | "SpreadIndexFiles" >> beam.Reshuffle()
                    | "ReadIndex" >> beam.FlatMapTuple(read_index))
         images = planned | "BucketImages" >> beam.FlatMap(
