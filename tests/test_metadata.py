@@ -195,6 +195,14 @@ def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
                  dataclasses.replace(SPEC, splits=SplitSpec(salt="s"))):
         assert pixel_fingerprint(same, VERSIONS) == base
     assert pixel_fingerprint(SPEC, {**VERSIONS, "apache_beam": "3", "python": "3.12"}) == base
+    # Settings of an encoding or a normalization the records do not use.
+    assert pixel_fingerprint(with_image(quality=50, mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2)), VERSIONS) == base
+    jpeg = with_image(encoding="jpeg", normalize="none")
+    assert pixel_fingerprint(jpeg, VERSIONS) != pixel_fingerprint(with_image(encoding="jpeg", normalize="none",
+                                                                             quality=50), VERSIONS)
+    mean_std = with_image(normalize="mean_std")
+    assert pixel_fingerprint(mean_std, VERSIONS) != pixel_fingerprint(with_image(normalize="mean_std",
+                                                                                 std=(0.2, 0.2, 0.2)), VERSIONS)
 
 
 def test_config_fingerprint_ignores_where_and_how_to_publish():

@@ -124,6 +124,11 @@ class ImageSpec:
         settings = dataclasses.asdict(self)
         for limit in ("min_side", "max_pixels", "max_decoded_bytes"):
             settings.pop(limit)
+        if self.encoding != "jpeg":
+            settings.pop("quality")
+        if self.normalize != "mean_std":
+            settings.pop("mean")
+            settings.pop("std")
         return settings
 
 
