@@ -64,6 +64,7 @@ class OutputState:
     previous: Optional[dict]  # the finished dataset's metadata.json, as JSON (any format version)
     owned: tuple[str, ...]  # files imgrec wrote: may be replaced
     foreign: tuple[str, ...]  # anything else: never touched
+    folders: tuple[str, ...] = ()  # files of the dataset that are folders now: no rename can replace them
 
     @property
     def previous_run_id(self) -> Optional[str]:
@@ -102,7 +103,8 @@ def inspect_output(output: str) -> OutputState:
             previous = None  # somebody else's metadata.json
     owned = set(listed_files(previous)) if previous else set()
     owned.update(journal_files(output))
-    state = OutputState(previous, tuple(sorted(owned)), ())
+    folders = tuple(f for f in sorted(owned) if files.is_folder(join(output, f)))
+    state = OutputState(previous, tuple(sorted(owned)), (), folders)
     ours = {LOCK_FILE, STAGING_DIR} | ({METADATA_FILE} if previous else set()) | state.owned_names
     foreign = tuple(n for n in list_names(output) if n not in ours and not is_temporary_metadata(n))
     return dataclasses.replace(state, foreign=foreign)
@@ -116,6 +118,9 @@ def check_output(output: str, spec: OutputSpec, state: OutputState) -> None:
     if state.previous is None and state.foreign and not spec.overwrite:
         raise UsageError(f"{output} is not empty and not an imgrec dataset (it holds {_some(state.foreign)}); pass "
                          "--overwrite to write the dataset into it anyway (files imgrec did not write are left alone)")
+    if state.folders:
+        raise UsageError(f"{output} holds folders where its dataset's files go ({_some(state.folders)}); imgrec "
+                         "never replaces what it did not write: move them away")
     if state.in_the_way:
         raise UsageError(f"{output} holds {_some(state.in_the_way)}, which imgrec did not write but every run "
                          "writes; imgrec never replaces files it did not write: move them away or choose another "
@@ -204,9 +209,7 @@ def sibling_pattern(template: str) -> Optional[tuple[str, re.Pattern]]:
 
 def latest_sibling(template: str) -> Optional[str]:
     """The newest finished dataset among the folders a dated output template produces, this
-    run's output included: a second run on the same {date} compares with, and reuses, what the
-    first wrote there, not the day before's (which would leave the first's dataset as the newest
-    when the inputs went back to the day before's)."""
+    run's output included: a second run on the same {date} reuses what the first wrote there."""
     found = sibling_pattern(template)
     if found is None:
         raise UsageError(f"'latest' needs an output template with {{date}} or {{timestamp}} in its last "
@@ -244,28 +247,37 @@ class Comparison:
 
 
 def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[Comparison]:
-    """--compare_to's dataset (a path or the latest sibling), else the output's own dataset."""
+    """The dataset --skip_unchanged compares with: the output's own when it holds one (a skip
+    leaves it in place, so it must be what matched, whatever --compare_to names), else
+    --compare_to's (a path or the latest dated sibling). --compare_to is checked either way."""
     if not spec.skip_unchanged:
         return None
-    if not spec.compare_to:
-        if not state.previous:
-            return None
+    named = _compared_to(spec.compare_to, template) if spec.compare_to else None
+    if state.previous:
         dataset, previous = spec.path, state.previous
+    elif named:
+        dataset, previous = named
     else:
-        dataset = resolve_dataset(spec.compare_to, template)
-        if dataset is None:
-            return None
-        try:
-            previous = read_json(join(dataset, METADATA_FILE))
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--compare_to: cannot read {join(dataset, METADATA_FILE)}: "
-                             f"{getattr(exc, 'strerror', None) or exc}") from None
-        if not is_dataset_metadata(previous):
-            raise UsageError(f"--compare_to: {join(dataset, METADATA_FILE)} is not the metadata of an imgrec "
-                             "dataset")
+        return None
     missing = tuple(f for f in listed_files(previous) if not FileSystems.exists(join(dataset, f)))
     not_whole = () if missing else shards_not_whole(dataset, previous)
     return Comparison(dataset, None if missing or not_whole else previous.get("fingerprint"), missing, not_whole)
+
+
+def _compared_to(reference: str, template: str) -> Optional[tuple[str, dict]]:
+    """(folder, parsed metadata.json) of the dataset --compare_to names; None when 'latest'
+    finds none."""
+    dataset = resolve_dataset(reference, template)
+    if dataset is None:
+        return None
+    try:
+        previous = read_json(join(dataset, METADATA_FILE))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--compare_to: cannot read {join(dataset, METADATA_FILE)}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
+    if not is_dataset_metadata(previous):
+        raise UsageError(f"--compare_to: {join(dataset, METADATA_FILE)} is not the metadata of an imgrec dataset")
+    return dataset, previous
 
 
 def shards_not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:

@@ -58,10 +58,11 @@ def read_progress(run_dir: str) -> tuple[Optional[int], int]:
 
 
 def format_progress(done: int, total: Optional[int], elapsed: float, rate: Optional[float]) -> str:
+    """Images processed (written, or rejected while converting) of those planned."""
     if total is None:
         return f"reading and planning inputs ({elapsed:.0f} s)"
     percent = 100 * done / total if total else 100.0
-    line = f"converted {done:,}/{total:,} images ({percent:.0f}%)"
+    line = f"processed {done:,}/{total:,} images ({percent:.0f}%)"
     if rate:
         remaining = (total - done) / rate
         line += f", {rate:,.0f} images/s, ETA {remaining:.0f} s"
@@ -81,9 +82,13 @@ class ProgressReporter:
         self._last_line = ""
 
     def poll_once(self) -> Optional[str]:
+        """The line for now; None when there is nothing to say (no markers yet, or nothing
+        planned: an unchanged dataset is kept)."""
         try:
             total, done = read_progress(self._run_dir)
         except Exception:  # the folder may not exist yet, or be gone after publishing
+            return None
+        if total == 0:
             return None
         now = self._clock()
         if done and self._first_done is None:

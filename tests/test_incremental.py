@@ -226,6 +226,20 @@ def test_skip_unchanged_compares_with_the_newest_sibling(tmp_path):
     assert json.loads((today / "metadata.json").read_text())["inputs"]["written"] == 12
 
 
+def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_to_names(tmp_path):
+    """A skip leaves the output as it is: its own dataset must be the one that matched (a
+    backfill into an older dated folder, with a newer sibling that matches the inputs)."""
+    images, other = tmp_path / "images", tmp_path / "other"
+    make_images(images, 9)
+    make_images(other, 6, first_seed=50)
+    newer = convert(images, tmp_path / "newer")
+    own = tmp_path / "own"
+    first = convert(other, own)
+    again = convert(images, own, "--skip_unchanged", f"--compare_to={tmp_path / 'newer'}")
+    assert again["run"]["run_id"] != first["run"]["run_id"]
+    assert again["inputs"]["written"] == 9 and again["fingerprint"] == newer["fingerprint"]
+
+
 @pytest.mark.slow
 def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
     """kill -9 mid-conversion, then the same command again: the finished parts, and the records

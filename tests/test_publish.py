@@ -135,6 +135,19 @@ def test_a_folder_that_is_not_a_dataset_needs_overwrite(tmp_path):
     check_output(str(tmp_path), OutputSpec(str(tmp_path), overwrite=True), state)
 
 
+def test_a_folder_in_place_of_a_file_of_the_dataset_is_refused_before_any_work(tmp_path):
+    """Publishing renames over the dataset's files: a folder there would stop it half-way."""
+    metadata = dataset("r1", 2)
+    publish_run(tmp_path, metadata)
+    shard = tmp_path / metadata.splits["train"].files[1]
+    shard.unlink()
+    write(shard, ["notes.txt"])
+    state = inspect_output(str(tmp_path))
+    assert state.folders == (shard.name,)
+    with pytest.raises(UsageError, match=f"holds folders where its dataset's files go \\({shard.name}\\)"):
+        check_output(str(tmp_path), OutputSpec(str(tmp_path), overwrite=True), state)
+
+
 def test_a_foreign_file_with_a_name_every_run_writes_is_refused_even_with_overwrite(tmp_path):
     (tmp_path / "metadata.json").write_text('{"name": "my project"}')  # valid JSON, not imgrec's
     write(tmp_path, ["index/notes.txt", "photo.jpg"])

@@ -121,9 +121,9 @@ def test_header_names_input_output_and_pixels():
 
 @pytest.mark.parametrize("done,total,elapsed,rate,line", [
     (0, None, 12.4, None, "reading and planning inputs (12 s)"),
-    (50, 200, 3, 10.0, "converted 50/200 images (25%), 10 images/s, ETA 15 s"),
-    (1234, 5678, 3, None, "converted 1,234/5,678 images (22%)"),
-    (0, 0, 3, None, "converted 0/0 images (100%)"),
+    (50, 200, 3, 10.0, "processed 50/200 images (25%), 10 images/s, ETA 15 s"),
+    (1234, 5678, 3, None, "processed 1,234/5,678 images (22%)"),
+    (0, 0, 3, None, "processed 0/0 images (100%)"),
 ])
 def test_format_progress(done, total, elapsed, rate, line):
     assert format_progress(done, total, elapsed, rate) == line
@@ -161,10 +161,15 @@ def test_reporter_rate_and_eta_come_from_counts_and_its_clock(tmp_path):
     mark(tmp_path, TOTAL_FILE, "200")
     mark(tmp_path, "p1-20")
     clock.now = 110.0
-    assert reporter.poll_once() == "converted 20/200 images (10%)"  # no rate from one observation
+    assert reporter.poll_once() == "processed 20/200 images (10%)"  # no rate from one observation
     mark(tmp_path, "p2-40")
     clock.now = 114.0
-    assert reporter.poll_once() == "converted 60/200 images (30%), 10 images/s, ETA 14 s"  # 40 images in 4 s
+    assert reporter.poll_once() == "processed 60/200 images (30%), 10 images/s, ETA 14 s"  # 40 images in 4 s
+
+
+def test_nothing_planned_is_nothing_to_report(tmp_path):
+    mark(tmp_path, TOTAL_FILE, "0")  # an unchanged dataset: every image filtered out
+    assert ProgressReporter(str(tmp_path), interval=1.0, stream=io.StringIO()).poll_once() is None
 
 
 def test_reporter_prints_changed_lines_only(tmp_path):
@@ -172,17 +177,17 @@ def test_reporter_prints_changed_lines_only(tmp_path):
     stream = io.StringIO()
     with ProgressReporter(str(tmp_path), interval=0.01, stream=stream).running():
         for _ in range(1000):
-            if "converted 0/10" in stream.getvalue():
+            if "processed 0/10" in stream.getvalue():
                 break
             time.sleep(0.005)
         time.sleep(0.2)  # about 20 more polls of unchanged progress
         mark(tmp_path, "p1-4")
         for _ in range(1000):
-            if "converted 4/10" in stream.getvalue():
+            if "processed 4/10" in stream.getvalue():
                 break
             time.sleep(0.005)
-    assert stream.getvalue().splitlines() == ["imgrec: converted 0/10 images (0%)",
-                                              "imgrec: converted 4/10 images (40%)"]
+    assert stream.getvalue().splitlines() == ["imgrec: processed 0/10 images (0%)",
+                                              "imgrec: processed 4/10 images (40%)"]
 
 
 def test_interval_zero_prints_nothing(tmp_path):
@@ -203,7 +208,7 @@ def test_the_final_count_is_printed_even_when_no_poll_saw_the_plan(tmp_path):
     clock.now += 0.4
     reporter.finish(36)
     reporter.finish(0)  # nothing was converted (an unchanged dataset): nothing to report
-    assert stream.getvalue() == "imgrec: converted 36/36 images (100%)\n"
+    assert stream.getvalue() == "imgrec: processed 36/36 images (100%)\n"
 
 
 class Terminal(io.StringIO):

@@ -98,3 +98,14 @@ def test_truncated_files_and_frames(tmp_path):
         tfrecord.parse_framed(data + b"extra")
     with pytest.raises(CorruptRecord, match="file ends 4 bytes into the record at offset 0"):
         tfrecord.read_record_at(io.BytesIO(data[:-4]), 0, len(data))
+
+
+@pytest.mark.parametrize("offset, length, why", [
+    (10**24, 26, "no record can start at offset"),
+    (0, 10**13, "is 26 bytes long, not 10000000000000"),  # never allocated: the header says 26
+    (3, 26, "no record starts at offset 3"),
+], ids=["offset_past_any_file", "length_past_the_record", "offset_inside_a_record"])
+def test_a_damaged_index_entry_is_a_corrupt_record_not_a_crash(offset, length, why):
+    data = bytes(framed(b"0123456789"))
+    with pytest.raises(CorruptRecord, match=why):
+        tfrecord.read_record_at(io.BytesIO(data * 2), offset, length)

@@ -153,7 +153,7 @@ def test_a_run_ends_with_its_final_progress_line_however_short(tmp_path, data):
     (data / "notes.txt").write_text("not an image")
     run = run_imgrec(data, tmp_path / "out", "--progress_interval=30")
     assert run.returncode == 0, run.brief()
-    assert "imgrec: converted 4/4 images (100%)" in run.stderr.splitlines(), run.brief()
+    assert "imgrec: processed 4/4 images (100%)" in run.stderr.splitlines(), run.brief()
 
 
 def test_file_urls_name_local_input_and_output(tmp_path, data):

@@ -91,6 +91,12 @@ def create(path: str, gzip: bool = False) -> BinaryIO:
     return _filesystems().create(path, compression_type=compression)
 
 
+def is_folder(path: str) -> bool:
+    """A local folder (not a symlink to one); object stores have no folders to be in the way."""
+    local = local_path(path)
+    return local is not None and os.path.isdir(local) and not os.path.islink(local)
+
+
 def exists(path: str) -> bool:
     local = local_path(path)
     return os.path.exists(local) if local is not None else _filesystems().exists(path)

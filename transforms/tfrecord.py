@@ -62,9 +62,23 @@ def parse_framed(framed: bytes) -> bytes:
 
 
 def read_record_at(handle: BinaryIO, offset: int, length: int) -> bytes:
-    """The data of the framed record at `offset` (`length` framed bytes), checksums verified."""
-    handle.seek(offset)
-    framed = handle.read(length)
+    """The data of the framed record at `offset` (`length` framed bytes), checksums verified.
+
+    `offset` and `length` come from an index that may be damaged: the header is read and checked
+    first, so no more is read (or allocated) than the record there declares under its checksum."""
+    try:
+        handle.seek(offset)
+    except (ValueError, OverflowError) as exc:  # past what a file offset can be
+        raise CorruptRecord(f"no record can start at offset {offset}: {exc}") from None
+    header = handle.read(HEADER_BYTES)
+    if len(header) < HEADER_BYTES:
+        raise CorruptRecord(f"file ends {length - len(header)} bytes into the record at offset {offset}")
+    if masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
+        raise CorruptRecord(f"no record starts at offset {offset}: its length fails its checksum")
+    declared = framed_length(struct.unpack_from("<Q", header)[0])
+    if declared != length:
+        raise CorruptRecord(f"the record at offset {offset} is {declared} bytes long, not {length}")
+    framed = header + handle.read(length - HEADER_BYTES)
     if len(framed) != length:
         raise CorruptRecord(f"file ends {length - len(framed)} bytes into the record at offset {offset}")
     return parse_framed(framed)
