@@ -221,10 +221,10 @@ class _ReuseFailed(Exception):
 
 
 def still_published(location: RecordLocation) -> bool:
-    """Whether the dataset a record was taken from is still the one the run that published it
-    wrote. A run replacing it deletes its metadata.json before it touches a shard and writes its
-    own last, so records read before this returns True are that run's records (a dataset made
-    with other settings can have records at the very same offsets, holding the same content hash)."""
+    """Whether the dataset a record was copied from still holds what `location.run_id` published.
+    A run replacing it deletes its metadata.json before it touches a shard and writes its own
+    last, so records read before this returns True are that run's (a dataset made with other
+    settings can have records at the very same offsets, holding the same content hashes)."""
     try:
         return run_id_of(json.loads(files.read_bytes(join(location.dataset, METADATA_FILE)))) == location.run_id
     except (OSError, ValueError):  # gone, or being rewritten
@@ -455,8 +455,8 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
         with files.create(attempt.temporary) as handle, _claimed_attempt(task, attempt) as (earlier, records, size):
             for position, image in enumerate(task.images):
                 line = earlier.get(position)
-                framed = salvaged_record(line, image, records, size, settings.keys.image) if line and not line.reused \
-                    else None
+                converted = line is not None and not line.reused  # a copied record: see still_published
+                framed = salvaged_record(line, image, records, size, settings.keys.image) if converted else None
                 if framed is not None:
                     handle.write(framed)
                     entry, was_reused = dataclasses.replace(line.entry, offset=offset), line.reused
