@@ -195,8 +195,17 @@ def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
                  dataclasses.replace(SPEC, splits=SplitSpec(salt="s"))):
         assert pixel_fingerprint(same, VERSIONS) == base
     assert pixel_fingerprint(SPEC, {**VERSIONS, "apache_beam": "3", "python": "3.12"}) == base
-    # Settings of an encoding or a normalization the records do not use.
-    assert pixel_fingerprint(with_image(quality=50, mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2)), VERSIONS) == base
+    # Settings of an encoding, a normalization, a resize or an alpha mode the records do not use.
+    assert pixel_fingerprint(with_image(quality=50, mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2), pad_value=9,
+                                        reduced_decode="off"), VERSIONS) == base
+    assert pixel_fingerprint(with_image(alpha="drop", background=(0, 0, 0)), VERSIONS) == pixel_fingerprint(
+        with_image(alpha="drop"), VERSIONS)
+    # ... and where they are used.
+    for used, change in ((with_image(resize_mode="pad"), {"pad_value": 9}),
+                         (with_image(interpolation="area"), {"reduced_decode": "off"}),
+                         (SPEC, {"background": (0, 0, 0)})):  # alpha composited: the default
+        other = dataclasses.replace(used, image=dataclasses.replace(used.image, **change))
+        assert pixel_fingerprint(other, VERSIONS) != pixel_fingerprint(used, VERSIONS), change
     jpeg = with_image(encoding="jpeg", normalize="none")
     assert pixel_fingerprint(jpeg, VERSIONS) != pixel_fingerprint(with_image(encoding="jpeg", normalize="none",
                                                                              quality=50), VERSIONS)

@@ -24,12 +24,7 @@ from transforms.native_stderr import call_capturing_stderr, write_stderr
 from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall
 from transforms.specs import ImageSpec
 
-# JPEG DCT scaling: libjpeg decodes at 1/2, 1/4 or 1/8 size for little more than the cost of the
-# smaller image. After a final INTER_AREA resize the difference from a full decode is invisible
-# (PSNR >= 50 dB) as long as the decoded image is at least twice the output size; with
-# interpolations that do not average (linear, cubic, lanczos, nearest) a large downscale aliases,
-# so the reduced decode would change what they compute, and it is not used.
-REDUCING_INTERPOLATIONS = ("area",)
+# JPEG DCT scaling (where it is used: transforms/specs.py REDUCING_INTERPOLATIONS).
 _REDUCED_FLAGS = {1: 0, 2: 16, 4: 32, 8: 64}  # the size bits of cv2.IMREAD_REDUCED_COLOR_2/4/8
 
 # Bytes per pixel that decoding needs beyond the decoded array: the 8-bit RGB copy and the
@@ -184,7 +179,7 @@ def _orientation(types: Sequence[int], metadata: Sequence[np.ndarray]) -> int:
 def jpeg_scale(header: ImageHeader, spec: ImageSpec) -> int:
     """The largest of 8, 4, 2 that keeps the decoded short side at least twice the output's long
     side (so every resize mode and EXIF orientation still downscales by 2 or more), else 1."""
-    if spec.reduced_decode == "off" or spec.interpolation not in REDUCING_INTERPOLATIONS:
+    if not spec.reduces_jpegs:
         return 1
     needed = 2 * max(spec.height, spec.width)
     short = min(header.width, header.height)

@@ -17,6 +17,12 @@ RESIZE_MODES = ("stretch", "center_crop", "pad")
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32
 INTERPOLATIONS = ("nearest", "linear", "area", "cubic", "lanczos")
+# JPEG DCT scaling: libjpeg decodes at 1/2, 1/4 or 1/8 size for little more than the cost of the
+# smaller image. After a final INTER_AREA resize the difference from a full decode is invisible
+# (PSNR >= 50 dB) as long as the decoded image is at least twice the output size; with
+# interpolations that do not average (linear, cubic, lanczos, nearest) a large downscale aliases,
+# so the reduced decode would change what they compute, and it is not used.
+REDUCING_INTERPOLATIONS = ("area",)
 NORMALIZATIONS = ("none", "unit", "mean_std")
 ENCODINGS = ("raw", "jpeg", "png")
 ALPHA_MODES = ("composite", "drop")
@@ -105,6 +111,11 @@ class ImageSpec:
             raise ValueError(f"pad_value must be in 0..255; got {self.pad_value}")
 
     @property
+    def reduces_jpegs(self) -> bool:
+        """Whether large JPEGs may be decoded at a reduced size (transforms/decode.py jpeg_scale)."""
+        return self.reduced_decode != "off" and self.interpolation in REDUCING_INTERPOLATIONS
+
+    @property
     def dtype(self) -> str:
         """Pixel dtype stored in the record (and read back with decode_raw for raw encoding)."""
         return "uint8" if self.normalize == "none" else "float32"
@@ -124,12 +135,10 @@ class ImageSpec:
         settings = dataclasses.asdict(self)
         for limit in ("min_side", "max_pixels", "max_decoded_bytes"):
             settings.pop(limit)
-        if self.encoding != "jpeg":
-            settings.pop("quality")
-        if self.normalize != "mean_std":
-            settings.pop("mean")
-            settings.pop("std")
-        return settings
+        unused = {"quality": self.encoding != "jpeg", "mean": self.normalize != "mean_std",
+                  "std": self.normalize != "mean_std", "pad_value": self.resize_mode != "pad",
+                  "background": self.alpha != "composite", "reduced_decode": not self.reduces_jpegs}
+        return {name: value for name, value in settings.items() if not unused.get(name)}
 
 
 @dataclasses.dataclass(frozen=True)
