@@ -50,6 +50,7 @@ from transforms import files, tfrecord
 from transforms.dataset_format import (
     CLASS_COUNTS,
     CONTACT_SHEET,
+    METADATA_FILE,
     DatasetMetadata,
     SplitInfo,
     join,
@@ -388,6 +389,7 @@ def _counts_table(counts: Mapping[str, Mapping[str, int]], classes: Sequence[str
 def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: TextIO) -> bool:
     """Runs every check, prints the report, writes the PNGs; True when every check passed."""
     metadata = reader.read_metadata(output)
+    published = reader.PublishedRun(output, metadata.run.get("run_id"))
     layout = reader.layout_from_metadata(metadata, with_metadata=True)
     label_map = metadata.label_map
     classes = metadata.class_names()
@@ -434,6 +436,11 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     written.append(posixpath.join(out_dir, CLASS_COUNTS))
     write_png(written[-1], draw_bar_chart(counts, classes, title=f"examples per class: {output}"))
     print(f"\nwrote {', '.join(written)}", file=stream)
+    try:
+        published.check()
+    except reader.DatasetChanged:  # what failed may be the new dataset's files, checked against the old
+        checks.insert(0, Check(False, "not replaced while verified", f"another run replaced {output} meanwhile (its "
+                                      f"{METADATA_FILE} no longer names run {published.run_id}): verify it again"))
     failed = [check for check in checks if not check.ok]
     if failed:
         print(f"FAILED: {len(failed)} of {len(checks)} checks failed:", file=stream)

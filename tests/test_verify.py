@@ -112,6 +112,30 @@ def test_a_deleted_shard_fails_naming_the_file(written, tmp_path):
     assert (output / verify.CONTACT_SHEET).exists()  # --out defaults to the dataset folder
 
 
+class ReplacedWhileReporting(io.StringIO):
+    """The report's stream: once verify prints its first split, another run replaces the dataset
+    (its metadata.json then names that run)."""
+
+    def __init__(self, output: pathlib.Path):
+        super().__init__()
+        self._output = output
+
+    def write(self, text: str) -> int:
+        if text.startswith("\nsplit "):
+            metadata = json.loads((self._output / "metadata.json").read_text())
+            metadata["run"]["run_id"] = "another-run"
+            (self._output / "metadata.json").write_text(json.dumps(metadata))
+        return super().write(text)
+
+
+def test_a_dataset_replaced_while_verified_is_reported_so(written, tmp_path):
+    output, metadata = copy_of(written, "jpeg", tmp_path)
+    stream = ReplacedWhileReporting(output)
+    assert verify.main([str(output), "--samples", "0"], stream=stream) == 1
+    (first, *_) = failed_lines(stream.getvalue().split("checks failed:")[1])
+    assert "not replaced while verified" in first and f"no longer names run {metadata['run']['run_id']}" in first
+
+
 def test_counts_that_disagree_with_metadata_fail(written, tmp_path):
     output, metadata = copy_of(written, "jpeg", tmp_path)
     train = metadata["splits"]["train"]
