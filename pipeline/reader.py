@@ -142,10 +142,11 @@ def shard_paths(output_dir: str, metadata: DatasetMetadata, split: str) -> list[
 
 def shard_for_input_pipeline(files: Sequence[str], num_shards: int, index: int, split: str) -> list[str]:
     """The files one of `num_shards` input pipelines reads (every num_shards-th, from `index`),
-    as TFDS shards by file; fewer files than pipelines would leave some without data."""
+    as TFDS shards by file; fewer files than pipelines would leave some without data (an empty
+    split, which has no files, leaves every pipeline without)."""
     if not 0 <= index < num_shards:
         raise ValueError(f"input pipeline index {index} is not in 0..{num_shards - 1}")
-    if len(files) < num_shards:
+    if 0 < len(files) < num_shards:
         raise ValueError(f"split {split!r} has {len(files)} shard files, fewer than the {num_shards} input "
                          "pipelines reading it; write the dataset with --num_shards at least that large")
     return list(files[index::num_shards])

@@ -122,6 +122,12 @@ def test_more_input_pipelines_than_files_is_refused(demo):
         load_dataset(str(demo), "train", input_context=context)
 
 
+def test_an_empty_split_gives_every_input_pipeline_nothing():
+    from pipeline.reader import shard_for_input_pipeline
+
+    assert [shard_for_input_pipeline([], 3, i, "test") for i in range(3)] == [[], [], []]
+
+
 def readme_block(marker: str) -> str:
     """The python code block that follows `<!-- marker -->` in README.md."""
     text = (REPO / "README.md").read_text()
