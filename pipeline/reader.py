@@ -143,12 +143,13 @@ def shard_paths(output_dir: str, metadata: DatasetMetadata, split: str) -> list[
 def shard_for_input_pipeline(files: Sequence[str], num_shards: int, index: int, split: str) -> list[str]:
     """The files one of `num_shards` input pipelines reads (every num_shards-th, from `index`),
     as TFDS shards by file; fewer files than pipelines would leave some without data (an empty
-    split, which has no files, leaves every pipeline without)."""
+    split, which has none, leaves every pipeline without)."""
     if not 0 <= index < num_shards:
         raise ValueError(f"input pipeline index {index} is not in 0..{num_shards - 1}")
     if 0 < len(files) < num_shards:
-        raise ValueError(f"split {split!r} has {len(files)} shard files, fewer than the {num_shards} input "
-                         "pipelines reading it; write the dataset with --num_shards at least that large")
+        raise ValueError(f"split {split!r} has {len(files)} shard files with records, fewer than the {num_shards} "
+                         "input pipelines reading it; write the dataset with --num_shards at least that large "
+                         "(and fewer shards than images)")
     return list(files[index::num_shards])
 
 
@@ -392,8 +393,8 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
     """
     metadata = read_metadata(output_dir)
     shards = list(zip(shard_paths(output_dir, metadata, split), metadata.splits[split].shard_lengths))
-    if input_context is not None:
-        shards = shard_for_input_pipeline(shards, input_context.num_input_pipelines,
+    if input_context is not None:  # shard files without records (more shards than images) feed no pipeline
+        shards = shard_for_input_pipeline([shard for shard in shards if shard[1]], input_context.num_input_pipelines,
                                           input_context.input_pipeline_id, split)
     return build_dataset(
         [path for path, _ in shards], layout_from_metadata(metadata, with_metadata),

@@ -244,7 +244,7 @@ def index_check(output: str, name: str, info: SplitInfo, compression: str, image
             lines += len(entries)
         # a malformed line or a bad frame is a ValueError; a damaged gzip stream an OSError, EOFError or zlib.error
         except (OSError, ValueError, EOFError, zlib.error) as exc:
-            problems.append(f"{index}: {exc}")
+            problems.append(f"{index} against {shard}: {exc}")
     if not problems and lines != info.num_examples:
         problems.append(f"{lines} index lines for {info.num_examples} examples")
     return Check(not problems, f"{name}: record index matches the shards", "; ".join(problems[:3]))

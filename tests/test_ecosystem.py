@@ -122,6 +122,28 @@ def test_more_input_pipelines_than_files_is_refused(demo):
         load_dataset(str(demo), "train", input_context=context)
 
 
+def test_input_pipelines_are_given_only_shard_files_with_records(tmp_path):
+    """More shards than images leaves empty shard files: a pipeline given only those would read
+    nothing (and stall synchronous training), so they are not counted as files to share."""
+    import tensorflow as tf
+
+    from pipeline.reader import load_dataset
+
+    _image(tmp_path / "in" / "cat" / "a.png", 1)
+    _image(tmp_path / "in" / "cat" / "b.png", 2)
+    metadata = run_pipeline(tmp_path / "in", tmp_path / "out", "--num_shards=3", "--split_names=train",
+                            "--split_ratios=1")
+    assert sorted(metadata.splits["train"].shard_lengths) == [0, 1, 1]
+
+    def read(pipelines: int, index: int) -> int:
+        context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=index)
+        return sum(1 for _ in load_dataset(str(tmp_path / "out"), "train", input_context=context))
+
+    assert [read(2, i) for i in range(2)] == [1, 1]
+    with pytest.raises(ValueError, match="2 shard files with records, fewer than the 3 input pipelines"):
+        read(3, 0)
+
+
 def test_an_empty_split_gives_every_input_pipeline_nothing():
     from pipeline.reader import shard_for_input_pipeline
 
