@@ -8,7 +8,6 @@ That works the same on the DirectRunner, Prism, Flink, Spark and Dataflow (Beam 
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
 from typing import Callable, Iterator, Optional, TextIO
@@ -16,6 +15,7 @@ from typing import Callable, Iterator, Optional, TextIO
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.standard_streams import say
 from transforms.dataset_format import join
 from transforms.files import list_names
 
@@ -100,10 +100,7 @@ class ProgressReporter:
 
     def _print(self, line: Optional[str]) -> None:
         if line and line != self._last_line:
-            try:
-                print(f"imgrec: {line}", file=self._stream or sys.stderr, flush=True)
-            except (OSError, ValueError):  # the reader went away (a scheduler stopped reading, a closed stream)
-                pass
+            say(f"imgrec: {line}", self._stream)  # best effort: a scheduler may stop reading
             self._last_line = line
 
     def _run(self) -> None:

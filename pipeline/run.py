@@ -6,7 +6,6 @@ an exit code (see pipeline/errors.py) and prints the summary. Schedulers rely on
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import errno
@@ -17,10 +16,10 @@ import socket
 import sys
 import time
 import uuid
-from typing import Optional, Sequence, TextIO
+from typing import Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
-from pipeline.standard_streams import open_closed_standard_streams
+from pipeline.standard_streams import open_closed_standard_streams, say
 
 if __name__ == "__main__":
     open_closed_standard_streams()
@@ -260,11 +259,11 @@ def convert(argv: Sequence[str]) -> Conversion:
         clear_dead_runs(output)
         compared = comparison(spec.output, template, state)
         if compared and compared.missing:
-            _say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
-                 f"({', '.join(compared.missing[:3])}); converting again")
+            say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
+                f"({', '.join(compared.missing[:3])}); converting again")
         elif compared and compared.not_whole:
-            _say(f"imgrec: {compared.dataset} has shards whose sizes do not match its {METADATA_FILE} "
-                 f"({', '.join(compared.not_whole[:3])}): cut short or appended to; converting again")
+            say(f"imgrec: {compared.dataset} has shards whose sizes do not match its {METADATA_FILE} "
+                f"({', '.join(compared.not_whole[:3])}): cut short or appended to; converting again")
         context = RunContext(
             run_info, output, this_run, writer, library_versions,
             previous_fingerprint=compared.fingerprint if compared else None,
@@ -277,7 +276,7 @@ def convert(argv: Sequence[str]) -> Conversion:
                 FileSystems.mkdirs(folder)
         (_LOG.info if not sys.stderr.isatty() else _LOG.debug)(
             "effective config: %s", json.dumps(spec.to_dict(), sort_keys=True))
-        _say(format_header(spec, runner, parsed.config_file))
+        say(format_header(spec, runner, parsed.config_file))
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
         reporter = ProgressReporter(this_run, interval)
@@ -301,7 +300,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         metadata = read_published(output, run_id)
         reporter.finish(metadata.planned)
         if interrupts.received():  # it came while this process published, which finished first
-            _say(PUBLISHED_BEFORE_SIGNAL)
+            say(PUBLISHED_BEFORE_SIGNAL)
         return Conversion(result, spec, run_id, engine, elapsed, metadata)
     except BaseException as exc:
         if interrupts.received() is not None:  # Beam may have wrapped the KeyboardInterrupt
@@ -334,7 +333,7 @@ def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: s
     outcome = interrupted_outcome(output, run_id)
     if outcome:
         raise Interrupted(outcome)
-    _say(PUBLISHED_BEFORE_SIGNAL)
+    say(PUBLISHED_BEFORE_SIGNAL)
     elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
     return Conversion(None, spec, run_id, runner, elapsed, read_published(output, run_id))
 
@@ -366,22 +365,6 @@ def read_published(output: str, run_id: str) -> DatasetMetadata:
     if metadata.run.get("run_id") != run_id:
         raise RunFailed(f"{output} holds run {metadata.run.get('run_id')}'s dataset, not this run's")
     return metadata
-
-
-def _say(text: str, stream: Optional[TextIO] = None) -> None:
-    """Progress, notes and errors go to stderr, with the logs: a scheduler reading stdout to the
-    end (Airflow does) must never find stderr full; the summary goes to stdout. Best effort: the
-    reader may be gone (`| head`) or the disk full, and the exit code says what happened anyway.
-    After a failed write the stream's descriptor points at /dev/null, so Python's last flush
-    does not fail again and change the exit code."""
-    stream = stream or sys.stderr
-    try:
-        print(text, file=stream, flush=True)
-    except (OSError, ValueError):
-        with contextlib.suppress(OSError, ValueError):
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, stream.fileno())
-            os.close(null)
 
 
 def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
@@ -425,20 +408,20 @@ def _convert_and_report(argv: Sequence[str]) -> int:
     try:
         conversion = convert(argv)
     except ImgrecError as exc:
-        _say(f"imgrec: error: {exc}")
+        say(f"imgrec: error: {exc}")
         return exc.exit_code
     except Exception as exc:  # a failed pipeline: Beam's own error, with its traceback in the log
         _LOG.exception("the run failed")
-        _say(f"imgrec: error: the run failed: {type(exc).__name__}: {last_line(exc)}")
+        say(f"imgrec: error: the run failed: {type(exc).__name__}: {last_line(exc)}")
         return 1
     output = conversion.spec.output.path
     if conversion.dry_run:
-        _say(f"dry run: built the Dataflow job for {output}; nothing was staged, submitted or written", sys.stdout)
+        say(f"dry run: built the Dataflow job for {output}; nothing was staged, submitted or written", sys.stdout)
     elif conversion.unchanged_from:
-        _say(f"unchanged: inputs and config match the dataset in {conversion.unchanged_from}; "
-             "nothing was converted or written", sys.stdout)
+        say(f"unchanged: inputs and config match the dataset in {conversion.unchanged_from}; "
+            "nothing was converted or written", sys.stdout)
     else:
-        _say(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine), sys.stdout)
+        say(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine), sys.stdout)
     return 0
 
 

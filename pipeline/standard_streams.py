@@ -1,14 +1,17 @@
-"""Standard descriptors a command was started without (`2>&-`, `>&-`, `<&-`).
+"""Standard streams: those a command was started without, and writing to those it has.
 
-Python then sets `sys.stderr` (or stdout, stdin) to None, and the descriptor is free: the next
-file the process opens gets it, and whatever C code or a child process writes to "stderr"
-(libjpeg's warnings) lands in that file, which may be a shard. The entry points call
-`open_closed_standard_streams` first, which points each missing one at /dev/null.
+A command started without a standard descriptor (`2>&-`, `>&-`, `<&-`): Python then sets
+`sys.stderr` (or stdout, stdin) to None, and the descriptor is free: the next file the process
+opens gets it, and whatever C code or a child process writes to "stderr" (libjpeg's warnings)
+lands in that file, which may be a shard. The entry points call `open_closed_standard_streams`
+first, which points each missing one at /dev/null. `say` writes what a command prints.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from typing import Optional, TextIO
 
 _STREAMS = ((0, "stdin", os.O_RDONLY, "r"), (1, "stdout", os.O_WRONLY, "w"), (2, "stderr", os.O_WRONLY, "w"))
 
@@ -27,3 +30,19 @@ def open_closed_standard_streams() -> None:
             os.close(null)
         if getattr(sys, name) is None:
             setattr(sys, name, open(descriptor, mode, closefd=False))
+
+
+def say(text: str, stream: Optional[TextIO] = None) -> None:
+    """Progress, notes and errors go to stderr, with the logs: a scheduler reading stdout to the
+    end (Airflow does) must never find stderr full; the summary goes to stdout. Best effort: the
+    reader may be gone (`| head`) or the disk full, and the exit code says what happened anyway.
+    After a failed write the stream's descriptor points at /dev/null, so Python's last flush
+    does not fail again and change the exit code."""
+    stream = stream or sys.stderr
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
