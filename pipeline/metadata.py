@@ -16,7 +16,7 @@ from pipeline import __version__
 from pipeline.errors import RunFailed
 from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAccounting, ReuseSummary, SplitInfo
 from transforms.example import feature_spec, image_description
-from transforms.fingerprint import PIXEL_LIBRARIES
+from transforms.fingerprint import pixel_library_versions
 from transforms.parts import ShardResult
 from transforms.rejections import is_error_class
 from transforms.specs import ConversionSpec
@@ -47,7 +47,7 @@ def pixel_fingerprint(spec: ConversionSpec, library_versions: Mapping[str, str])
     """Everything that decides an accepted image's stored bytes: an incremental run reuses image
     bytes only from a dataset with the same value."""
     settings = {"image": spec.image.pixel_settings(),
-                "versions": {k: library_versions[k] for k in PIXEL_LIBRARIES}}
+                "versions": pixel_library_versions(library_versions)}
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()
 
 

@@ -24,6 +24,11 @@ POLICY_FIELDS = ("path", "overwrite", "skip_unchanged", "allow_empty", "compare_
 PIXEL_LIBRARIES = ("imgrec", "opencv", "numpy")
 
 
+def pixel_library_versions(library_versions: Mapping[str, str]) -> dict[str, str]:
+    """The versions that both fingerprints hold: those of the libraries that make the pixels."""
+    return {name: library_versions[name] for name in PIXEL_LIBRARIES}
+
+
 def row_hash(row: bytes) -> int:
     return int.from_bytes(hashlib.sha256(row).digest(), "big")
 
@@ -33,7 +38,7 @@ def config_fingerprint(spec: ConversionSpec, library_versions: Mapping[str, str]
     included (a dataset another OpenCV made is not what this run would write); where they are
     written and how is left out."""
     config = spec.to_dict()
-    config["versions"] = {name: library_versions[name] for name in PIXEL_LIBRARIES}
+    config["versions"] = pixel_library_versions(library_versions)
     for field in POLICY_FIELDS:
         config["output"].pop(field)
     if spec.splits.method == "stratified":  # a dataset cut by an older rounding is not unchanged
