@@ -30,7 +30,6 @@ from transforms.dataset_format import (
     METADATA_FILE,
     FormatError,
     IndexEntry,
-    RecordLocation,
     index_file_name,
     join,
     run_id_of,
@@ -220,13 +219,13 @@ class _ReuseFailed(Exception):
     pass
 
 
-def still_published(location: RecordLocation) -> bool:
-    """Whether the dataset a record was copied from still holds what `location.run_id` published.
+def still_published(dataset: str, run_id: str) -> bool:
+    """Whether a dataset records were copied from still holds what run `run_id` published.
     A run replacing it deletes its metadata.json before it touches a shard and writes its own
     last, so records read before this returns True are that run's (a dataset made with other
     settings can have records at the very same offsets, holding the same content hashes)."""
     try:
-        return run_id_of(json.loads(files.read_bytes(join(location.dataset, METADATA_FILE)))) == location.run_id
+        return run_id_of(json.loads(files.read_bytes(join(dataset, METADATA_FILE)))) == run_id
     except (OSError, ValueError):  # gone, or being rewritten
         return False
 
@@ -449,7 +448,7 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
     offset = num_bytes = reused = resumed = 0
-    copied_from: dict[tuple[str, str], RecordLocation] = {}  # (dataset, run) → a record copied from it
+    copied_from: set[tuple[str, str]] = set()  # (dataset, the run that published it) of each copied record
     journal = _Journal(attempt.journal)
     try:
         with files.create(attempt.temporary) as handle, _claimed_attempt(task, attempt) as (earlier, records, size):
@@ -470,7 +469,7 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
                     entry = IndexEntry(offset, tfrecord.write_record(handle, record.data),
                                        image.source.content_hash, record.image_offset, record.image_length)
                     if was_reused:
-                        copied_from.setdefault((image.reuse.dataset, image.reuse.run_id), image.reuse)
+                        copied_from.add((image.reuse.dataset, image.reuse.run_id))
                 index.append(entry)
                 journal.add(handle, JournalLine(position, was_reused, entry))
                 offset += entry.length
@@ -479,7 +478,7 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
                 reused += was_reused
     finally:
         journal.close()
-    if not all(still_published(location) for location in copied_from.values()):
+    if not all(still_published(dataset, run_id) for dataset, run_id in copied_from):
         attempt.abandon()
         return convert_part(without_reuse(task), settings)
     attempt.finish()
