@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import pathlib
 import shutil
+import subprocess
+import sys
 
+import cv2
 import pytest
 
-from tests.trust_helpers import check_complete, make_tree, run_imgrec, run_inspect, write_image
+from tests.trust_helpers import REPO, check_complete, env, make_tree, run_imgrec, run_inspect, write_image
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -101,3 +105,15 @@ def test_inspect_exits_2_with_a_clear_message_on_invalid_json(dataset, tmp_path)
     assert run.returncode == 2, run.brief()
     assert "Traceback" not in run.stderr, run.brief()
     assert "metadata.json" in run.stdout + run.stderr, run.brief()
+
+
+@pytest.mark.parametrize("module", ["pipeline.inspect", "pipeline.verify"])
+def test_a_check_started_with_its_standard_streams_closed_passes_and_draws_its_pngs(dataset, tmp_path, module):
+    """`... 2>&- >&- <&-`: files the command opens (TensorFlow's, the PNGs) would get descriptors
+    0-2, where native libraries write their messages; both names of the command reopen them first."""
+    pngs = tmp_path / "pngs"
+    run = subprocess.run([sys.executable, "-m", module, str(dataset), f"--out={pngs}"], cwd=REPO, env=env(),
+                         timeout=120, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
+    assert run.returncode == 0
+    drawn = sorted(pngs.glob("*.png"))
+    assert drawn and all(cv2.imread(str(path)) is not None for path in drawn), drawn
