@@ -28,6 +28,7 @@ from transforms.discover import (
     glob_candidates,
     glob_matches,
     glob_root,
+    header_text,
     jsonl_layout,
     label_from_parent,
     list_local_root,
@@ -88,11 +89,14 @@ def test_the_output_owns_only_what_imgrec_wrote():
 @pytest.mark.parametrize("first_line,expected", [
     (None, ManifestLayout("csv", 0, 1)),  # empty file
     ("cat/1.jpg,cat", ManifestLayout("csv", 0, 1)),  # no header: data from the first line
-    ("path,label", ManifestLayout("csv", 0, 1, header=True)),
-    ("filename,class", ManifestLayout("csv", 0, 1, header=True)),
-    ("\ufeffFile_Path , Category", ManifestLayout("csv", 0, 1, header=True)),  # BOM, case, blanks
-    ("label,path", ManifestLayout("csv", 1, 0, header=True)),
-    ("id,image,width,class_name", ManifestLayout("csv", 1, 3, header=True)),
+    ("path,label", ManifestLayout("csv", 0, 1, header=("path", "label"))),
+    ("filename,class", ManifestLayout("csv", 0, 1, header=("filename", "class"))),
+    ("\ufeffFile_Path , Category", ManifestLayout("csv", 0, 1, header=("file_path", "category"))),  # BOM, case
+    ("label,path", ManifestLayout("csv", 1, 0, header=("label", "path"))),
+    ("id,image,width,class_name", ManifestLayout("csv", 1, 3, header=("id", "image", "width", "class_name"))),
+    # Two label-like columns: the preferred name, as for JSONL keys, not the first column.
+    ("path,class,label", ManifestLayout("csv", 0, 2, header=("path", "class", "label"))),
+    ("image,path,label", ManifestLayout("csv", 1, 2, header=("image", "path", "label"))),
 ])
 def test_csv_layout_recognises_headers(first_line, expected):
     assert csv_layout(first_line, None, EXTENSIONS) == expected
@@ -115,7 +119,8 @@ def test_a_header_csv_cannot_split_is_unrecognised_and_quoted_short():
 
 
 def test_manifest_columns_pick_named_columns():
-    assert csv_layout("a,Pic,b,Kind", ("pic", "kind"), EXTENSIONS) == ManifestLayout("csv", 1, 3, header=True)
+    assert csv_layout("a,Pic,b,Kind", ("pic", "kind"), EXTENSIONS) == ManifestLayout(
+        "csv", 1, 3, header=("a", "pic", "b", "kind"))
     with pytest.raises(ManifestError, match="has no column kind"):
         csv_layout("a,pic,b", ("pic", "kind"), EXTENSIONS)
     assert jsonl_layout(("file", "y")) == ManifestLayout("jsonl", "file", "y")
@@ -128,11 +133,15 @@ def test_manifest_columns_pick_named_columns():
     (CSV, "gs://bucket/a/1.jpg,cat", Candidate("gs://bucket/a/1.jpg", "cat")),
     (CSV, '"my dir/a,b.jpg",cat', Candidate("/data/manifests/my dir/a,b.jpg", "cat")),
     (CSV, '"q.jpg","lab,el"', Candidate("/data/manifests/q.jpg", "lab,el")),
-    (ManifestLayout("csv", 2, 0, header=True), "dog,7,x.jpg,extra", Candidate("/data/manifests/x.jpg", "dog")),
+    (ManifestLayout("csv", 2, 0, header=("class", "n", "path", "notes")), "dog,7,x.jpg,extra",
+     Candidate("/data/manifests/x.jpg", "dog")),
+    (ManifestLayout("csv", 0, 1, header=("path", "label", "notes")), "x.jpg,dog",  # trailing cells may be left out
+     Candidate("/data/manifests/x.jpg", "dog")),
     (JSONL, '{"path": "cat/1.jpg", "label": "cat"}', Candidate("/data/manifests/cat/1.jpg", "cat")),
     (JSONL, '{"path": "/abs/1.jpg", "label": 0}', Candidate("/abs/1.jpg", "0")),
     (JSONL, '{"path": "gs://b/1.jpg", "label": 12, "x": 1}', Candidate("gs://b/1.jpg", "12")),
     (JSONL, '{"path": "a,b.jpg", "label": "猫"}', Candidate("/data/manifests/a,b.jpg", "猫")),
+    (JSONL, '{"path": "a.jpg", "label": " cat\\t"}', Candidate("/data/manifests/a.jpg", "cat")),  # as CSV strips
     (JSONL, '{"Filename": "a.jpg", "Class": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
     (jsonl_layout(("file", "y")), '{"file": "a.jpg", "y": "cat", "label": "no"}',
      Candidate("/data/manifests/a.jpg", "cat")),
@@ -154,7 +163,10 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
     (CSV, "a.jpg,cat,extra"),  # without a header, exactly two columns
     (CSV, ",cat"),
     (CSV, "a.jpg,  "),
-    (ManifestLayout("csv", 0, 3, header=True), "a.jpg,cat"),  # too few columns for the header
+    (ManifestLayout("csv", 0, 3, header=("path", "a", "b", "label")), "a.jpg,cat"),  # too few for the header
+    (ManifestLayout("csv", 0, 1, header=("path", "label")), "a.jpg,big, cat"),  # an unquoted comma
+    (ManifestLayout("csv", 0, 1, header=("path", "label")), "Path , Label"),  # the header again (cat a.csv b.csv)
+    (JSONL, '{"path": "a.jpg", "label": " "}'),  # blank, as in CSV
     (JSONL, "not json"),
     (JSONL, '["a.jpg", "cat"]'),
     (JSONL, '{"path": "a.jpg"}'),
@@ -198,7 +210,7 @@ def test_messages_quote_only_an_excerpt_of_a_long_line():
 def test_manifest_rows_number_lines_and_report_bad_ones():
     lines = [b"path,label\n", b"cat/a.jpg,cat\n", b"\n", b"caf\xe9/b.jpg,cat\n",  # Latin-1, not UTF-8
              b"\xef\xbb\xbfdog/c.jpg,dog\n", b"broken\n", b"dog/d.jpg,dog"]
-    rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=True), MANIFEST))
+    rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=("path", "label")), MANIFEST))
     assert rows == [(f"/data/manifests/{p}", (label, n, f"/data/manifests/{p}"))
                     for p, label, n in (("cat/a.jpg", "cat", 2), ("dog/c.jpg", "dog", 5), ("dog/d.jpg", "dog", 7))]
     assert [(path, error) for path, error, _ in rejected] == [(MANIFEST, "BadManifestLine")] * 2
@@ -206,10 +218,15 @@ def test_manifest_rows_number_lines_and_report_bad_ones():
     assert rejected[1][2].startswith("line 6: expected a path and a label")
 
 
-def test_manifest_rows_skip_only_the_first_nonblank_line_as_header():
-    lines = [b"\n", b"path,label\n", b"path,label\n"]
-    rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=True), MANIFEST))
-    assert rows == [("/data/manifests/path", ("label", 3, "/data/manifests/path"))] and rejected == []
+def test_manifest_rows_skip_only_the_first_nonblank_line_as_header_and_refuse_it_again():
+    """A blank line or a byte-order mark alone comes before the header; the header again (two
+    manifests joined) is a bad line, so its "label" is no class that shifts every id."""
+    lines = [b"\n", b"\xef\xbb\xbf\n", b"path,label\n", b"cat/a.jpg,cat\n", b"path,label\n"]
+    assert header_text(lines[1]) == ""
+    rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=("path", "label")), MANIFEST))
+    assert rows == [("/data/manifests/cat/a.jpg", ("cat", 4, "/data/manifests/cat/a.jpg"))]
+    assert [(error, message.split(",")[0]) for _, error, message in rejected] == [
+        ("BadManifestLine", "line 5: the header again")]
 
 
 @pytest.mark.parametrize("header", [b"path,label,l\xe9gende\n", b"path,label" + b",c" * (MAX_LINE_BYTES // 2) + b"\n"],

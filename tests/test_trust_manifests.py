@@ -159,6 +159,24 @@ def test_a_recognised_header_does_not_shift_integer_label_ids(tmp_path, images):
     assert sorted({(text, label) for _, text, label in records}) == [("3", 3), ("7", 7)]
 
 
+def test_joined_manifests_keep_their_integer_ids_and_a_comma_in_a_label_moves_no_cell(tmp_path, images):
+    """`cat a.csv b.csv` repeats the header as a data row, whose label "label" made every id a
+    class-name index (10 became 1); an unquoted comma in a label kept only the text before it."""
+    cats, dogs = [p for p in images if p.parent.name == "cat"], [p for p in images if p.parent.name == "dog"]
+    first = write_csv(tmp_path / "a.csv", "path,label", [(rel(p, tmp_path), "10") for p in cats])
+    second = write_csv(tmp_path / "b.csv", "path,label", [(rel(p, tmp_path), "2") for p in dogs[:2]])
+    manifest = tmp_path / "all.csv"
+    manifest.write_text(first.read_text() + second.read_text() + f"{rel(dogs[2], tmp_path)},big, dog\n")
+    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    assert run.returncode == 0, run.brief()
+    metadata, records, dead = check_complete(tmp_path / "out")
+    assert metadata["label_map"] == {"2": 2, "10": 10}
+    assert sorted({(text, label) for _, text, label in records}) == [("10", 10), ("2", 2)] and len(records) == 5
+    assert sorted((row["error"], row["message"].split(":")[1].split(",")[0].strip()) for row in dead) == [
+        ("BadManifestLine", "3 cells where the header names 2 (quote a path or label that holds a comma)"),
+        ("BadManifestLine", "the header again")]
+
+
 @pytest.mark.parametrize("cat,dog", [("-1", "1"), (str(2**63), "1")], ids=["negative", "over-int64"])
 def test_integer_labels_that_are_no_int64_id_are_class_names(tmp_path, images, cat, dog):
     """-1 used to become id -1, published in a metadata.json no reader accepts (exit 1 after

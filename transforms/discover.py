@@ -338,7 +338,7 @@ class ManifestLayout:
     kind: str  # csv | jsonl
     path: Union[int, str]
     label: Union[int, str]
-    header: bool = False  # the first non-blank CSV line names the columns
+    header: tuple[str, ...] = ()  # the column names of the first non-blank CSV line, if it has them
 
 
 def excerpt(line: Union[str, bytes]) -> str:
@@ -372,7 +372,7 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
                extensions: tuple[str, ...]) -> ManifestLayout:
     """The CSV layout from its first non-blank line: a recognised header, or none (path,label)."""
     try:
-        cells = [c.lower() for c in _cells(first_line.lstrip("\ufeff"))] if first_line else []
+        cells = tuple(c.lower() for c in _cells(first_line.lstrip("\ufeff"))) if first_line else ()
     except csv.Error:  # e.g. a cell over csv's field size limit: neither a header nor a data line
         raise unrecognised_header(first_line) from None
     if columns:
@@ -381,11 +381,12 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
         if missing:
             raise ManifestError(f"manifest header {excerpt(first_line)} has no column {', '.join(missing)} "
                                 f"(from --manifest_columns={','.join(columns)})")
-        return ManifestLayout("csv", cells.index(wanted[0]), cells.index(wanted[1]), header=True)
-    path = next((i for i, c in enumerate(cells) if c in PATH_COLUMNS), None)
-    label = next((i for i, c in enumerate(cells) if c in LABEL_COLUMNS), None)
+        return ManifestLayout("csv", cells.index(wanted[0]), cells.index(wanted[1]), header=cells)
+    # By the names' order of preference, as JSONL keys are picked: `path,class,label` labels by "label".
+    path = next((cells.index(name) for name in PATH_COLUMNS if name in cells), None)
+    label = next((cells.index(name) for name in LABEL_COLUMNS if name in cells), None)
     if path is not None and label is not None:
-        return ManifestLayout("csv", path, label, header=True)
+        return ManifestLayout("csv", path, label, header=cells)
     if not cells or _looks_like_data(cells, extensions):
         return ManifestLayout("csv", 0, 1)
     raise unrecognised_header(first_line)
@@ -429,8 +430,9 @@ def too_long(raw: bytes) -> bool:
 
 def header_text(raw: bytes) -> str:
     """A line as the header check reads it: undecodable bytes replaced, since it only needs the
-    names. Its first non-blank line is the header, however it decodes (`manifest_rows` agrees)."""
-    return raw.decode("utf-8", "replace").strip()
+    names. Its first non-blank line is the header, however it decodes (`manifest_rows` agrees);
+    a line holding only a byte-order mark is blank."""
+    return raw.decode("utf-8", "replace").lstrip("\ufeff").strip()
 
 
 def first_line(path: str) -> Optional[str]:
@@ -486,14 +488,21 @@ def _pick(row: dict, key: str, names: tuple[str, ...]) -> object:
 
 
 def _is_label(value: object) -> bool:
-    """A JSON label is text or an integer id; a bool, list, object or float would become a
-    made-up class ('True', "['dog']")."""
-    return (isinstance(value, str) and value != "") or (isinstance(value, int) and not isinstance(value, bool))
+    """A JSON label is text (not blank) or an integer id; a bool, list, object or float would
+    become a made-up class ('True', "['dog']")."""
+    return (isinstance(value, str) and value.strip() != "") or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Candidate:
+    """One data line → its Candidate. Labels are stripped in both formats (`cat ` is `cat`)."""
     if layout.kind == "csv":
         row = csv_row(line)
+        if layout.header and [cell.strip().lower() for cell in row] == list(layout.header):
+            raise BadManifestLine(f"the header again, {excerpt(line)} (manifests joined with their headers?)")
+        if len(row) > (len(layout.header) or 2):  # an unquoted comma: the cells after it moved
+            raise BadManifestLine(f"{len(row)} cells where the {'header names' if layout.header else 'layout has'} "
+                                  f"{len(layout.header) or 2} (quote a path or label that holds a comma): "
+                                  f"{excerpt(line)}")
         wanted = max(layout.path, layout.label) + 1
         path = row[layout.path].strip() if len(row) >= wanted else ""
         label = row[layout.label].strip() if len(row) >= wanted else ""
@@ -509,7 +518,7 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
     path, label = _pick(row, layout.path, PATH_COLUMNS), _pick(row, layout.label, LABEL_COLUMNS)
     if not isinstance(path, str) or not path or not _is_label(label):
         raise BadManifestLine(f"expected {{\"path\": text, \"label\": text or integer}}, got {excerpt(line)}")
-    return listed_candidate(path, str(label), manifest)
+    return listed_candidate(path, str(label).strip(), manifest)
 
 
 def listed_candidate(path: str, label: str, manifest: str) -> Candidate:
@@ -543,7 +552,7 @@ def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout,
                   manifest: str) -> Iterator[Union[ManifestRow, beam.pvalue.TaggedOutput]]:
     """(canonical path, (label, line number, path)) per data line; undecodable, malformed or too
     long lines (`manifest_lines` cuts those) as rejections."""
-    header_pending = layout.header
+    header_pending = bool(layout.header)
     for number, raw in enumerate(lines, 1):
         if header_pending:  # the line `first_line` read, even one not UTF-8 or too long
             header_pending = not header_text(raw)
