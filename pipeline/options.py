@@ -8,6 +8,7 @@ one: a scheduled job must not run with defaults because of a typo.
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import dataclasses
 import difflib
 import importlib.resources
@@ -32,7 +33,20 @@ MAX_CONVERT_PROCESSES = 64  # at least; or 4 per core on bigger machines
 
 
 def _csv_of(kind: Callable[[str], Any]) -> Callable[[str], tuple]:
-    return lambda text: tuple(kind(part.strip()) for part in text.split(",") if part.strip())
+    """A comma-separated flag's parser: `` is none and a trailing comma is allowed, but an empty
+    entry (`cat,,dog`) is refused, as it is in a config's list: dropping it would move every
+    later entry (a class's id)."""
+    def parse(text: str) -> tuple:
+        parts = [part.strip() for part in text.split(",")] if text.strip() else []
+        if parts and not parts[-1]:
+            parts.pop()
+        if "" in parts:
+            raise argparse.ArgumentTypeError(f"an empty entry in {text!r}")
+        try:
+            return tuple(kind(part) for part in parts)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {kind.__name__}") from None
+    return parse
 
 
 def _mebibytes(text: str) -> int:
@@ -193,7 +207,24 @@ def check_flags(flags: Sequence[str], source: str = "command line") -> None:
 class ConfigLoader(yaml.SafeLoader):
     """YAML 1.2's booleans and numbers: YAML 1.1 also read `off` as false (`reduced_decode: off`),
     `0123` as octal 83, `1:30` as 90 and `1_000` as 1000, changing what a setting says. Other
-    spellings stay text, which `coerce` converts to a number or refuses with a message."""
+    spellings stay text, which `coerce` converts to a number or refuses with a message. A key
+    given twice in one mapping is refused, as YAML 1.2 says (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_lines: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, collections.abc.Hashable):  # refused by the construction below
+                continue
+            if key in first_lines:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (lines {first_lines[key]} and {line})",
+                    key_node.start_mark)
+            first_lines[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 _REPLACED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}

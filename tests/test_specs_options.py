@@ -198,6 +198,8 @@ def test_read_config(tmp_path):
         "splits": {"salt": "0123"}, "image": {"height": 64, "mean": [0.5, 0.5, 0.1]}}
     assert read_config(write_config(tmp_path, "splits: {salt: 1:30}\n")) == {"splits": {"salt": "1:30"}}
     assert read_config(write_config(tmp_path, "")) == {}
+    merged = "image: &base {height: 8, width: 8}\noutput:\n  <<: *base\n  num_shards: 2\n"  # a merge is no repeat
+    assert read_config(write_config(tmp_path, merged))["output"] == {"height": 8, "width": 8, "num_shards": 2}
     assert read_config(None) == {}
 
 
@@ -206,6 +208,9 @@ def test_read_config(tmp_path):
     ("image: [1, 2]\n", "section 'image' must be a mapping"),
     ("[1, 2]\n", "must be a mapping of sections"),
     ("image: {height: 3\n", "is not valid YAML"),
+    # YAML 1.2 forbids a key given twice; PyYAML kept the last (the first image: section was lost)
+    ("image: {height: 8}\ninput: {path: x}\nimage: {width: 9}\n", r"the key 'image' is given twice \(lines 1 and 3\)"),
+    ("image:\n  height: 8\n  height: 16\n", r"the key 'height' is given twice \(lines 2 and 3\)"),
 ])
 def test_read_config_refusals(tmp_path, text, message):
     with pytest.raises(UsageError, match=message):
@@ -294,6 +299,10 @@ def test_parse_arguments_passes_beam_flags_through(tmp_path):
     ([*IO, "--max_error_fraction=2"], r"max_error_fraction must be in \[0, 1\]"),
     ([*IO, "--input_kind=tsv"], "input kind must be one of"),
     ([*IO, "--config"], "argument --config: expected one argument"),
+    # an empty entry was dropped, moving every later class's id (dog became 1, not 2)
+    ([*IO, "--class_names=cat,,dog"], "argument --class_names: an empty entry in 'cat,,dog'"),
+    ([*IO, "--split_names=,train,val"], "argument --split_names: an empty entry"),
+    ([*IO, "--split_ratios=0.8,x"], "argument --split_ratios: '0.8,x' is not a comma-separated list of float"),
 ])
 def test_parse_arguments_usage_errors(argv, message):
     with pytest.raises(UsageError, match=message):
