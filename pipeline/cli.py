@@ -38,7 +38,7 @@ def _verify(argv: Sequence[str]) -> int:
 def _export_tfds(argv: Sequence[str]) -> int:
     from pipeline.tfds_export import main
 
-    return main(argv)
+    return main(argv, prog="imgrec export-tfds")
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {

@@ -8,6 +8,9 @@
 """
 from __future__ import annotations
 
+import argparse
+from typing import NoReturn
+
 
 class ImgrecError(Exception):
     exit_code = 1
@@ -38,3 +41,11 @@ class OutputLocked(ImgrecError):
 
 class Interrupted(ImgrecError):
     exit_code = 130
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse for imgrec's commands: a bad argument is a UsageError (one `imgrec: error:`
+    line, exit 2) instead of the usage text and a second line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)

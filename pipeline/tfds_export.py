@@ -33,15 +33,18 @@ from pipeline.standard_streams import open_closed_standard_streams
 if __name__ == "__main__":
     open_closed_standard_streams()  # before the imports open files
 
-import argparse
-import dataclasses
+import os  # noqa: E402
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # a CLI: TF's start-up chatter hides what it prints
+
+import dataclasses  # noqa: E402
 import posixpath
 import re
 import sys
 import uuid
 from typing import Any, Mapping, Optional, Sequence
 
-from pipeline.errors import OutputLocked
+from pipeline.errors import CommandLineParser, OutputLocked, UsageError
 from pipeline.interrupts import exit_quietly
 from pipeline.lock import OutputLock
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, read_metadata
@@ -229,13 +232,16 @@ def _export(output_dir: str, name: Optional[str], check_data: bool) -> dict[str,
             "splits": {info.name: info.num_examples for info in infos}, "skipped_empty_splits": empty}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.tfds_export", description=__doc__.split("\n")[0])
+def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipeline.tfds_export") -> int:
+    parser = CommandLineParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("output", help="A finished imgrec dataset folder (with metadata.json).")
     parser.add_argument("--name", help="TFDS dataset name; defaults to the folder name.")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         summary = export(args.output, name=args.name)
+    except UsageError as error:
+        print(f"imgrec: error: {error}", file=sys.stderr)
+        return error.exit_code
     except (NotExportable, NotAnImgrecDataset, UnsupportedDataset) as error:
         print(f"imgrec: error: {error}", file=sys.stderr)
         return 2

@@ -42,7 +42,7 @@ import tensorflow as tf
 
 from pipeline import reader
 from pipeline.drawing import draw_bar_chart, draw_contact_sheet, to_display_uint8
-from pipeline.errors import UsageError
+from pipeline.errors import CommandLineParser, UsageError
 from pipeline.heap import imports_frozen
 from pipeline.interrupts import exit_quietly
 from pipeline.tables import format_table
@@ -463,7 +463,7 @@ def check_out_dir(out_dir: Optional[str]) -> None:
 
 
 def parse_args(argv: Optional[Sequence[str]], prog: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    parser = CommandLineParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("output", help="A finished imgrec dataset folder (any TF filesystem, e.g. gs://).")
     parser.add_argument("--samples", type=int, default=8,
                         help="Sample images per split in the contact sheet (0: none).")
@@ -474,9 +474,9 @@ def parse_args(argv: Optional[Sequence[str]], prog: str) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
          prog: str = "python -m pipeline.verify") -> int:
     """0: every check passed; 1: some check failed; 2: bad usage or not a readable imgrec dataset."""
-    args = parse_args(sys.argv[1:] if argv is None else argv, prog)
     stream = stream or sys.stdout
     try:
+        args = parse_args(sys.argv[1:] if argv is None else argv, prog)
         if args.samples < 0:
             raise UsageError(f"--samples={args.samples}: must be 0 or more")
         check_out_dir(args.out)

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.trust_helpers import REPO, check_complete, env, error_line, make_tree, run_imgrec
+from tests.trust_helpers import REPO, check_complete, env, error_line, make_tree, run_imgrec, run_module
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -219,3 +219,12 @@ def test_an_output_that_cannot_be_written_does_not_change_the_exit_code(tmp_path
     assert published.returncode == 0
     check_complete(out)
     assert usage.returncode == 2
+
+
+@pytest.mark.parametrize("argv", [["verify"], ["inspect", "--bogus", "x"], ["verify", "--samples=x", "x"],
+                                  ["export-tfds"], ["export-tfds", "a", "b"]])
+def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
+    """argparse printed its usage text and a second line naming the command ("imgrec verify: error:")."""
+    run = run_module("pipeline.cli", argv, timeout=120)
+    assert run.returncode == 2 and "usage:" not in run.stderr, run.brief()
+    error_line(run)
