@@ -9,6 +9,7 @@ from transforms.specs import ConversionSpec
 
 # Beyond this many classes (ImageNet has 1,000) the table shows the spread, not a column each.
 MAX_CLASS_COLUMNS = 8
+MAX_CLASSES_NAMED = 10  # in the warning about classes without examples
 
 
 def format_header(spec: ConversionSpec, runner: str, config: Optional[str]) -> str:
@@ -24,6 +25,13 @@ def _class_cells(label_counts: dict, classes: list[str]) -> list[str]:
         return [str(label_counts.get(c, 0)) for c in classes]
     counts = [label_counts.get(c, 0) for c in classes]
     return [str(sum(1 for n in counts if n)), str(min(counts)), str(max(counts))]
+
+
+def classes_without_examples(metadata: DatasetMetadata) -> list[str]:
+    """Classes of the label map that no split holds an example of: a typo'd label on a rejected
+    listing still takes an id (and moves the ids of the classes after it)."""
+    written = {name for split in metadata.splits.values() for name, n in split.label_counts.items() if n}
+    return [name for name in metadata.class_names() if name not in written]
 
 
 def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[float] = None,
@@ -49,6 +57,11 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
     for name, split in metadata.splits.items():
         if not split.num_examples:
             lines.append(f"warning: split {name} has no examples")
+    empty = classes_without_examples(metadata)
+    if empty:
+        shown = ", ".join(empty[:MAX_CLASSES_NAMED]) + (", ..." if len(empty) > MAX_CLASSES_NAMED else "")
+        lines.append(f"warning: {len(empty):,} of {len(classes):,} classes have no examples but keep their ids "
+                     f"(an empty class folder, or every listing of it rejected): {shown}")
     resumed = metadata.run.get("resumed_records", 0)
     if resumed:
         lines.append(f"resumed: {counted(resumed, 'record')} taken from what an earlier, unfinished run had written")

@@ -1,6 +1,7 @@
 """What the terminal shows: pipeline.tables, pipeline.summary and pipeline.progress."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import pathlib
 import time
@@ -82,6 +83,18 @@ def test_summary_has_a_column_per_class_when_there_are_few():
     assert "inputs: 4 = 4 written + 0 rejected" in lines
     assert lines[-1] == "output: out (metadata.json, 1 shard)"
     assert not any(line.startswith(("dead letters", "duplicates", "reused", "time")) for line in lines)
+
+
+def test_summary_warns_of_classes_without_examples_which_still_take_ids():
+    """A rejected listing's typo'd label (or an empty class folder) is a class of the label map."""
+    metadata = summary_metadata(["cat", "dgo", "dog"])
+    metadata.splits["train"].label_counts.update({"dgo": 0})
+    lines = format_summary(dataclasses.replace(metadata, label_map={"cat": 0, "dgo": 1, "dog": 2, "zebra": 3}),
+                           "out").splitlines()
+    assert ("warning: 2 of 4 classes have no examples but keep their ids (an empty class folder, or every "
+            "listing of it rejected): dgo, zebra") in lines
+    assert not any("classes have no examples" in line for line in format_summary(
+        summary_metadata(["cat", "dog"]), "out").splitlines())
 
 
 def test_summary_shows_the_class_spread_when_there_are_many():
