@@ -145,6 +145,10 @@ def test_manifest_columns_pick_named_columns():
     (JSONL, '{"Filename": "a.jpg", "Class": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
     (jsonl_layout(("file", "y")), '{"file": "a.jpg", "y": "cat", "label": "no"}',
      Candidate("/data/manifests/a.jpg", "cat")),
+    # --manifest_columns in any case, as for a CSV header; the exact spelling first
+    (jsonl_layout(("file", "y")), '{"File": "a.jpg", "Y": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
+    (jsonl_layout(("File", "y")), '{"file": "b.jpg", "File": "a.jpg", "y": "cat"}',
+     Candidate("/data/manifests/a.jpg", "cat")),
     # The exact key wins over another spelling of it, wherever either stands.
     (JSONL, '{"path": "a.jpg", "label": "cat", "Path": "notes"}', Candidate("/data/manifests/a.jpg", "cat")),
     (JSONL, '{"Path": "notes", "path": "a.jpg", "label": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),

@@ -478,13 +478,12 @@ def join_local(folder: str, path: str) -> str:
 
 def _pick(row: dict, key: str, names: tuple[str, ...]) -> object:
     """The configured key, else the first of `names` present: spelled exactly, else in any case
-    (an exact "path" wins over a "Path" beside it)."""
-    if key:
-        return row.get(key)
+    (an exact "path" wins over a "Path" beside it), as CSV header names are matched."""
     lowered: dict[str, object] = {}
     for k, v in row.items():
         lowered.setdefault(str(k).lower(), v)
-    return next((row[n] if n in row else lowered[n] for n in names if n in lowered), None)
+    wanted = (key,) if key else names
+    return next((row[n] if n in row else lowered[n.lower()] for n in wanted if n.lower() in lowered), None)
 
 
 def _is_label(value: object) -> bool:
