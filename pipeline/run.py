@@ -156,7 +156,9 @@ def check_input(spec: ConversionSpec) -> None:
     kind, path = spec.input.resolved_kind(), spec.input.path
     local = local_path(path)
     if kind == "folders" and local is not None and not os.path.isdir(local):
-        raise UsageError(f"--input={path}: {'not a folder' if os.path.exists(local) else 'no such folder'}")
+        problem = "no such folder" if not os.path.exists(local) else (
+            "not a folder (a manifest ends in .csv, .jsonl or .json, or give --input_kind=csv or jsonl)")
+        raise UsageError(f"--input={path}: {problem}")
     if local is None and kind not in ("csv", "jsonl"):
         reachable("--input", path)  # a folder or glob on an object store need not exist as such
     if kind in ("csv", "jsonl"):

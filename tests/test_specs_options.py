@@ -324,6 +324,8 @@ def test_a_typo_in_the_configs_beam_section_is_a_usage_error(tmp_path):
     ([*IO, "--resize_mode=squash"], "resize_mode must be one of"),
     (["--input=/nonexistent/imgrec-input", "--output=o"], "no such folder"),
     (["--input=/nonexistent/list.csv", "--output=o"], "no such manifest"),
+    ([f"--input={__file__}", "--output=o"], "not a folder (a manifest ends in .csv, .jsonl or .json, or give "
+                                            "--input_kind=csv or jsonl)"),
     ([*IO, "--runner=DaskRunner"], "--runner=DaskRunner is not supported"),
 ])
 def test_usage_errors_exit_2_with_one_line(argv, message, capsys):

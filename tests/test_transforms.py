@@ -17,7 +17,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipeline.accounting import GatherTotals
 from pipeline.progress import RecordProgress, read_progress
 from tests.helpers import beam_matcher, rejection_tuple, test_pipeline, write_image, write_text
-from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, PlanSplits
+from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, LabeledImage, PlanSplits, group_copies
 from transforms.batches import batched
 from transforms.dataset_format import DuplicateSummary, IndexEntry, RecordLocation, index_file_name
 from transforms.discover import LABELS, REJECTED, DiscoverImages, ManifestError, OutputFolder
@@ -317,6 +317,16 @@ def test_duplicates_reported_and_dropped():
 
     plan(images, drop_duplicates=True, check_planned=check, expected_duplicates=groups,
          expected_rejected=[(f"/dog/{i}.jpg", "dedup", "DuplicateImage") for i in range(2)])
+
+
+def test_a_dropped_copy_says_when_its_label_differs_from_the_one_kept():
+    same, other = source("/cat/a.jpg", digest="0" * 64), source("/cat/b.jpg", digest="0" * 64)
+    relabelled = source("/dog/c.jpg", "dog", digest="0" * 64)
+    copies = [LabeledImage(image, LABEL_MAP[image.label]) for image in (relabelled, other, same)]
+    messages = [output.value.message for output in group_copies(("0" * 64, copies), "content", True)
+                if isinstance(output, beam.pvalue.TaggedOutput) and output.tag == REJECTED]
+    assert messages == ["same content (sha256 000000000000…) as /cat/a.jpg",
+                        "same content (sha256 000000000000…) as /cat/a.jpg (labelled 'cat', this copy 'dog')"]
 
 
 def test_duplicates_reported_and_kept():

@@ -101,7 +101,10 @@ def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str,
             content_hash, tuple(m.source.path for m in members), tuple(m.source.label for m in members)))
     if drop_duplicates:
         for copy in members[1:]:
-            reason = DuplicateImage(f"same content (sha256 {content_hash[:12]}…) as {canonical.source.path}")
+            other_label = (f" (labelled {canonical.source.label!r}, this copy {copy.source.label!r})"
+                           if copy.source.label != canonical.source.label else "")
+            reason = DuplicateImage(f"same content (sha256 {content_hash[:12]}…) as {canonical.source.path}"
+                                    f"{other_label}")
             yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(copy.source.path, reason))
         members = [canonical]
     if split_key == "content":
