@@ -32,16 +32,25 @@ CONFIG_PACKAGE = "imgrec_configs"  # configs/ as installed, so --config=local wo
 MAX_CONVERT_PROCESSES = 64  # at least; or 4 per core on bigger machines
 
 
+def comma_separated(text: str) -> list[str]:
+    """`a, b` → [a, b], for flags and config strings alike: `` is none and a trailing comma is
+    allowed, but an empty entry (`cat,,dog`) is a ValueError, as it is in a config's list:
+    dropping it would move every later entry (a class's id)."""
+    parts = [part.strip() for part in text.split(",")] if text.strip() else []
+    if parts and not parts[-1]:
+        parts.pop()
+    if "" in parts:
+        raise ValueError(f"an empty entry in {text!r}")
+    return parts
+
+
 def _csv_of(kind: Callable[[str], Any]) -> Callable[[str], tuple]:
-    """A comma-separated flag's parser: `` is none and a trailing comma is allowed, but an empty
-    entry (`cat,,dog`) is refused, as it is in a config's list: dropping it would move every
-    later entry (a class's id)."""
+    """A comma-separated flag's parser (`comma_separated`), each entry made a `kind`."""
     def parse(text: str) -> tuple:
-        parts = [part.strip() for part in text.split(",")] if text.strip() else []
-        if parts and not parts[-1]:
-            parts.pop()
-        if "" in parts:
-            raise argparse.ArgumentTypeError(f"an empty entry in {text!r}")
+        try:
+            parts = comma_separated(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
         try:
             return tuple(kind(part) for part in parts)
         except ValueError:
@@ -338,7 +347,10 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
         (hint,) = [h for h in typing.get_args(hint) if h is not type(None)]
     if typing.get_origin(hint) is tuple:
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+            try:
+                value = comma_separated(value)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{name} must be a list, got a {type(value).__name__}")
         item = typing.get_args(hint)[0]

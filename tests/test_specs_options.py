@@ -180,6 +180,9 @@ def test_yaml_values_get_the_field_type(section, field, value, expected):
     ({"output": {"path": True}}, ["--input=i"], "output.path must be text, got true"),
     ({"splits": {"salt": 1.50}}, IO, "splits.salt must be text, got the number 1.5; quote it"),  # not "1.5"
     ({"output": {"shuffle_seed": "1:00"}}, IO, "output.shuffle_seed must be int, got '1:00'"),
+    # a list written as one string, as on the command line: an empty entry moved every later id
+    ({"input": {"class_names": "bird,,dog,cat"}}, IO, "input.class_names: an empty entry in 'bird,,dog,cat'"),
+    ({"splits": {"names": "train,,val"}}, IO, "splits.names: an empty entry"),
 ])
 def test_build_spec_usage_errors(config, flags, message):
     with pytest.raises(UsageError, match=message):
