@@ -97,6 +97,8 @@ def test_the_output_owns_only_what_imgrec_wrote():
     # Two label-like columns: the preferred name, as for JSONL keys, not the first column.
     ("path,class,label", ManifestLayout("csv", 0, 2, header=("path", "class", "label"))),
     ("image,path,label", ManifestLayout("csv", 1, 2, header=("image", "path", "label"))),
+    ("image,image_path,label", ManifestLayout("csv", 1, 2, header=("image", "image_path", "label"))),
+    ("Path,path,label", ManifestLayout("csv", 1, 2, header=("path", "path", "label"))),  # the exact spelling
 ])
 def test_csv_layout_recognises_headers(first_line, expected):
     assert csv_layout(first_line, None, EXTENSIONS) == expected
@@ -137,6 +139,9 @@ def test_manifest_columns_pick_named_columns():
      Candidate("/data/manifests/x.jpg", "dog")),
     (ManifestLayout("csv", 0, 1, header=("path", "label", "notes")), "x.jpg,dog",  # trailing cells may be left out
      Candidate("/data/manifests/x.jpg", "dog")),
+    # empty cells past the header's (a spreadsheet's export) moved nothing
+    (ManifestLayout("csv", 0, 1, header=("path", "label")), "x.jpg,dog,,", Candidate("/data/manifests/x.jpg", "dog")),
+    (CSV, "x.jpg,dog,", Candidate("/data/manifests/x.jpg", "dog")),
     (JSONL, '{"path": "cat/1.jpg", "label": "cat"}', Candidate("/data/manifests/cat/1.jpg", "cat")),
     (JSONL, '{"path": "/abs/1.jpg", "label": 0}', Candidate("/abs/1.jpg", "0")),
     (JSONL, '{"path": "gs://b/1.jpg", "label": 12, "x": 1}', Candidate("gs://b/1.jpg", "12")),
@@ -170,6 +175,11 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
     (ManifestLayout("csv", 0, 3, header=("path", "a", "b", "label")), "a.jpg,cat"),  # too few for the header
     (ManifestLayout("csv", 0, 1, header=("path", "label")), "a.jpg,big, cat"),  # an unquoted comma
     (ManifestLayout("csv", 0, 1, header=("path", "label")), "Path , Label"),  # the header again (cat a.csv b.csv)
+    (ManifestLayout("csv", 0, 1, header=("path", "label")), "filename,class"),  # another manifest's header
+    (ManifestLayout("csv", 0, 1, header=("path", "label", "notes")), "path,label"),  # ... with fewer columns
+    (ManifestLayout("csv", 1, 2, header=("id", "img", "y")), "1,img,y"),  # this one's own names
+    (CSV, "path,label"),  # a header in a manifest without one
+    (ManifestLayout("csv", 0, 1, header=("path", "label")), "a.jpg,cat,note"),  # a cell past the header's
     (JSONL, '{"path": "a.jpg", "label": " "}'),  # blank, as in CSV
     (JSONL, "not json"),
     (JSONL, '["a.jpg", "cat"]'),
@@ -230,7 +240,7 @@ def test_manifest_rows_skip_only_the_first_nonblank_line_as_header_and_refuse_it
     rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=("path", "label")), MANIFEST))
     assert rows == [("/data/manifests/cat/a.jpg", ("cat", 4, "/data/manifests/cat/a.jpg"))]
     assert [(error, message.split(",")[0]) for _, error, message in rejected] == [
-        ("BadManifestLine", "line 5: the header again")]
+        ("BadManifestLine", "line 5: a header line")]
 
 
 @pytest.mark.parametrize("header", [b"path,label,l\xe9gende\n", b"path,label" + b",c" * (MAX_LINE_BYTES // 2) + b"\n"],

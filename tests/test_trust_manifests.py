@@ -174,7 +174,7 @@ def test_joined_manifests_keep_their_integer_ids_and_a_comma_in_a_label_moves_no
     assert sorted({(text, label) for _, text, label in records}) == [("10", 10), ("2", 2)] and len(records) == 5
     assert sorted((row["error"], row["message"].split(":")[1].split(",")[0].strip()) for row in dead) == [
         ("BadManifestLine", "3 cells where the header names 2 (quote a path or label that holds a comma)"),
-        ("BadManifestLine", "the header again")]
+        ("BadManifestLine", "a header line")]
 
 
 @pytest.mark.parametrize("cat,dog", [("-1", "1"), (str(2**63), "1")], ids=["negative", "over-int64"])

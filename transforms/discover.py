@@ -47,7 +47,7 @@ REJECTED = "rejected"
 LABELS = "labels"
 
 # Manifest header names, lower case; the first of each kind found in the header is used.
-PATH_COLUMNS = ("path", "filepath", "file_path", "filename", "file_name", "file", "image", "image_path")
+PATH_COLUMNS = ("path", "filepath", "file_path", "image_path", "filename", "file_name", "file", "image")
 LABEL_COLUMNS = ("label", "class", "category", "class_name", "label_name")
 
 # A manifest line is a path and a label (and, in JSONL, perhaps a few more keys): a longer line
@@ -372,24 +372,34 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
                extensions: tuple[str, ...]) -> ManifestLayout:
     """The CSV layout from its first non-blank line: a recognised header, or none (path,label)."""
     try:
-        cells = tuple(c.lower() for c in _cells(first_line.lstrip("\ufeff"))) if first_line else ()
+        named = tuple(_cells(first_line.lstrip("\ufeff"))) if first_line else ()
     except csv.Error:  # e.g. a cell over csv's field size limit: neither a header nor a data line
         raise unrecognised_header(first_line) from None
+    cells = tuple(c.lower() for c in named)
     if columns:
-        wanted = [c.lower() for c in columns]
-        missing = [c for c in wanted if c not in cells]
+        found = [_column(named, name) for name in columns]
+        missing = [name for name, index in zip(columns, found) if index is None]
         if missing:
             raise ManifestError(f"manifest header {excerpt(first_line)} has no column {', '.join(missing)} "
                                 f"(from --manifest_columns={','.join(columns)})")
-        return ManifestLayout("csv", cells.index(wanted[0]), cells.index(wanted[1]), header=cells)
+        return ManifestLayout("csv", found[0], found[1], header=cells)
     # By the names' order of preference, as JSONL keys are picked: `path,class,label` labels by "label".
-    path = next((cells.index(name) for name in PATH_COLUMNS if name in cells), None)
-    label = next((cells.index(name) for name in LABEL_COLUMNS if name in cells), None)
+    path = next((i for i in (_column(named, name) for name in PATH_COLUMNS) if i is not None), None)
+    label = next((i for i in (_column(named, name) for name in LABEL_COLUMNS) if i is not None), None)
     if path is not None and label is not None:
         return ManifestLayout("csv", path, label, header=cells)
-    if not cells or _looks_like_data(cells, extensions):
+    if not cells or _looks_like_data(list(cells), extensions):
         return ManifestLayout("csv", 0, 1)
     raise unrecognised_header(first_line)
+
+
+def _column(cells: tuple[str, ...], name: str) -> Optional[int]:
+    """Where a column is: the cell spelled exactly as `name`, else the first in any case (as a
+    JSONL key is found: `Path,path` has its path in the second column)."""
+    if name in cells:
+        return cells.index(name)
+    lowered = [cell.lower() for cell in cells]
+    return lowered.index(name.lower()) if name.lower() in lowered else None
 
 
 def unrecognised_header(first_line: str) -> ManifestError:
@@ -496,16 +506,16 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
     """One data line → its Candidate. Labels are stripped in both formats (`cat ` is `cat`)."""
     if layout.kind == "csv":
         row = csv_row(line)
-        if layout.header and [cell.strip().lower() for cell in row] == list(layout.header):
-            raise BadManifestLine(f"the header again, {excerpt(line)} (manifests joined with their headers?)")
-        if len(row) > (len(layout.header) or 2):  # an unquoted comma: the cells after it moved
+        if _names_columns(row, layout):
+            raise BadManifestLine(f"a header line, {excerpt(line)} (manifests joined with their headers?)")
+        width = len(layout.header) or 2
+        if any(cell.strip() for cell in row[width:]):  # an unquoted comma: the cells after it moved
             raise BadManifestLine(f"{len(row)} cells where the {'header names' if layout.header else 'layout has'} "
-                                  f"{len(layout.header) or 2} (quote a path or label that holds a comma): "
-                                  f"{excerpt(line)}")
+                                  f"{width} (quote a path or label that holds a comma): {excerpt(line)}")
         wanted = max(layout.path, layout.label) + 1
         path = row[layout.path].strip() if len(row) >= wanted else ""
         label = row[layout.label].strip() if len(row) >= wanted else ""
-        if not path or not label or (not layout.header and len(row) != 2):
+        if not path or not label or (not layout.header and len(row) < 2):
             raise BadManifestLine(f"expected a path and a label, got {excerpt(line)}")
         return listed_candidate(path, label, manifest)
     try:
@@ -516,8 +526,19 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
         raise BadManifestLine(f"expected a JSON object, got {excerpt(line)}")
     path, label = _pick(row, layout.path, PATH_COLUMNS), _pick(row, layout.label, LABEL_COLUMNS)
     if not isinstance(path, str) or not path or not _is_label(label):
-        raise BadManifestLine(f"expected {{\"path\": text, \"label\": text or integer}}, got {excerpt(line)}")
+        keys = (layout.path or "path", layout.label or "label")
+        raise BadManifestLine(f"expected {{{json.dumps(keys[0])}: text, {json.dumps(keys[1])}: text or integer}}, "
+                              f"got {excerpt(line)}")
     return listed_candidate(path, str(label).strip(), manifest)
+
+
+def _names_columns(row: list[str], layout: ManifestLayout) -> bool:
+    """Whether a CSV data line is a header: its path and label cells name such columns (this
+    manifest's own, or any of the usual names), as when manifests are joined with `cat`."""
+    def names(index: int, usual: tuple[str, ...]) -> bool:
+        cell = row[index].strip().lower() if index < len(row) else ""
+        return cell in usual or (bool(layout.header) and cell == layout.header[index])
+    return names(layout.path, PATH_COLUMNS) and names(layout.label, LABEL_COLUMNS)
 
 
 def listed_candidate(path: str, label: str, manifest: str) -> Candidate:
