@@ -28,7 +28,7 @@ re-run this export after such a run.
 """
 from __future__ import annotations
 
-from pipeline.standard_streams import open_closed_standard_streams
+from pipeline.standard_streams import open_closed_standard_streams, say
 
 if __name__ == "__main__":
     open_closed_standard_streams()  # before the imports open files
@@ -240,22 +240,22 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipeline.t
         args = parser.parse_args(argv)
         summary = export(args.output, name=args.name)
     except UsageError as error:
-        print(f"imgrec: error: {error}", file=sys.stderr)
+        say(f"imgrec: error: {error}")
         return error.exit_code
     except (NotExportable, NotAnImgrecDataset, UnsupportedDataset) as error:
-        print(f"imgrec: error: {error}", file=sys.stderr)
+        say(f"imgrec: error: {error}")
         return 2
     except OutputLocked as error:
-        print(f"imgrec: error: {error}", file=sys.stderr)
+        say(f"imgrec: error: {error}")
         return error.exit_code
-    print(f"TFDS metadata written to {args.output} as {summary['name']!r}:")
+    say(f"TFDS metadata written to {args.output} as {summary['name']!r}:", sys.stdout)
     for key, feature in summary["features"].items():
-        print(f"  {key}: {feature}")
+        say(f"  {key}: {feature}", sys.stdout)
     for split, count in summary["splits"].items():
-        print(f"  split {split}: {count} examples")
+        say(f"  split {split}: {count} examples", sys.stdout)
     if summary["skipped_empty_splits"]:
-        print(f"  left out (no shards): {', '.join(summary['skipped_empty_splits'])}")
-    print(f"Load with: tfds.builder_from_directory({args.output!r}).as_dataset(split=...)")
+        say(f"  left out (no shards): {', '.join(summary['skipped_empty_splits'])}", sys.stdout)
+    say(f"Load with: tfds.builder_from_directory({args.output!r}).as_dataset(split=...)", sys.stdout)
     return 0
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from pipeline.standard_streams import open_closed_standard_streams
+from pipeline.standard_streams import open_closed_standard_streams, say
 
 if __name__ == "__main__":
     open_closed_standard_streams()  # before TensorFlow's import opens files
@@ -393,19 +393,19 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     layout = reader.layout_from_metadata(metadata, with_metadata=True)
     label_map = metadata.label_map
     classes = metadata.class_names()
-    print(f"imgrec dataset {output}: format {metadata.format_version}, {metadata.image.get('encoding')} "
-          f"{layout.pixel_dtype.name} {'x'.join(map(str, layout.shape))}, compression {metadata.compression}, "
-          f"{len(classes)} classes", file=stream)
+    say(f"imgrec dataset {output}: format {metadata.format_version}, {metadata.image.get('encoding')} "
+        f"{layout.pixel_dtype.name} {'x'.join(map(str, layout.shape))}, compression {metadata.compression}, "
+        f"{len(classes)} classes", stream)
     checks = [label_map_check(label_map), description_check(metadata)]
     by_split, by_error, problems = dead_letter_counts(output, metadata)
     checks.extend(accounting_checks(metadata, by_split, by_error, problems))
     for check in checks:
-        print(check.line(), file=stream)
+        say(check.line(), stream)
     counts: dict[str, dict[str, int]] = {}
     sections = []
     id_to_name = {i: n for n, i in label_map.items()}
     for name, info in metadata.splits.items():
-        print(f"\nsplit {name}: {info.num_examples} examples in {info.num_shards} shard(s)", file=stream)
+        say(f"\nsplit {name}: {info.num_examples} examples in {info.num_shards} shard(s)", stream)
         paths = reader.shard_paths(output, metadata, name)
         scans = [scan_shard(path, metadata.compression, layout) for path in paths]
         split_result = split_checks(name, info, scans, label_map, layout)
@@ -414,7 +414,7 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
             split_result.append(index_check(output, name, info, metadata.compression,
                                             roles["image"] if "content_hash" in roles else None))
         for check in split_result:
-            print(check.line(), file=stream)
+            say(check.line(), stream)
         checks.extend(split_result)
         labels = sum((scan.labels for scan in scans), collections.Counter())
         counts[name] = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
@@ -423,10 +423,10 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         sections.append((f"{name}: {len(images)} of {info.num_examples} examples", images, captions))
     extra = unlisted_shards(output, metadata)
     if extra:
-        print(f"\n  WARNING shard files not listed in metadata.json (ignored by load_dataset, read by globs): "
-              f"{', '.join(extra)}", file=stream)
-    print("\nclass counts (records read):", file=stream)
-    print(_counts_table(counts, classes + sorted(set().union(*counts.values()) - set(classes))), file=stream)
+        say(f"\n  WARNING shard files not listed in metadata.json (ignored by load_dataset, read by globs): "
+            f"{', '.join(extra)}", stream)
+    say("\nclass counts (records read):", stream)
+    say(_counts_table(counts, classes + sorted(set().union(*counts.values()) - set(classes))), stream)
     out_dir = out_dir or output
     tf.io.gfile.makedirs(out_dir)
     written = []
@@ -435,7 +435,7 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         write_png(written[-1], draw_contact_sheet(sections))
     written.append(posixpath.join(out_dir, CLASS_COUNTS))
     write_png(written[-1], draw_bar_chart(counts, classes, title=f"examples per class: {output}"))
-    print(f"\nwrote {', '.join(written)}", file=stream)
+    say(f"\nwrote {', '.join(written)}", stream)
     try:
         published.check()
     except reader.DatasetChanged:  # what failed may be the new dataset's files, checked against the old
@@ -443,11 +443,11 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
                                       f"{METADATA_FILE} no longer names run {published.run_id}): verify it again"))
     failed = [check for check in checks if not check.ok]
     if failed:
-        print(f"FAILED: {len(failed)} of {len(checks)} checks failed:", file=stream)
+        say(f"FAILED: {len(failed)} of {len(checks)} checks failed:", stream)
         for check in failed:
-            print(check.line(), file=stream)
+            say(check.line(), stream)
     else:
-        print(f"OK: all {len(checks)} checks passed", file=stream)
+        say(f"OK: all {len(checks)} checks passed", stream)
     return not failed
 
 
@@ -483,11 +483,11 @@ def main(argv: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
         with imports_frozen():  # the imports' objects, TensorFlow's too: 0.9 s of a 2,000-image check
             ok = verify_dataset(args.output, args.samples, args.out, stream)
     except UsageError as exc:
-        print(f"imgrec: error: {exc}", file=sys.stderr)
+        say(f"imgrec: error: {exc}")
         return exc.exit_code
     except (reader.NotAnImgrecDataset, reader.UnsupportedDataset) as exc:
-        print(f"FAILED: {exc}", file=stream)
-        print(f"imgrec: error: {exc}", file=sys.stderr)
+        say(f"FAILED: {exc}", stream)
+        say(f"imgrec: error: {exc}")
         return 2
     return 0 if ok else 1
 

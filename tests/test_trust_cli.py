@@ -221,6 +221,18 @@ def test_an_output_that_cannot_be_written_does_not_change_the_exit_code(tmp_path
     assert usage.returncode == 2
 
 
+def test_checking_and_exporting_keep_their_exit_code_when_stdout_cannot_be_written(tmp_path, data):
+    """`imgrec verify DS > /dev/full` (or `| head -1`) ended in a traceback and exit 1 for a
+    healthy dataset: what the report could not print must not change what the exit code says."""
+    out = tmp_path / "out"
+    assert run_imgrec(data, out, "--encoding=png", "--normalize=none").returncode == 0
+    for command in (["verify", str(out), f"--out={tmp_path / 'pngs'}"], ["export-tfds", str(out)]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([sys.executable, "-m", "pipeline.cli", *command], cwd=REPO, env=env(),
+                                  timeout=120, stdout=full, stderr=subprocess.PIPE, text=True)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("argv", [["verify"], ["inspect", "--bogus", "x"], ["verify", "--samples=x", "x"],
                                   ["export-tfds"], ["export-tfds", "a", "b"]])
 def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
