@@ -5,6 +5,7 @@ from typing import Optional
 
 from pipeline.tables import counted, format_bytes, format_table
 from transforms.dataset_format import DatasetMetadata
+from transforms.discover import excerpt
 from transforms.specs import ConversionSpec
 
 # Beyond this many classes (ImageNet has 1,000) the table shows the spread, not a column each.
@@ -59,9 +60,10 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
             lines.append(f"warning: split {name} has no examples")
     empty = classes_without_examples(metadata)
     if empty:
-        shown = ", ".join(empty[:MAX_CLASSES_NAMED]) + (", ..." if len(empty) > MAX_CLASSES_NAMED else "")
+        shown = ", ".join(map(excerpt, empty[:MAX_CLASSES_NAMED])) + (", ..." if len(empty) > MAX_CLASSES_NAMED else "")
         lines.append(f"warning: {len(empty):,} of {len(classes):,} classes have no examples but keep their ids "
-                     f"(an empty class folder, or every listing of it rejected): {shown}")
+                     f"(an empty class folder, a class_names entry no image has, or a label whose every listing "
+                     f"was rejected): {shown}")
     resumed = metadata.run.get("resumed_records", 0)
     if resumed:
         lines.append(f"resumed: {counted(resumed, 'record')} taken from what an earlier, unfinished run had written")

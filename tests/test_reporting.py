@@ -91,8 +91,10 @@ def test_summary_warns_of_classes_without_examples_which_still_take_ids():
     metadata.splits["train"].label_counts.update({"dgo": 0})
     lines = format_summary(dataclasses.replace(metadata, label_map={"cat": 0, "dgo": 1, "dog": 2, "zebra": 3}),
                            "out").splitlines()
-    assert ("warning: 2 of 4 classes have no examples but keep their ids (an empty class folder, or every "
-            "listing of it rejected): dgo, zebra") in lines
+    assert ("warning: 2 of 4 classes have no examples but keep their ids (an empty class folder, a class_names "
+            "entry no image has, or a label whose every listing was rejected): 'dgo', 'zebra'") in lines
+    odd = format_summary(dataclasses.replace(metadata, label_map={"cat": 0, "dog": 1, "x,\nwarning: y": 2}), "out")
+    assert odd.count("\nwarning: ") == 1 and "'x,\\nwarning: y'" in odd  # one line, the name quoted
     assert not any("classes have no examples" in line for line in format_summary(
         summary_metadata(["cat", "dog"]), "out").splitlines())
 
