@@ -230,7 +230,7 @@ class ConfigLoader(yaml.SafeLoader):
                 continue
             if key in first_lines:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice (lines {first_lines[key]} and {line})",
+                    None, None, f"the key {key!r} is given twice (first on line {first_lines[key]})",
                     key_node.start_mark)
             first_lines[key] = line
         return super().construct_mapping(node, deep=deep)
@@ -265,6 +265,15 @@ def config_path(name: str) -> str:
     return local if os.path.exists(local) else name
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and on which line; PyYAML's first line is often only the context
+    ("while parsing a flow mapping")."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark or exc.context_mark
+        return exc.problem + (f" (line {mark.line + 1}, column {mark.column + 1})" if mark else "")
+    return str(exc).splitlines()[0]
+
+
 def read_config(path: Optional[str]) -> dict:
     if not path:
         return {}
@@ -278,7 +287,7 @@ def read_config(path: Optional[str]) -> dict:
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise UsageError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"config {path} is not valid YAML: {yaml_problem(exc)}") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"config {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(config, dict):

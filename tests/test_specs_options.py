@@ -212,8 +212,13 @@ def test_read_config(tmp_path):
     ("[1, 2]\n", "must be a mapping of sections"),
     ("image: {height: 3\n", "is not valid YAML"),
     # YAML 1.2 forbids a key given twice; PyYAML kept the last (the first image: section was lost)
-    ("image: {height: 8}\ninput: {path: x}\nimage: {width: 9}\n", r"the key 'image' is given twice \(lines 1 and 3\)"),
-    ("image:\n  height: 8\n  height: 16\n", r"the key 'height' is given twice \(lines 2 and 3\)"),
+    ("image: {height: 8}\ninput: {path: x}\nimage: {width: 9}\n",
+     r"the key 'image' is given twice \(first on line 1\) \(line 3, column 1\)"),
+    ("image:\n  height: 8\n  height: 16\n",
+     r"the key 'height' is given twice \(first on line 2\) \(line 3, column 3\)"),
+    # what is wrong and where, not PyYAML's context line ("while parsing a flow mapping")
+    ("image: {height: 3\n", r"expected ',' or '}', but got '<stream end>' \(line 2, column 1\)"),
+    ("? [a, b]\n: 1\n", r"found unhashable key \(line 1, column 3\)"),
 ])
 def test_read_config_refusals(tmp_path, text, message):
     with pytest.raises(UsageError, match=message):
