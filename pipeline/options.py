@@ -219,21 +219,31 @@ class ConfigLoader(yaml.SafeLoader):
     spellings stay text, which `coerce` converts to a number or refuses with a message. A key
     given twice in one mapping is refused, as YAML 1.2 says (PyYAML keeps the last one silently)."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._checked_mappings: set[int] = set()
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Each mapping's own keys are checked once, before a merge (`<<: *defaults`) adds the
+        keys it may override: PyYAML flattens a merged mapping in place."""
+        if id(node) not in self._checked_mappings:
+            self._checked_mappings.add(id(node))
+            self._refuse_repeated_keys(node)
+        super().flatten_mapping(node)
+
+    def _refuse_repeated_keys(self, node: yaml.MappingNode) -> None:
         first_lines: dict = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: its keys may be overridden
+            if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if not isinstance(key, collections.abc.Hashable):  # refused by the construction below
+            if not isinstance(key, collections.abc.Hashable):  # refused by the construction itself
                 continue
             if key in first_lines:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"the key {key!r} is given twice (first on line {first_lines[key]})",
                     key_node.start_mark)
-            first_lines[key] = line
-        return super().construct_mapping(node, deep=deep)
+            first_lines[key] = key_node.start_mark.line + 1
 
 
 _REPLACED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}

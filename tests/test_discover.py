@@ -99,6 +99,8 @@ def test_the_output_owns_only_what_imgrec_wrote():
     ("image,path,label", ManifestLayout("csv", 1, 2, header=("image", "path", "label"))),
     ("image,image_path,label", ManifestLayout("csv", 1, 2, header=("image", "image_path", "label"))),
     ("Path,path,label", ManifestLayout("csv", 1, 2, header=("path", "path", "label"))),  # the exact spelling
+    ("path,label,", ManifestLayout("csv", 0, 1, header=("path", "label"))),  # trailing commas name no column
+    ("a.jpg,cat,,", ManifestLayout("csv", 0, 1)),  # nor make a first data line a header
 ])
 def test_csv_layout_recognises_headers(first_line, expected):
     assert csv_layout(first_line, None, EXTENSIONS) == expected
@@ -118,6 +120,12 @@ def test_a_header_csv_cannot_split_is_unrecognised_and_quoted_short():
     with pytest.raises(ManifestError, match="not recognised") as info:
         csv_layout(header, None, EXTENSIONS)
     assert len(str(info.value)) < 1000
+
+
+@pytest.mark.parametrize("first_line", ["path,path,label", "file,label,label"])
+def test_a_csv_header_naming_its_path_or_label_column_twice_is_refused(first_line):
+    with pytest.raises(ManifestError, match="has two columns named"):
+        csv_layout(first_line, None, EXTENSIONS)
 
 
 def test_manifest_columns_pick_named_columns():
@@ -147,6 +155,7 @@ def test_manifest_columns_pick_named_columns():
     (JSONL, '{"path": "gs://b/1.jpg", "label": 12, "x": 1}', Candidate("gs://b/1.jpg", "12")),
     (JSONL, '{"path": "a,b.jpg", "label": "猫"}', Candidate("/data/manifests/a,b.jpg", "猫")),
     (JSONL, '{"path": "a.jpg", "label": " cat\\t"}', Candidate("/data/manifests/a.jpg", "cat")),  # as CSV strips
+    (JSONL, '{" Path ": "a.jpg", "label ": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),  # as CSV names
     (JSONL, '{"Filename": "a.jpg", "Class": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
     (jsonl_layout(("file", "y")), '{"file": "a.jpg", "y": "cat", "label": "no"}',
      Candidate("/data/manifests/a.jpg", "cat")),
@@ -180,6 +189,8 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
     (ManifestLayout("csv", 1, 2, header=("id", "img", "y")), "1,img,y"),  # this one's own names
     (CSV, "path,label"),  # a header in a manifest without one
     (ManifestLayout("csv", 0, 1, header=("path", "label")), "a.jpg,cat,note"),  # a cell past the header's
+    (ManifestLayout("csv", 0, 1, header=("path", "label")), "label,path"),  # a header with its columns swapped
+    (JSONL, '{"path": "a.jpg", "path": "b.jpg", "label": "cat"}'),  # which file? (json keeps the last)
     (JSONL, '{"path": "a.jpg", "label": " "}'),  # blank, as in CSV
     (JSONL, "not json"),
     (JSONL, '["a.jpg", "cat"]'),

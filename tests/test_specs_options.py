@@ -203,6 +203,8 @@ def test_read_config(tmp_path):
     assert read_config(write_config(tmp_path, "")) == {}
     merged = "image: &base {height: 8, width: 8}\noutput:\n  <<: *base\n  num_shards: 2\n"  # a merge is no repeat
     assert read_config(write_config(tmp_path, merged))["output"] == {"height": 8, "width": 8, "num_shards": 2}
+    chained = "image:\n  <<: &d\n    <<: {height: 1}\n    height: 2\noutput: {<<: *d}\n"  # nor one merged again
+    assert read_config(write_config(tmp_path, chained)) == {"image": {"height": 2}, "output": {"height": 2}}
     assert read_config(None) == {}
 
 

@@ -372,9 +372,11 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
                extensions: tuple[str, ...]) -> ManifestLayout:
     """The CSV layout from its first non-blank line: a recognised header, or none (path,label)."""
     try:
-        named = tuple(_cells(first_line.lstrip("\ufeff"))) if first_line else ()
+        named = list(_cells(first_line.lstrip("\ufeff"))) if first_line else []
     except csv.Error:  # e.g. a cell over csv's field size limit: neither a header nor a data line
         raise unrecognised_header(first_line) from None
+    while named and not named[-1]:  # a spreadsheet's trailing commas name no column
+        named.pop()
     cells = tuple(c.lower() for c in named)
     if columns:
         found = [_column(named, name) for name in columns]
@@ -382,15 +384,24 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
         if missing:
             raise ManifestError(f"manifest header {excerpt(first_line)} has no column {', '.join(missing)} "
                                 f"(from --manifest_columns={','.join(columns)})")
-        return ManifestLayout("csv", found[0], found[1], header=cells)
+        return _header_layout(named, found[0], found[1], first_line)
     # By the names' order of preference, as JSONL keys are picked: `path,class,label` labels by "label".
     path = next((i for i in (_column(named, name) for name in PATH_COLUMNS) if i is not None), None)
     label = next((i for i in (_column(named, name) for name in LABEL_COLUMNS) if i is not None), None)
     if path is not None and label is not None:
-        return ManifestLayout("csv", path, label, header=cells)
+        return _header_layout(named, path, label, first_line)
     if not cells or _looks_like_data(list(cells), extensions):
         return ManifestLayout("csv", 0, 1)
     raise unrecognised_header(first_line)
+
+
+def _header_layout(named: list[str], path: int, label: int, first_line: str) -> ManifestLayout:
+    """The layout of a header naming its path and label columns once each: `path,path,label`
+    would leave which file is meant to a guess."""
+    for index in (path, label):
+        if named.count(named[index]) > 1:
+            raise ManifestError(f"manifest header {excerpt(first_line)} has two columns named {named[index]!r}")
+    return ManifestLayout("csv", path, label, header=tuple(c.lower() for c in named))
 
 
 def _column(cells: tuple[str, ...], name: str) -> Optional[int]:
@@ -491,9 +502,10 @@ def _pick(row: dict, key: str, names: tuple[str, ...]) -> object:
     (an exact "path" wins over a "Path" beside it), as CSV header names are matched."""
     lowered: dict[str, object] = {}
     for k, v in row.items():
-        lowered.setdefault(str(k).lower(), v)
+        lowered.setdefault(str(k).strip().lower(), v)
     wanted = (key,) if key else names
-    return next((row[n] if n in row else lowered[n.lower()] for n in wanted if n.lower() in lowered), None)
+    return next((row[n] if n in row else lowered[n.strip().lower()] for n in wanted if n.strip().lower() in lowered),
+                None)
 
 
 def _is_label(value: object) -> bool:
@@ -519,7 +531,7 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
             raise BadManifestLine(f"expected a path and a label, got {excerpt(line)}")
         return listed_candidate(path, label, manifest)
     try:
-        row = json.loads(line)
+        row = json.loads(line, object_pairs_hook=_object_once)
     except (ValueError, RecursionError) as exc:  # also integers over 4300 digits, nesting too deep
         raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
     if not isinstance(row, dict):
@@ -532,13 +544,24 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
     return listed_candidate(path, str(label).strip(), manifest)
 
 
+def _object_once(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are given once: `json.loads` keeps the last of two "path"s, so
+    which file is meant would be a guess (a ValueError: a bad line)."""
+    row: dict = {}
+    for key, value in pairs:
+        if key in row:
+            raise ValueError(f"the key {excerpt(key)} is given twice")
+        row[key] = value
+    return row
+
+
 def _names_columns(row: list[str], layout: ManifestLayout) -> bool:
-    """Whether a CSV data line is a header: its path and label cells name such columns (this
-    manifest's own, or any of the usual names), as when manifests are joined with `cat`."""
-    def names(index: int, usual: tuple[str, ...]) -> bool:
-        cell = row[index].strip().lower() if index < len(row) else ""
-        return cell in usual or (bool(layout.header) and cell == layout.header[index])
-    return names(layout.path, PATH_COLUMNS) and names(layout.label, LABEL_COLUMNS)
+    """Whether a CSV data line is a header: its path and label cells both name columns (this
+    manifest's, or any of the usual names, in either place), as when manifests are joined with
+    `cat`: `label,path` under `path,label` too."""
+    names = {*PATH_COLUMNS, *LABEL_COLUMNS, *layout.header} - {""}
+    cells = [row[i].strip().lower() if i < len(row) else "" for i in (layout.path, layout.label)]
+    return all(cell in names for cell in cells)
 
 
 def listed_candidate(path: str, label: str, manifest: str) -> Candidate:
