@@ -98,9 +98,9 @@ def test_the_output_owns_only_what_imgrec_wrote():
     ("path,class,label", ManifestLayout("csv", 0, 2, header=("path", "class", "label"))),
     ("image,path,label", ManifestLayout("csv", 1, 2, header=("image", "path", "label"))),
     ("image,image_path,label", ManifestLayout("csv", 1, 2, header=("image", "image_path", "label"))),
-    ("Path,path,label", ManifestLayout("csv", 1, 2, header=("path", "path", "label"))),  # the exact spelling
     ("path,label,", ManifestLayout("csv", 0, 1, header=("path", "label"))),  # trailing commas name no column
     ("a.jpg,cat,,", ManifestLayout("csv", 0, 1)),  # nor make a first data line a header
+    ("a.jpg,", ManifestLayout("csv", 0, 1)),  # a first line naming an image is data (here a bad line)
 ])
 def test_csv_layout_recognises_headers(first_line, expected):
     assert csv_layout(first_line, None, EXTENSIONS) == expected
@@ -115,6 +115,14 @@ def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(first_li
     assert all(name in message for name in (*PATH_COLUMNS, *LABEL_COLUMNS))
 
 
+@pytest.mark.parametrize("first_line,hint", [("path;label", "separated by tabs or semicolons"),
+                                             ("path\tlabel", "separated by tabs or semicolons"),
+                                             ("path,label\ra.jpg,cat", "carriage return alone")])
+def test_an_unrecognised_header_says_what_the_line_suggests(first_line, hint):
+    with pytest.raises(ManifestError, match=hint):
+        csv_layout(first_line, None, EXTENSIONS)
+
+
 def test_a_header_csv_cannot_split_is_unrecognised_and_quoted_short():
     header = "x" * 140_000  # one cell over csv's field size limit (128 KiB)
     with pytest.raises(ManifestError, match="not recognised") as info:
@@ -122,10 +130,25 @@ def test_a_header_csv_cannot_split_is_unrecognised_and_quoted_short():
     assert len(str(info.value)) < 1000
 
 
-@pytest.mark.parametrize("first_line", ["path,path,label", "file,label,label"])
+@pytest.mark.parametrize("first_line", ["path,path,label", "file,label,Label", "Path,path ,label"])
 def test_a_csv_header_naming_its_path_or_label_column_twice_is_refused(first_line):
-    with pytest.raises(ManifestError, match="has two columns named"):
+    """Which file (or label) is meant would be a guess; names compare as JSONL keys do."""
+    with pytest.raises(ManifestError, match="has 2 columns named"):
         csv_layout(first_line, None, EXTENSIONS)
+
+
+@pytest.mark.parametrize("columns", [("path", "path"), ("path", " PATH")])
+def test_manifest_columns_naming_one_column_twice_are_refused(columns):
+    """Every file would be labelled by its own path."""
+    for layout in (lambda: csv_layout("path,label", columns, EXTENSIONS), lambda: jsonl_layout(columns)):
+        with pytest.raises(ManifestError, match="names the same column for the path and the label"):
+            layout()
+
+
+def test_a_space_before_a_quoted_cell_is_no_part_of_it():
+    """`a.png, "cat"` is the label cat (not '"cat"', a second class), `b.png, "dog, big"` one label."""
+    assert parse_manifest_line('a.png, "cat"', CSV, MANIFEST) == Candidate("/data/manifests/a.png", "cat")
+    assert parse_manifest_line('b.png, "dog, big"', CSV, MANIFEST) == Candidate("/data/manifests/b.png", "dog, big")
 
 
 def test_manifest_columns_pick_named_columns():
@@ -161,11 +184,10 @@ def test_manifest_columns_pick_named_columns():
      Candidate("/data/manifests/a.jpg", "cat")),
     # --manifest_columns in any case, as for a CSV header; the exact spelling first
     (jsonl_layout(("file", "y")), '{"File": "a.jpg", "Y": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
-    (jsonl_layout(("File", "y")), '{"file": "b.jpg", "File": "a.jpg", "y": "cat"}',
+
+    # A key given twice only matters where it is used.
+    (JSONL, '{"path": "a.jpg", "label": "cat", "meta": {"x": 1, "x": 2}, "n": 1, "n": 2}',
      Candidate("/data/manifests/a.jpg", "cat")),
-    # The exact key wins over another spelling of it, wherever either stands.
-    (JSONL, '{"path": "a.jpg", "label": "cat", "Path": "notes"}', Candidate("/data/manifests/a.jpg", "cat")),
-    (JSONL, '{"Path": "notes", "path": "a.jpg", "label": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
 ])
 def test_parse_manifest_line(layout, line, expected):
     assert parse_manifest_line(line, layout, MANIFEST) == expected
@@ -191,6 +213,8 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
     (ManifestLayout("csv", 0, 1, header=("path", "label")), "a.jpg,cat,note"),  # a cell past the header's
     (ManifestLayout("csv", 0, 1, header=("path", "label")), "label,path"),  # a header with its columns swapped
     (JSONL, '{"path": "a.jpg", "path": "b.jpg", "label": "cat"}'),  # which file? (json keeps the last)
+    (JSONL, '{"path": "a.jpg", "label": "cat", "Path ": "b.jpg"}'),  # the same name, as CSV columns compare
+    (jsonl_layout(("File", "y")), '{"file": "b.jpg", "File": "a.jpg", "y": "cat"}'),
     (JSONL, '{"path": "a.jpg", "label": " "}'),  # blank, as in CSV
     (JSONL, "not json"),
     (JSONL, '["a.jpg", "cat"]'),

@@ -349,14 +349,14 @@ def excerpt(line: Union[str, bytes]) -> str:
 
 def _cells(line: str) -> list[str]:
     """A header's cells, read leniently: only the names matter (csv.Error if it is not CSV at all)."""
-    return [cell.strip() for cell in next(csv.reader([line]), [])]
+    return [cell.strip() for cell in next(csv.reader([line], skipinitialspace=True), [])]
 
 
 def csv_row(line: str) -> list[str]:
     """One data line's cells, read strictly: lines are parsed one by one (possibly in parallel), so
     a quote left open would otherwise end the line's last cell early instead of being refused."""
     try:
-        return next(csv.reader([line], strict=True), [])
+        return next(csv.reader([line], strict=True, skipinitialspace=True), [])
     except csv.Error as exc:
         # The strict reader's only complaint at the end of a single line is an open quote.
         reason = ("unbalanced quote; quoted fields cannot span lines" if str(exc) == "unexpected end of data"
@@ -365,7 +365,8 @@ def csv_row(line: str) -> list[str]:
 
 
 def _looks_like_data(cells: list[str], extensions: tuple[str, ...]) -> bool:
-    return len(cells) == 2 and cells[0].lower().endswith(extensions)
+    """A first line naming an image file is data (a bad line, if it is not `path,label`)."""
+    return bool(cells) and cells[0].lower().endswith(extensions)
 
 
 def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
@@ -379,50 +380,62 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
         named.pop()
     cells = tuple(c.lower() for c in named)
     if columns:
-        found = [_column(named, name) for name in columns]
+        check_columns(columns)
+        found = [_column(named, name, first_line) for name in columns]
         missing = [name for name, index in zip(columns, found) if index is None]
         if missing:
             raise ManifestError(f"manifest header {excerpt(first_line)} has no column {', '.join(missing)} "
                                 f"(from --manifest_columns={','.join(columns)})")
-        return _header_layout(named, found[0], found[1], first_line)
+        return ManifestLayout("csv", found[0], found[1], header=cells)
     # By the names' order of preference, as JSONL keys are picked: `path,class,label` labels by "label".
-    path = next((i for i in (_column(named, name) for name in PATH_COLUMNS) if i is not None), None)
-    label = next((i for i in (_column(named, name) for name in LABEL_COLUMNS) if i is not None), None)
+    path = next((i for i in (_column(named, name, first_line) for name in PATH_COLUMNS) if i is not None), None)
+    label = next((i for i in (_column(named, name, first_line) for name in LABEL_COLUMNS) if i is not None), None)
     if path is not None and label is not None:
-        return _header_layout(named, path, label, first_line)
+        return ManifestLayout("csv", path, label, header=cells)
     if not cells or _looks_like_data(list(cells), extensions):
         return ManifestLayout("csv", 0, 1)
     raise unrecognised_header(first_line)
 
 
-def _header_layout(named: list[str], path: int, label: int, first_line: str) -> ManifestLayout:
-    """The layout of a header naming its path and label columns once each: `path,path,label`
-    would leave which file is meant to a guess."""
-    for index in (path, label):
-        if named.count(named[index]) > 1:
-            raise ManifestError(f"manifest header {excerpt(first_line)} has two columns named {named[index]!r}")
-    return ManifestLayout("csv", path, label, header=tuple(c.lower() for c in named))
+def same_name(a: object, b: object) -> bool:
+    """Column and key names are compared ignoring case and surrounding blanks, in CSV and JSONL."""
+    return str(a).strip().lower() == str(b).strip().lower()
 
 
-def _column(cells: tuple[str, ...], name: str) -> Optional[int]:
-    """Where a column is: the cell spelled exactly as `name`, else the first in any case (as a
-    JSONL key is found: `Path,path` has its path in the second column)."""
-    if name in cells:
-        return cells.index(name)
-    lowered = [cell.lower() for cell in cells]
-    return lowered.index(name.lower()) if name.lower() in lowered else None
+def _column(cells: list[str], name: str, first_line: str) -> Optional[int]:
+    """Where the column `name` is, if the header has it; named twice (`path,Path`), which file
+    is meant would be a guess: refused."""
+    found = [i for i, cell in enumerate(cells) if same_name(cell, name)]
+    if len(found) > 1:
+        raise ManifestError(f"manifest header {excerpt(first_line)} has {len(found)} columns named {name!r}")
+    return found[0] if found else None
+
+
+def check_columns(columns: tuple[str, str]) -> None:
+    """--manifest_columns must name two columns: one for both would label each file by its path."""
+    if same_name(*columns):
+        raise ManifestError(f"--manifest_columns={','.join(columns)} names the same column for the path and the label")
 
 
 def unrecognised_header(first_line: str) -> ManifestError:
-    """One message, naming the accepted columns, whatever made the header unusable."""
+    """One message, naming the accepted columns, whatever made the header unusable, and what
+    the line suggests went wrong."""
+    hint = ""
+    if "\r" in first_line:
+        hint = " (its lines end in a carriage return alone, as old Mac Excel saves: save it as CSV UTF-8)"
+    elif "," not in first_line and ("\t" in first_line or ";" in first_line):
+        hint = " (imgrec reads comma-separated lines; this one is separated by tabs or semicolons)"
     return ManifestError(
-        f"manifest header {excerpt(first_line.strip())} is not recognised: name the path column one of "
+        f"manifest header {excerpt(first_line.strip())} is not recognised{hint}: name the path column one of "
         f"{', '.join(PATH_COLUMNS)} and the label column one of {', '.join(LABEL_COLUMNS)}, "
         "or pass --manifest_columns=PATH_COLUMN,LABEL_COLUMN")
 
 
 def jsonl_layout(columns: Optional[tuple[str, str]]) -> ManifestLayout:
-    return ManifestLayout("jsonl", columns[0], columns[1]) if columns else ManifestLayout("jsonl", "", "")
+    if not columns:
+        return ManifestLayout("jsonl", "", "")
+    check_columns(columns)
+    return ManifestLayout("jsonl", columns[0], columns[1])
 
 
 def open_manifest(path: str) -> BinaryIO:
@@ -497,15 +510,28 @@ def join_local(folder: str, path: str) -> str:
     return posixpath.normpath(posixpath.join(up_to, *parts[last + 1:]))
 
 
-def _pick(row: dict, key: str, names: tuple[str, ...]) -> object:
-    """The configured key, else the first of `names` present: spelled exactly, else in any case
-    (an exact "path" wins over a "Path" beside it), as CSV header names are matched."""
-    lowered: dict[str, object] = {}
-    for k, v in row.items():
-        lowered.setdefault(str(k).strip().lower(), v)
-    wanted = (key,) if key else names
-    return next((row[n] if n in row else lowered[n.strip().lower()] for n in wanted if n.strip().lower() in lowered),
-                None)
+class _JsonObject(dict):
+    """A JSON object that remembers its keys as given: `json.loads` keeps the last of two."""
+
+    given: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, object]]) -> "_JsonObject":
+        row = cls(pairs)
+        row.given = tuple(key for key, _ in pairs)
+        return row
+
+
+def _pick(row: _JsonObject, key: str, names: tuple[str, ...]) -> object:
+    """The configured key, else the first of `names` the line has, found as a CSV column is
+    (`same_name`); given twice (`"path"` and `"Path "`), which file is meant would be a guess."""
+    for name in (key,) if key else names:
+        found = [given for given in row.given if same_name(given, name)]
+        if len(found) > 1:
+            raise BadManifestLine(f"the key {name!r} is given {len(found)} times ({', '.join(map(repr, found))})")
+        if found:
+            return row[found[0]]
+    return None
 
 
 def _is_label(value: object) -> bool:
@@ -531,7 +557,7 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
             raise BadManifestLine(f"expected a path and a label, got {excerpt(line)}")
         return listed_candidate(path, label, manifest)
     try:
-        row = json.loads(line, object_pairs_hook=_object_once)
+        row = json.loads(line, object_pairs_hook=_JsonObject.from_pairs)
     except (ValueError, RecursionError) as exc:  # also integers over 4300 digits, nesting too deep
         raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
     if not isinstance(row, dict):
@@ -542,17 +568,6 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
         raise BadManifestLine(f"expected {{{json.dumps(keys[0])}: text, {json.dumps(keys[1])}: text or integer}}, "
                               f"got {excerpt(line)}")
     return listed_candidate(path, str(label).strip(), manifest)
-
-
-def _object_once(pairs: list[tuple[str, object]]) -> dict:
-    """A JSON object whose keys are given once: `json.loads` keeps the last of two "path"s, so
-    which file is meant would be a guess (a ValueError: a bad line)."""
-    row: dict = {}
-    for key, value in pairs:
-        if key in row:
-            raise ValueError(f"the key {excerpt(key)} is given twice")
-        row[key] = value
-    return row
 
 
 def _names_columns(row: list[str], layout: ManifestLayout) -> bool:
