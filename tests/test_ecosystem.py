@@ -133,15 +133,20 @@ def test_input_pipelines_are_given_only_shard_files_with_records(tmp_path):
     _image(tmp_path / "in" / "cat" / "b.png", 2)
     metadata = run_pipeline(tmp_path / "in", tmp_path / "out", "--num_shards=3", "--split_names=train",
                             "--split_ratios=1")
-    assert sorted(metadata.splits["train"].shard_lengths) == [0, 1, 1]
+    lengths = metadata.splits["train"].shard_lengths
+    # which shards the two images go to follows their paths (here under a random tmp_path): 1 or 2
+    with_records = sum(1 for n in lengths if n)
+    assert sum(lengths) == 2 and len(lengths) == 3 and with_records in (1, 2)
 
     def read(pipelines: int, index: int) -> int:
         context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=index)
-        return sum(1 for _ in load_dataset(str(tmp_path / "out"), "train", input_context=context))
+        return sum(1 for _ in load_dataset(str(tmp_path / "out"), "train", batch_size=None, input_context=context))
 
-    assert [read(2, i) for i in range(2)] == [1, 1]
-    with pytest.raises(ValueError, match="2 shard files with records, fewer than the 3 input pipelines"):
-        read(3, 0)
+    counts = [read(with_records, i) for i in range(with_records)]
+    assert sum(counts) == 2 and min(counts) >= 1
+    with pytest.raises(ValueError, match=f"{with_records} shard files with records, fewer than the "
+                                         f"{with_records + 1} input pipelines"):
+        read(with_records + 1, 0)
 
 
 def test_an_empty_split_gives_every_input_pipeline_nothing():
