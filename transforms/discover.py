@@ -22,7 +22,7 @@ import os
 import posixpath
 import re
 import stat
-from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Union
+from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -46,7 +46,7 @@ from transforms.specs import InputSpec
 REJECTED = "rejected"
 LABELS = "labels"
 
-# Manifest header names, lower case; the first of each kind found in the header is used.
+# Manifest header names (and JSONL keys), lower case, in order of preference.
 PATH_COLUMNS = ("path", "filepath", "file_path", "image_path", "filename", "file_name", "file", "image")
 LABEL_COLUMNS = ("label", "class", "category", "class_name", "label_name")
 
@@ -364,7 +364,7 @@ def csv_row(line: str) -> list[str]:
         raise BadManifestLine(f"unparseable CSV line {excerpt(line)}: {reason}") from None
 
 
-def _looks_like_data(cells: list[str], extensions: tuple[str, ...]) -> bool:
+def _looks_like_data(cells: Sequence[str], extensions: tuple[str, ...]) -> bool:
     """A first line naming an image file is data (a bad line, if it is not `path,label`)."""
     return bool(cells) and cells[0].lower().endswith(extensions)
 
@@ -392,7 +392,7 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
     label = next((i for i in (_column(named, name, first_line) for name in LABEL_COLUMNS) if i is not None), None)
     if path is not None and label is not None:
         return ManifestLayout("csv", path, label, header=cells)
-    if not cells or _looks_like_data(list(cells), extensions):
+    if not cells or _looks_like_data(cells, extensions):
         return ManifestLayout("csv", 0, 1)
     raise unrecognised_header(first_line)
 
@@ -553,7 +553,7 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
         wanted = max(layout.path, layout.label) + 1
         path = row[layout.path].strip() if len(row) >= wanted else ""
         label = row[layout.label].strip() if len(row) >= wanted else ""
-        if not path or not label or (not layout.header and len(row) < 2):
+        if not path or not label:
             raise BadManifestLine(f"expected a path and a label, got {excerpt(line)}")
         return listed_candidate(path, label, manifest)
     try:
