@@ -52,7 +52,7 @@ pytestmark = pytest.mark.unit
 EXTENSIONS = tuple(InputSpec("x").extensions)
 MANIFEST = "/data/manifests/train.csv"
 CSV = ManifestLayout("csv", 0, 1)
-JSONL = jsonl_layout(None)
+JSONL = jsonl_layout(None)  # no first line to choose from: "path" and "label"
 
 
 @pytest.mark.parametrize("name,reason", [
@@ -140,7 +140,7 @@ def test_a_csv_header_naming_its_path_or_label_column_twice_is_refused(first_lin
 @pytest.mark.parametrize("columns", [("path", "path"), ("path", " PATH")])
 def test_manifest_columns_naming_one_column_twice_are_refused(columns):
     """Every file would be labelled by its own path."""
-    for layout in (lambda: csv_layout("path,label", columns, EXTENSIONS), lambda: jsonl_layout(columns)):
+    for layout in (lambda: csv_layout("path,label", columns, EXTENSIONS), lambda: jsonl_layout(None, columns)):
         with pytest.raises(ManifestError, match="names the same column for the path and the label"):
             layout()
 
@@ -151,12 +151,41 @@ def test_a_space_before_a_quoted_cell_is_no_part_of_it():
     assert parse_manifest_line('b.png, "dog, big"', CSV, MANIFEST) == Candidate("/data/manifests/b.png", "dog, big")
 
 
+@pytest.mark.parametrize("first_line,expected", [
+    ('{"path": "a.jpg", "label": "cat", "category": "animal"}', ("path", "label")),
+    ('{"category": "animal", "Image": "a.jpg", "file_path": "b.jpg"}', ("file_path", "category")),
+    ('{" Path ": "a.jpg", "Label": "cat"}', (" Path ", "Label")),
+    ("not json", ("path", "label")), ("[1]", ("path", "label")), (None, ("path", "label")),
+])
+def test_jsonl_keys_are_chosen_once_per_file_from_its_first_line(first_line, expected):
+    assert jsonl_layout(first_line) == ManifestLayout("jsonl", *expected)
+
+
+def test_a_jsonl_line_without_the_files_label_key_is_a_bad_line_not_labelled_by_another():
+    """Chosen line by line, a line without "label" was labelled by its "category" (a new class)."""
+    layout = jsonl_layout('{"path": "a.jpg", "label": "cat", "category": "animal"}')
+    with pytest.raises(BadManifestLine):
+        parse_manifest_line('{"path": "c.jpg", "category": "animal"}', layout, MANIFEST)
+    with pytest.raises(BadManifestLine):
+        parse_manifest_line('{"image": "c.jpg", "label": "cat"}', layout, MANIFEST)
+
+
+@pytest.mark.parametrize("line", [b",,\n", b" , ,\r\n", b"\xef\xbb\xbf,,\n"])
+def test_a_row_of_empty_cells_is_blank(line):
+    """A spreadsheet's empty row: no file, so no input (it was a BadManifestLine, and before a
+    header it turned the header off)."""
+    lines = [line, b"path,label\n", line, b"cat/a.jpg,cat\n", line]
+    assert header_text(line) == ""
+    rows, rejected = split_found(manifest_rows(lines, ManifestLayout("csv", 0, 1, header=("path", "label")), MANIFEST))
+    assert rows == [("/data/manifests/cat/a.jpg", ("cat", 4, "/data/manifests/cat/a.jpg"))] and rejected == []
+
+
 def test_manifest_columns_pick_named_columns():
     assert csv_layout("a,Pic,b,Kind", ("pic", "kind"), EXTENSIONS) == ManifestLayout(
         "csv", 1, 3, header=("a", "pic", "b", "kind"))
     with pytest.raises(ManifestError, match="has no column kind"):
         csv_layout("a,pic,b", ("pic", "kind"), EXTENSIONS)
-    assert jsonl_layout(("file", "y")) == ManifestLayout("jsonl", "file", "y")
+    assert jsonl_layout(None, ("file", "y")) == ManifestLayout("jsonl", "file", "y")
 
 
 @pytest.mark.parametrize("layout,line,expected", [
@@ -179,11 +208,12 @@ def test_manifest_columns_pick_named_columns():
     (JSONL, '{"path": "a,b.jpg", "label": "猫"}', Candidate("/data/manifests/a,b.jpg", "猫")),
     (JSONL, '{"path": "a.jpg", "label": " cat\\t"}', Candidate("/data/manifests/a.jpg", "cat")),  # as CSV strips
     (JSONL, '{" Path ": "a.jpg", "label ": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),  # as CSV names
-    (JSONL, '{"Filename": "a.jpg", "Class": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
-    (jsonl_layout(("file", "y")), '{"file": "a.jpg", "y": "cat", "label": "no"}',
+    (jsonl_layout('{"Filename": "x.jpg", "Class": "dog"}'), '{"Filename": "a.jpg", "Class": "cat"}',
+     Candidate("/data/manifests/a.jpg", "cat")),
+    (jsonl_layout(None, ("file", "y")), '{"file": "a.jpg", "y": "cat", "label": "no"}',
      Candidate("/data/manifests/a.jpg", "cat")),
     # --manifest_columns in any case, as for a CSV header; the exact spelling first
-    (jsonl_layout(("file", "y")), '{"File": "a.jpg", "Y": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
+    (jsonl_layout(None, ("file", "y")), '{"File": "a.jpg", "Y": "cat"}', Candidate("/data/manifests/a.jpg", "cat")),
 
     # A key given twice only matters where it is used.
     (JSONL, '{"path": "a.jpg", "label": "cat", "meta": {"x": 1, "x": 2}, "n": 1, "n": 2}',
@@ -214,7 +244,7 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
     (ManifestLayout("csv", 0, 1, header=("path", "label")), "label,path"),  # a header with its columns swapped
     (JSONL, '{"path": "a.jpg", "path": "b.jpg", "label": "cat"}'),  # which file? (json keeps the last)
     (JSONL, '{"path": "a.jpg", "label": "cat", "Path ": "b.jpg"}'),  # the same name, as CSV columns compare
-    (jsonl_layout(("File", "y")), '{"file": "b.jpg", "File": "a.jpg", "y": "cat"}'),
+    (jsonl_layout(None, ("File", "y")), '{"file": "b.jpg", "File": "a.jpg", "y": "cat"}'),
     (JSONL, '{"path": "a.jpg", "label": " "}'),  # blank, as in CSV
     (JSONL, "not json"),
     (JSONL, '["a.jpg", "cat"]'),

@@ -431,11 +431,21 @@ def unrecognised_header(first_line: str) -> ManifestError:
         "or pass --manifest_columns=PATH_COLUMN,LABEL_COLUMN")
 
 
-def jsonl_layout(columns: Optional[tuple[str, str]]) -> ManifestLayout:
-    if not columns:
-        return ManifestLayout("jsonl", "", "")
-    check_columns(columns)
-    return ManifestLayout("jsonl", columns[0], columns[1])
+def jsonl_layout(first_line: Optional[str], columns: Optional[tuple[str, str]] = None) -> ManifestLayout:
+    """The keys every line's path and label are read from, chosen once per file as CSV columns
+    are: --manifest_columns, else the preferred names among the first line's keys (else `path`
+    and `label`). Chosen per line, a line without `label` was labelled by its `category`."""
+    if columns:
+        check_columns(columns)
+        return ManifestLayout("jsonl", columns[0], columns[1])
+    try:
+        row = json.loads(first_line.lstrip("\ufeff"), object_pairs_hook=_JsonObject.from_pairs) if first_line else None
+    except (ValueError, RecursionError):  # that line is a bad line, reported as any other
+        row = None
+    keys = row.given if isinstance(row, _JsonObject) else ()
+    path = next((key for name in PATH_COLUMNS for key in keys if same_name(key, name)), PATH_COLUMNS[0])
+    label = next((key for name in LABEL_COLUMNS for key in keys if same_name(key, name)), LABEL_COLUMNS[0])
+    return ManifestLayout("jsonl", path, label)
 
 
 def open_manifest(path: str) -> BinaryIO:
@@ -464,9 +474,15 @@ def too_long(raw: bytes) -> bool:
 
 def header_text(raw: bytes) -> str:
     """A line as the header check reads it: undecodable bytes replaced, since it only needs the
-    names. Its first non-blank line is the header, however it decodes (`manifest_rows` agrees);
-    a line holding only a byte-order mark is blank."""
-    return raw.decode("utf-8", "replace").lstrip("\ufeff").strip()
+    names. Its first non-blank line is the header, however it decodes (`manifest_rows` agrees)."""
+    text = raw.decode("utf-8", "replace").lstrip("\ufeff").strip()
+    return "" if blank(text) else text
+
+
+def blank(line: str) -> bool:
+    """A line with nothing in it: blanks, a byte-order mark alone, or only commas (a
+    spreadsheet's empty row, whose cells name no file)."""
+    return not line.lstrip("\ufeff").replace(",", "").strip()
 
 
 def first_line(path: str) -> Optional[str]:
@@ -486,7 +502,7 @@ def manifest_layout(spec: InputSpec, kind: str) -> ManifestLayout:
     except Exception as exc:  # each filesystem raises its own error types
         raise ManifestError(f"cannot read the manifest {spec.path}: {exc}") from None
     if kind == "jsonl":
-        return jsonl_layout(spec.manifest_columns)
+        return jsonl_layout(line, spec.manifest_columns)
     return csv_layout(line, spec.manifest_columns, tuple(e.lower() for e in spec.extensions))
 
 
@@ -522,16 +538,13 @@ class _JsonObject(dict):
         return row
 
 
-def _pick(row: _JsonObject, key: str, names: tuple[str, ...]) -> object:
-    """The configured key, else the first of `names` the line has, found as a CSV column is
-    (`same_name`); given twice (`"path"` and `"Path "`), which file is meant would be a guess."""
-    for name in (key,) if key else names:
-        found = [given for given in row.given if same_name(given, name)]
-        if len(found) > 1:
-            raise BadManifestLine(f"the key {name!r} is given {len(found)} times ({', '.join(map(repr, found))})")
-        if found:
-            return row[found[0]]
-    return None
+def _pick(row: _JsonObject, key: str) -> object:
+    """The value of the layout's `key`, found as a CSV column is (`same_name`); given twice
+    (`"path"` and `"Path "`), which file is meant would be a guess."""
+    found = [given for given in row.given if same_name(given, key)]
+    if len(found) > 1:
+        raise BadManifestLine(f"the key {key!r} is given {len(found)} times ({', '.join(map(repr, found))})")
+    return row[found[0]] if found else None
 
 
 def _is_label(value: object) -> bool:
@@ -562,11 +575,10 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
         raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
     if not isinstance(row, dict):
         raise BadManifestLine(f"expected a JSON object, got {excerpt(line)}")
-    path, label = _pick(row, layout.path, PATH_COLUMNS), _pick(row, layout.label, LABEL_COLUMNS)
+    path, label = _pick(row, layout.path), _pick(row, layout.label)
     if not isinstance(path, str) or not path or not _is_label(label):
-        keys = (layout.path or "path", layout.label or "label")
-        raise BadManifestLine(f"expected {{{json.dumps(keys[0])}: text, {json.dumps(keys[1])}: text or integer}}, "
-                              f"got {excerpt(line)}")
+        raise BadManifestLine(f"expected {{{json.dumps(layout.path)}: text, {json.dumps(layout.label)}: text or "
+                              f"integer}}, got {excerpt(line)}")
     return listed_candidate(path, str(label).strip(), manifest)
 
 
@@ -626,7 +638,7 @@ def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout,
                                                    f"{exc.start}): {excerpt(raw)}"))
             continue
         line = line.lstrip("\ufeff").strip()  # editors and pandas may save manifests with a UTF-8 BOM
-        if not line:
+        if blank(line):
             continue
         try:
             candidate = parse_manifest_line(line, layout, manifest)
