@@ -43,15 +43,19 @@ def write_record(handle: BinaryIO, record: bytes) -> int:
     return framed_length(len(record))
 
 
+def declared_length(header: bytes) -> int:
+    """The data length a record's header (its first HEADER_BYTES) declares, under its checksum."""
+    (length,) = struct.unpack_from("<Q", header)
+    if masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
+        raise CorruptRecord("record length fails its checksum")
+    return length
+
+
 def parse_framed(framed: bytes) -> bytes:
     """The data of one framed record, with both checksums verified."""
     if len(framed) < HEADER_BYTES + FOOTER_BYTES:
         raise CorruptRecord(f"record of {len(framed)} bytes is shorter than its framing")
-    length_bytes = framed[:8]
-    (length,) = struct.unpack("<Q", length_bytes)
-    (length_crc,) = struct.unpack_from("<I", framed, 8)
-    if masked_crc32c(length_bytes) != length_crc:
-        raise CorruptRecord("record length fails its checksum")
+    length = declared_length(framed)
     if framed_length(length) != len(framed):
         raise CorruptRecord(f"record declares {length} bytes of data, frame holds {len(framed) - 16}")
     data = framed[HEADER_BYTES:HEADER_BYTES + length]
@@ -73,9 +77,10 @@ def read_record_at(handle: BinaryIO, offset: int, length: int) -> bytes:
     header = handle.read(HEADER_BYTES)
     if len(header) < HEADER_BYTES:
         raise CorruptRecord(f"file ends {length - len(header)} bytes into the record at offset {offset}")
-    if masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
-        raise CorruptRecord(f"no record starts at offset {offset}: its length fails its checksum")
-    declared = framed_length(struct.unpack_from("<Q", header)[0])
+    try:
+        declared = framed_length(declared_length(header))
+    except CorruptRecord as exc:
+        raise CorruptRecord(f"no record starts at offset {offset}: {exc}") from None
     if declared != length:
         raise CorruptRecord(f"the record at offset {offset} is {declared} bytes long, not {length}")
     framed = header + handle.read(length - HEADER_BYTES)
