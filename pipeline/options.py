@@ -17,12 +17,12 @@ import os
 import re
 import stat
 import typing
-from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-from pipeline.errors import UsageError
+from pipeline.errors import CommandLineParser, UsageError
 from transforms import files
 from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
 
@@ -185,11 +185,8 @@ def _closest(name: str, valid: Iterable[str]) -> str:
     return f"; did you mean {match[0]}?" if match else ""
 
 
-class _StrictParser(_BeamArgumentParser):
+class _StrictParser(CommandLineParser, _BeamArgumentParser):
     """Beam's parser, but a bad value is a UsageError instead of usage text and SystemExit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _known_option_parser() -> _StrictParser:
