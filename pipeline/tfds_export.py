@@ -239,15 +239,12 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipeline.t
     try:
         args = parser.parse_args(argv)
         summary = export(args.output, name=args.name)
-    except UsageError as error:
+    except (UsageError, OutputLocked) as error:
         say(f"imgrec: error: {error}")
         return error.exit_code
     except (NotExportable, NotAnImgrecDataset, UnsupportedDataset) as error:
         say(f"imgrec: error: {error}")
         return 2
-    except OutputLocked as error:
-        say(f"imgrec: error: {error}")
-        return error.exit_code
     say(f"TFDS metadata written to {args.output} as {summary['name']!r}:", sys.stdout)
     for key, feature in summary["features"].items():
         say(f"  {key}: {feature}", sys.stdout)
