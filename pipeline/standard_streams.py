@@ -4,7 +4,8 @@ A command started without a standard descriptor (`2>&-`, `>&-`, `<&-`): Python t
 `sys.stderr` (or stdout, stdin) to None, and the descriptor is free: the next file the process
 opens gets it, and whatever C code or a child process writes to "stderr" (libjpeg's warnings)
 lands in that file, which may be a shard. The entry points call `open_closed_standard_streams`
-first, which points each missing one at /dev/null. `say` writes what a command prints.
+first, which points each missing one at /dev/null. `say` writes what a command prints, and
+`quiet_tensorflow` keeps TensorFlow's start-up lines out of what the commands that read datasets print.
 """
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def open_closed_standard_streams() -> None:
             os.close(null)
         if getattr(sys, name) is None:
             setattr(sys, name, open(descriptor, mode, closefd=False))
+
+
+def quiet_tensorflow() -> None:
+    """Before TensorFlow's import: its C++ logs (TF_CPP_MIN_LOG_LEVEL) and the oneDNN notice it
+    prints twice even then (TF_ENABLE_ONEDNN_OPTS; these commands parse and compare records, no
+    arithmetic that oneDNN changes) would precede every report and every one-line usage error.
+    A user's own settings of either variable win."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
 def say(text: str, stream: Optional[TextIO] = None) -> None:

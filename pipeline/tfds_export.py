@@ -28,16 +28,14 @@ re-run this export after such a run.
 """
 from __future__ import annotations
 
-from pipeline.standard_streams import open_closed_standard_streams, say
+from pipeline.standard_streams import open_closed_standard_streams, quiet_tensorflow, say
 
 if __name__ == "__main__":
     open_closed_standard_streams()  # before the imports open files
 
-import os  # noqa: E402
+quiet_tensorflow()
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # a CLI: TF's start-up chatter hides what it prints
-
-import dataclasses  # noqa: E402
+import dataclasses
 import posixpath
 import re
 import sys

@@ -15,14 +15,12 @@ It also draws `contact_sheet.png` and `class_counts.png` (pipeline/drawing.py) f
 """
 from __future__ import annotations
 
-import os
-
-from pipeline.standard_streams import open_closed_standard_streams, say
+from pipeline.standard_streams import open_closed_standard_streams, quiet_tensorflow, say
 
 if __name__ == "__main__":
     open_closed_standard_streams()  # before TensorFlow's import opens files
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # a CLI: TF's start-up chatter hides the report
+quiet_tensorflow()
 
 import argparse
 import collections

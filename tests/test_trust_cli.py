@@ -240,3 +240,14 @@ def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
     run = run_module("pipeline.cli", argv, timeout=120)
     assert run.returncode == 2 and "usage:" not in run.stderr, run.brief()
     error_line(run)
+
+
+@pytest.mark.parametrize("module", ["pipeline.verify", "pipeline.inspect", "pipeline.tfds_export"])
+def test_commands_reading_datasets_print_no_tensorflow_start_up_lines(module):
+    """Without TF_CPP_MIN_LOG_LEVEL, as a user runs them, TensorFlow's import printed four lines
+    (absl's warning and the oneDNN notice, twice) before the one-line usage error."""
+    clean = {k: v for k, v in env().items() if not k.startswith("TF_")}
+    done = subprocess.run([sys.executable, "-m", module], cwd=REPO, env=clean, timeout=120,
+                          capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == ["imgrec: error: the following arguments are required: output"], done.stderr
