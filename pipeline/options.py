@@ -167,6 +167,9 @@ class ImgrecOptions(PipelineOptions):
             shown = f" (default: {defaults[flag.name]})" if flag.name in defaults else ""
             if flag.type is None:
                 parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=flag.help + shown)
+                # A config's `overwrite: true` is the default of every run using it: one run can say otherwise.
+                parser.add_argument(f"--no_{flag.name}", dest=flag.name, action="store_false", default=None,
+                                    help=f"Turns --{flag.name} off where a config turns it on.")
             else:
                 parser.add_argument(f"--{flag.name}", type=flag.type, default=None, help=flag.help + shown)
         parser.add_argument("--convert_processes", type=_processes, default=None,

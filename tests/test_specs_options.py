@@ -137,6 +137,14 @@ def test_build_spec_merges_config_and_flags():
     assert spec_from(config).output.overwrite is False  # an absent store_true flag does not override
 
 
+@pytest.mark.parametrize("switch", ["overwrite", "skip_unchanged", "drop_duplicates", "allow_empty"])
+def test_a_switch_a_config_turns_on_can_be_turned_off_for_one_run(switch):
+    config = {"input": {"path": "in"}, "output": {"path": "out", switch: True}}
+    assert getattr(spec_from(config).output, switch) is True
+    assert getattr(spec_from(config, f"--no_{switch}").output, switch) is False
+    assert getattr(spec_from({**config, "output": {"path": "out"}}, f"--{switch}").output, switch) is True
+
+
 def test_split_flags_are_comma_separated_tuples():
     spec = spec_from({}, *IO, "--split_names=tr,te", "--split_ratios=0.75,0.25")
     assert spec.splits.names == ("tr", "te") and spec.splits.ratios == (0.75, 0.25)
