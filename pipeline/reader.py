@@ -22,6 +22,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
+from pipeline.tables import counted
 from transforms.dataset_format import (
     METADATA_FILE,
     DatasetMetadata,
@@ -147,9 +148,9 @@ def shard_for_input_pipeline(files: Sequence[str], num_shards: int, index: int, 
     if not 0 <= index < num_shards:
         raise ValueError(f"input pipeline index {index} is not in 0..{num_shards - 1}")
     if 0 < len(files) < num_shards:
-        raise ValueError(f"split {split!r} has {len(files)} shard files with records, fewer than the {num_shards} "
-                         "input pipelines reading it; write the dataset with --num_shards at least that large "
-                         "(and fewer shards than images)")
+        raise ValueError(f"split {split!r} has {counted(len(files), 'shard file')} with records, fewer than the "
+                         f"{num_shards} input pipelines reading it; write the dataset with --num_shards at least "
+                         "that large (and fewer shards than images)")
     return list(files[index::num_shards])
 
 

@@ -144,7 +144,8 @@ def test_input_pipelines_are_given_only_shard_files_with_records(tmp_path):
 
     counts = [read(with_records, i) for i in range(with_records)]
     assert sum(counts) == 2 and min(counts) >= 1
-    with pytest.raises(ValueError, match=f"{with_records} shard files with records, fewer than the "
+    files = "1 shard file" if with_records == 1 else f"{with_records} shard files"
+    with pytest.raises(ValueError, match=f"{files} with records, fewer than the "
                                          f"{with_records + 1} input pipelines"):
         read(with_records + 1, 0)
 
