@@ -56,8 +56,8 @@ from pipeline.summary import format_header, format_summary
 from transforms import files
 from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
-from transforms.discover import ManifestError, manifest_layout
 from transforms.files import list_names, local_path
+from transforms.manifests import ManifestError, manifest_layout
 from transforms.parts import WriterSettings, record_digest, setup_converter
 from transforms.specs import ConversionSpec
 

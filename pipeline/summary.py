@@ -5,7 +5,7 @@ from typing import Optional
 
 from pipeline.tables import counted, format_bytes, format_table
 from transforms.dataset_format import DatasetMetadata
-from transforms.discover import excerpt
+from transforms.manifests import excerpt
 from transforms.specs import ConversionSpec
 
 # Beyond this many classes (ImageNet has 1,000) the table shows the spread, not a column each.

@@ -14,34 +14,36 @@ import pytest
 from tests.helpers import split_found, write_image, write_text
 from transforms.batches import BATCH, batched
 from transforms.discover import (
-    LABEL_COLUMNS,
-    MAX_LINE_BYTES,
-    PATH_COLUMNS,
     ClassFolder,
-    ManifestError,
-    ManifestLayout,
     OutputFolder,
     classify_glob_match,
     classify_remote,
-    csv_layout,
-    first_line,
     glob_candidates,
     glob_matches,
     glob_root,
-    header_text,
-    jsonl_layout,
     label_from_parent,
     list_local_root,
-    manifest_layout,
-    manifest_lines,
     manifest_rows,
     match_glob,
-    parse_manifest_line,
     reject,
     resolve_listings,
     skip_reason,
     walk_class_folder,
     walk_class_folder_files,
+)
+from transforms.manifests import (
+    LABEL_COLUMNS,
+    MAX_LINE_BYTES,
+    PATH_COLUMNS,
+    ManifestError,
+    ManifestLayout,
+    csv_layout,
+    first_line,
+    header_text,
+    jsonl_layout,
+    manifest_layout,
+    manifest_lines,
+    parse_manifest_line,
 )
 from transforms.refs import Candidate
 from transforms.rejections import BadManifestLine, SkippedFile

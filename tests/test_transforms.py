@@ -20,9 +20,10 @@ from tests.helpers import beam_matcher, rejection_tuple, test_pipeline, write_im
 from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, LabeledImage, PlanSplits, group_copies
 from transforms.batches import batched
 from transforms.dataset_format import DuplicateSummary, IndexEntry, RecordLocation, index_file_name
-from transforms.discover import LABELS, REJECTED, DiscoverImages, ManifestError, OutputFolder
+from transforms.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
 from transforms.files import content_hash
 from transforms.fingerprint import InputFingerprint
+from transforms.manifests import ManifestError
 from transforms.parts import ShardResult, WriterSettings, record_digest, shard_order
 from transforms.read import ReadAndCheck
 from transforms.refs import Batch, Candidate, PlannedImage, SourceImage
