@@ -626,3 +626,19 @@ def test_a_folder_name_that_is_not_utf8_never_merges_into_another_class(tmp_path
     [], [(path, error, message)] = walked[1]
     assert (path, error) == (f"{undecodable}/x.png", "AmbiguousLabel")
     assert message.endswith(f"as folder {tmp_path}/a\\xff does; rename one")
+
+
+def test_a_glob_never_merges_a_folder_name_that_is_not_utf8_into_another_class(tmp_path):
+    """As class folders: `*/*.png` labelled both folders' files `a\\xff` (exit 0, one class)."""
+    for name in (b"a\xff", b"a\\xff", b"b\xfe"):
+        write_text(pathlib.Path(os.fsdecode(os.fsencode(tmp_path) + b"/" + name)) / "x.png", "x")
+    write_text(tmp_path / "b" / "y.png", "x")
+    batches = list(glob_candidates(f"{tmp_path}/*/*.png", EXTENSIONS))
+    found, rejected = split_found(x for item in batches for x in (item if isinstance(item, tuple) else [item]))
+    undecodable = os.fsdecode(os.fsencode(tmp_path) + b"/a\xff")
+    assert sorted((c.path, c.label) for c in found) == sorted([
+        (f"{tmp_path}/a\\xff/x.png", "a\\xff"), (f"{tmp_path}/b/y.png", "b"),
+        (os.fsdecode(os.fsencode(tmp_path) + b"/b\xfe/x.png"), "b\\xfe")])
+    [(path, error, message)] = rejected
+    assert (path, error) == (f"{undecodable}/x.png", "AmbiguousLabel")
+    assert message.endswith(f"as folder {tmp_path}/a\\xff does; rename one")

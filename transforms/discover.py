@@ -106,11 +106,17 @@ def label_text(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def label_from_parent(path: str) -> str:
-    """Glob convention: the label is the name of the folder holding the file. A backslash is a
-    separator only where the OS says so (Windows); on POSIX `dog\\v2` is one folder's name."""
+def parent_folder(path: str) -> tuple[str, str]:
+    """(the folder holding a file, its name). A backslash is a separator only where the OS says
+    so (Windows); on POSIX `dog\\v2` is one folder's name."""
     paths = os.path if local_path(path) is not None else posixpath
-    return label_text(paths.basename(paths.dirname(path)))
+    folder = paths.dirname(path)
+    return folder, paths.basename(folder)
+
+
+def label_from_parent(path: str) -> str:
+    """Glob convention: the label is the name of the folder holding the file."""
+    return label_text(parent_folder(path)[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,10 +238,13 @@ def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
     ambiguous."""
     for found in walk_class_folder(folder.path, folder.label, extensions, output):
         if folder.same_label_as and isinstance(found, Candidate):
-            found = reject(found.path, AmbiguousLabel(
-                f"the folder name is not UTF-8 and reads as label {folder.label!r}, as folder "
-                f"{folder.same_label_as} does; rename one"))
+            found = reject(found.path, ambiguous_label(folder.label, folder.same_label_as))
         yield found
+
+
+def ambiguous_label(label: str, other_folder: str) -> AmbiguousLabel:
+    return AmbiguousLabel(f"the folder name is not UTF-8 and reads as label {label!r}, as folder "
+                          f"{other_folder} does; rename one")
 
 
 def list_local_root(root: str,
@@ -501,8 +510,31 @@ def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Fo
 def glob_candidates(pattern: str, extensions: tuple[str, ...]) -> Iterator[Union[Batch, beam.pvalue.TaggedOutput]]:
     root = glob_root(pattern)
     datasets: dict[str, Optional[OutputFolder]] = {}  # folder → the dataset it holds
-    yield from batched(classify_glob_match(root, path, extensions) for path in match_glob(pattern)
-                       if not written_by_imgrec(path, datasets))
+    yield from batched(unambiguous(classify_glob_match(root, path, extensions) for path in match_glob(pattern)
+                                   if not written_by_imgrec(path, datasets)))
+
+
+def unambiguous(matches: Iterable[Found]) -> Iterator[Found]:
+    """Glob matches, with the files of a folder whose name is not UTF-8 rejected where its label
+    (`a` + byte 0xFF reads as `a\\xff`) is also a folder's real name, as in class folders. Both
+    labels hold a backslash: only such candidates wait until every match is seen."""
+    held: list[Candidate] = []
+    for found in matches:
+        if isinstance(found, Candidate) and "\\" in found.label:
+            held.append(found)
+        else:
+            yield found
+    named_so = {c.label: parent_folder(c.path)[0] for c in held if not _named_undecodably(c)}
+    for candidate in held:
+        if _named_undecodably(candidate) and candidate.label in named_so:
+            yield reject(candidate.path, ambiguous_label(candidate.label, named_so[candidate.label]))
+        else:
+            yield candidate
+
+
+def _named_undecodably(candidate: Candidate) -> bool:
+    """Whether the file's folder name is not UTF-8 (its label shows bytes as `\\xNN`)."""
+    return candidate.label != parent_folder(candidate.path)[1]
 
 
 def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) -> bool:
