@@ -6,6 +6,7 @@ an exit code (see pipeline/errors.py) and prints the summary. Schedulers rely on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import errno
@@ -179,15 +180,34 @@ def reachable(flag: str, path: str) -> bool:
         raise UsageError(f"{flag}={path}: {exc}") from None
 
 
-def _ensure_folder(path: str) -> bool:
-    """Creates the output folder if needed (True if it did); an unwritable place is a usage error."""
+def _ensure_folder(path: str) -> list[str]:
+    """Creates the output folder, and on a local disk its missing parents, if needed; returns the
+    folders it created, deepest first, which a run that writes nothing removes again. An
+    unwritable place is a usage error."""
     if reachable("--output", path):
-        return False
+        return []
+    created = [path]
+    local = local_path(path)
+    if local is not None:
+        parent = os.path.dirname(os.path.abspath(local))
+        while not os.path.exists(parent):
+            created.append(parent)
+            parent = os.path.dirname(parent)
     try:
         FileSystems.mkdirs(path)
     except Exception as exc:  # each filesystem raises its own error types
         raise UsageError(f"cannot create the output folder {path}: {exc}") from None
-    return True
+    return created
+
+
+def _remove_if_empty(folders: Sequence[str]) -> None:
+    for folder in folders:
+        local = local_path(folder)
+        if local is not None:
+            with contextlib.suppress(OSError):  # not empty: another run's output, say
+                os.rmdir(local)
+        elif FileSystems.exists(folder) and not list_names(folder):
+            files.delete([folder])
 
 
 def _dry_run(options) -> bool:
@@ -319,8 +339,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         raise
     finally:
         lock.release()
-        if created and FileSystems.exists(output) and not list_names(output):
-            files.delete([output])
+        _remove_if_empty(created)
 
 
 def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: str,

@@ -183,8 +183,8 @@ def test_reuse_from_latest_takes_the_newest_dated_sibling(changed_inputs, tmp_pa
 def test_a_dataset_that_cannot_serve_is_refused(changed_inputs, tmp_path, flags, reason):
     images, first, _ = changed_inputs
     with pytest.raises(UsageError, match=reason):
-        convert(images, tmp_path / "out", f"--reuse_from={first}", *flags)
-    assert not (tmp_path / "out").exists()
+        convert(images, tmp_path / "out" / "nested", f"--reuse_from={first}", *flags)
+    assert not (tmp_path / "out").exists()  # nor the parent the run created for it
 
 
 def test_an_older_format_is_refused(changed_inputs, tmp_path):
