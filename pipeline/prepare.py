@@ -12,6 +12,7 @@ refuses bad layouts before a single image is converted:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -22,7 +23,8 @@ from typing import Mapping, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.errors import UsageError
+from pipeline.errors import OutputLocked, UsageError
+from pipeline.lock import OutputLock
 from pipeline.publish import JOURNAL_FILE, journal_path, read_json
 from transforms import files
 from transforms.dataset_format import (
@@ -138,8 +140,14 @@ def output_folder(output: str, state: OutputState) -> OutputFolder:
     own = {STAGING_DIR, LOCK_FILE, *ALWAYS_WRITTEN} | state.owned_names
     if state.previous is not None:
         own |= dataset_names(state.previous)
-    local = local_path(output)
-    return OutputFolder(os.path.realpath(local) if local is not None else output.rstrip("/"), frozenset(own))
+    return OutputFolder(folder_identity(output), frozenset(own))
+
+
+def folder_identity(folder: str) -> str:
+    """One spelling per folder: local paths resolved (relative, through symlinks), URLs without a
+    trailing slash."""
+    local = local_path(folder)
+    return os.path.realpath(local) if local is not None else folder.rstrip("/")
 
 
 def check_layout(input_spec: InputSpec, output: str, state: OutputState) -> None:
@@ -175,6 +183,62 @@ def clear_dead_runs(output: str) -> None:
     stale = [join(staging, name) for name in list_names(staging) if name not in (keep, JOURNAL_FILE)]
     if stale:
         files.delete(stale)
+
+
+def take_over_dead_siblings(template: str, output: str, run_id: str) -> None:
+    """A run killed in a `{timestamp}` output (or a `{date}` one, once the date has changed) left
+    its staging where no later run expands to, and no later run would resume it there. This run
+    takes over the finished parts (a part is named by what it holds, so one of other inputs or
+    settings is never used, and publishing removes it) and removes the rest of that staging, and
+    the folder once nothing else is in it. A folder whose lock a live run holds is left alone, and
+    so is one where a publish was cut short.
+    Local and NFS folders only: there a lock held means a live run, and looking into every
+    sibling costs nothing (on an object store, a request per folder of the schedule's history)."""
+    found = sibling_pattern(template)
+    if found is None or local_path(output) is None:
+        return
+    parent, pattern = found
+    mine = folder_identity(output)
+    for name in list_names(parent):
+        sibling = join(parent, name)
+        if (not pattern.fullmatch(name) or folder_identity(sibling) == mine
+                or not FileSystems.exists(staging_dir(sibling)) or FileSystems.exists(journal_path(sibling))):
+            continue  # a publish cut short there: its journal is what says which files are imgrec's
+        try:
+            lock = OutputLock(sibling, run_id).acquire()
+        except OutputLocked:
+            continue
+        try:
+            _move_finished_parts(parts_dir(sibling), parts_dir(output))
+            files.delete([staging_dir(sibling)])
+        finally:
+            lock.release()
+        remove_if_empty([sibling])
+
+
+def _move_finished_parts(source: str, target: str) -> None:
+    """Finished parts (records and outcome; not attempts in progress, whose journals are a
+    restart's in the same folder) move by rename; where that fails (another mount), they go with
+    the rest of that staging."""
+    if not FileSystems.exists(source):
+        return
+    if not FileSystems.exists(target):
+        FileSystems.mkdirs(target)
+    for name in list_names(source):
+        if name.endswith((".records", ".json")) and not FileSystems.exists(join(target, name)):
+            with contextlib.suppress(OSError):  # Beam's BeamIOError is one
+                FileSystems.rename([join(source, name)], [join(target, name)])
+
+
+def remove_if_empty(folders: Sequence[str]) -> None:
+    """Removes each folder that is empty (a run that wrote nothing there)."""
+    for folder in folders:
+        local = local_path(folder)
+        if local is not None:
+            with contextlib.suppress(OSError):  # not empty: another run's output, say
+                os.rmdir(local)
+        elif FileSystems.exists(folder) and not list_names(folder):
+            files.delete([folder])
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,12 +360,16 @@ def shards_not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
     return tuple(not_whole)
 
 
-def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str) -> Optional[ReuseSource]:
-    """The dataset --reuse_from names, checked to be able to serve this run's images."""
+def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str, output: str,
+                 state: OutputState) -> Optional[ReuseSource]:
+    """The dataset --reuse_from names, checked to be able to serve this run's images. None when
+    there is none yet: `latest` found no finished dataset, or the path is this run's own output,
+    which holds none (a first run, or a publish cut short: the run that mends it must not be
+    refused)."""
     if not spec.reuse_from:
         return None
     dataset = resolve_dataset(spec.reuse_from, template)
-    if dataset is None:
+    if dataset is None or (state.previous is None and folder_identity(dataset) == folder_identity(output)):
         return None
     where = f"--reuse_from={dataset}"
     try:

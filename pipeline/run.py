@@ -6,7 +6,6 @@ an exit code (see pipeline/errors.py) and prints the summary. Schedulers rely on
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import errno
@@ -48,7 +47,9 @@ from pipeline.prepare import (
     expand_output_template,
     inspect_output,
     output_folder,
+    remove_if_empty,
     reuse_source,
+    take_over_dead_siblings,
 )
 from pipeline.progress import ProgressReporter, default_interval
 from pipeline.publish import interrupted_outcome
@@ -200,16 +201,6 @@ def _ensure_folder(path: str) -> list[str]:
     return created
 
 
-def _remove_if_empty(folders: Sequence[str]) -> None:
-    for folder in folders:
-        local = local_path(folder)
-        if local is not None:
-            with contextlib.suppress(OSError):  # not empty: another run's output, say
-                os.rmdir(local)
-        elif FileSystems.exists(folder) and not list_names(folder):
-            files.delete([folder])
-
-
 def _dry_run(options) -> bool:
     return bool(options.view_as(TestOptions).dry_run) and runner_name(options) == "DataflowRunner"
 
@@ -279,6 +270,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         check_layout(spec.input, output, state)  # first: --overwrite, which check_output suggests, cannot lift it
         check_output(output, spec.output, state)
         clear_dead_runs(output)
+        take_over_dead_siblings(template, output, run_id)
         compared = comparison(spec.output, template, state)
         if compared and compared.missing:
             say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
@@ -286,10 +278,12 @@ def convert(argv: Sequence[str]) -> Conversion:
         elif compared and compared.not_whole:
             say(f"imgrec: {compared.dataset} has shards whose sizes do not match its {METADATA_FILE} "
                 f"({', '.join(compared.not_whole[:3])}): cut short or appended to; converting again")
+        reuse = reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions), output, state)
+        if spec.output.reuse_from and reuse is None:
+            say(f"imgrec: --reuse_from={spec.output.reuse_from}: no finished dataset there yet; converting every image")
         context = RunContext(
             run_info, output, this_run, writer, library_versions,
-            previous_fingerprint=compared.fingerprint if compared else None,
-            reuse=reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions)),
+            previous_fingerprint=compared.fingerprint if compared else None, reuse=reuse,
             output_folder=output_folder(output, state), previous_run_id=state.previous_run_id,
             previous_files=state.owned,
             fail_job_on_refusal=runner == "DataflowRunner")
@@ -339,7 +333,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         raise
     finally:
         lock.release()
-        _remove_if_empty(created)
+        remove_if_empty(created)
 
 
 def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: str,

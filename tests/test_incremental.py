@@ -2,6 +2,7 @@
 against dated siblings. Every incremental or resumed output must equal a from-scratch run's."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -176,6 +177,18 @@ def test_reuse_from_latest_takes_the_newest_dated_sibling(changed_inputs, tmp_pa
     assert metadata["reuse"]["converted"] == changed
 
 
+def test_reuse_from_the_output_itself_needs_no_dataset_there_yet(changed_inputs, tmp_path):
+    """`--output=X --overwrite --reuse_from=X` on a schedule: a first run, or the run after a
+    publish cut short (no metadata.json), was refused with exit 2, so the schedule never recovered,
+    though the interrupted run's message said to run the same command again."""
+    images, _, _ = changed_inputs
+    own = tmp_path / "own"
+    first = convert(images, own, f"--reuse_from={own}/", "--overwrite")
+    assert first["reuse"] is None and first["inputs"]["written"] == 67
+    again = convert(images, own, f"--reuse_from={own}", "--overwrite")
+    assert again["reuse"] == {"from": str(own), "reused": 67, "converted": 0}
+
+
 @pytest.mark.parametrize("flags, reason", [
     (("--height=48",), "image settings"),
     (("--encoding=jpeg", "--normalize=none"), "image settings"),
@@ -274,3 +287,40 @@ def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
     uninterrupted = tmp_path / "uninterrupted"
     subprocess.run(argv(uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
     assert published(output) == published(uninterrupted)
+
+
+@pytest.mark.slow
+def test_a_run_killed_in_a_timestamp_folder_is_taken_over_by_the_next_one(tmp_path):
+    """`--output=ROOT/{timestamp}`: the next run expands to another folder, so a killed run's
+    staging stayed for good (83 MB in one report), and its finished parts were never used."""
+    images, root = tmp_path / "images", tmp_path / "root"
+    make_images(images, 600)
+
+    def argv(out: pathlib.Path) -> list[str]:
+        return [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={out}",
+                "--num_shards=2", "--height=96", "--width=96", "--convert_processes=1"]
+
+    process = subprocess.Popen(argv(root / "{timestamp}"), cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while len(list(root.glob("*/.imgrec-staging/parts/*.json"))) < 2:
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no part finished in time"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    (killed,) = root.iterdir()
+    finished = sum(json.loads(p.read_text())["records"] for p in killed.glob(".imgrec-staging/parts/*.json"))
+    busy = root / "20000101T000000"  # a run still alive there (its lock held) is left alone
+    (busy / ".imgrec-staging").mkdir(parents=True)
+    with open(busy / ".imgrec.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        time.sleep(1.1)  # the next second: another folder
+        done = subprocess.run(argv(root / "{timestamp}"), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not killed.exists() and (busy / ".imgrec-staging").exists()
+    (new,) = set(root.iterdir()) - {busy}
+    assert json.loads((new / "metadata.json").read_text())["run"]["resumed_records"] == finished > 0
+    uninterrupted = tmp_path / "uninterrupted"
+    subprocess.run(argv(uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
+    assert published(new) == published(uninterrupted)
