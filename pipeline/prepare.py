@@ -32,6 +32,7 @@ from transforms.dataset_format import (
     INDEX_DIR,
     LOCK_FILE,
     METADATA_FILE,
+    RUN_DIR_PREFIX,
     STAGING_DIR,
     DatasetMetadata,
     FormatError,
@@ -190,8 +191,7 @@ def take_over_dead_siblings(template: str, output: str, run_id: str) -> None:
     its staging where no later run expands to, and no later run would resume it there. This run
     takes over the finished parts (a part is named by what it holds, so one of other inputs or
     settings is never used, and publishing removes it) and removes the rest of that staging, and
-    the folder once nothing else is in it. A folder whose lock a live run holds is left alone, and
-    so is one where a publish was cut short.
+    the folder once nothing else is in it. A folder whose lock a live run holds is left alone.
     Local and NFS folders only: there a lock held means a live run, and looking into every
     sibling costs nothing (on an object store, a request per folder of the schedule's history)."""
     found = sibling_pattern(template)
@@ -201,9 +201,8 @@ def take_over_dead_siblings(template: str, output: str, run_id: str) -> None:
     mine = folder_identity(output)
     for name in list_names(parent):
         sibling = join(parent, name)
-        if (not pattern.fullmatch(name) or folder_identity(sibling) == mine
-                or not FileSystems.exists(staging_dir(sibling)) or FileSystems.exists(journal_path(sibling))):
-            continue  # a publish cut short there: its journal is what says which files are imgrec's
+        if not pattern.fullmatch(name) or folder_identity(sibling) == mine or not _stopped_run_left(sibling):
+            continue
         try:
             lock = OutputLock(sibling, run_id).acquire()
         except OutputLocked:
@@ -214,6 +213,18 @@ def take_over_dead_siblings(template: str, output: str, run_id: str) -> None:
         finally:
             lock.release()
         remove_if_empty([sibling])
+
+
+def _stopped_run_left(folder: str) -> bool:
+    """Whether `folder` holds the staging of a run that was stopped: killed (its lock file is
+    still there) or interrupted (it removed its lock and run folder, and kept the finished parts).
+    Not a run that failed (it removed its lock and kept its run folder: its message points at
+    the dead letters there), nor a publish cut short (its journal says which files are imgrec's)."""
+    staging = staging_dir(folder)
+    if not FileSystems.exists(staging) or FileSystems.exists(journal_path(folder)):
+        return False
+    return FileSystems.exists(join(folder, LOCK_FILE)) or not any(
+        name.startswith(RUN_DIR_PREFIX) for name in list_names(staging))
 
 
 def _move_finished_parts(source: str, target: str) -> None:

@@ -23,6 +23,7 @@ from pipeline.prepare import (
     latest_sibling,
     output_folder,
     sibling_pattern,
+    take_over_dead_siblings,
 )
 from pipeline.publish import JOURNAL_FILE, interrupted_outcome, publish
 from pipeline.reaper import process_start_time
@@ -406,3 +407,36 @@ def test_a_run_refused_the_lock_names_the_owner_that_has_just_taken_it(tmp_path)
     finally:
         writer.join()
         os.close(descriptor)
+
+
+def test_a_template_run_takes_over_only_what_stopped_runs_left_in_sibling_folders(tmp_path):
+    """`ROOT/{timestamp}`: the staging of a killed run (its lock file left) and of an interrupted
+    one (only parts left) is taken over; a failed run's (dead letters kept for its message), a
+    publish cut short (its journal), a live run's (lock held) and user files stay."""
+    def staged(name: str, *entries: str) -> pathlib.Path:
+        folder = tmp_path / name
+        for entry in entries:
+            (folder / entry).parent.mkdir(parents=True, exist_ok=True)
+            (folder / entry).write_text(entry)
+        return folder
+
+    parts = ".imgrec-staging/parts"
+    killed = staged("20261201T000000", LOCK_FILE, f"{parts}/a.records", f"{parts}/a.json",
+                    f"{parts}/b.partial/x.records", ".imgrec-staging/run-1/train-00000-of-00001.tfrecord")
+    interrupted = staged("20261202T000000", f"{parts}/c.records", f"{parts}/c.json")
+    failed = staged("20261203T000000", f"{parts}/d.json", ".imgrec-staging/run-3/errors.jsonl")
+    cut = staged("20261204T000000", LOCK_FILE, f"{parts}/e.json", f".imgrec-staging/{JOURNAL_FILE}")
+    live = staged("20261205T000000", LOCK_FILE, f"{parts}/f.json")
+    shared = staged("20261206T000000", LOCK_FILE, f"{parts}/g.json", "notes.txt")
+    other = staged("pets", LOCK_FILE, f"{parts}/h.json")
+    output = tmp_path / "20261207T000000"
+    output.mkdir()
+    with open(live / LOCK_FILE) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        take_over_dead_siblings(f"{tmp_path}/{{timestamp}}", str(output), "run-now")
+    assert not killed.exists() and not interrupted.exists()
+    assert sorted(p.name for p in (output / parts).iterdir()) == ["a.json", "a.records", "c.json", "c.records",
+                                                                  "g.json"]
+    assert sorted(p.name for p in shared.iterdir()) == ["notes.txt"]
+    for untouched in (failed, cut, live, other):
+        assert (untouched / ".imgrec-staging").is_dir(), untouched

@@ -27,6 +27,7 @@ FORMAT_VERSION = 2
 METADATA_FILE = "metadata.json"
 LOCK_FILE = ".imgrec.lock"
 STAGING_DIR = ".imgrec-staging"
+RUN_DIR_PREFIX = "run-"  # a run's folder in the staging folder
 INDEX_DIR = "index"
 ERRORS_PREFIX = "errors"
 ERRORS_SUFFIX = ".jsonl"
@@ -91,7 +92,7 @@ def parts_dir(output: str) -> str:
 
 def run_dir(output: str, run_id: str) -> str:
     """One run's shards, index, dead letters and staged metadata.json, until it publishes."""
-    return join(staging_dir(output), f"run-{run_id}")
+    return join(staging_dir(output), f"{RUN_DIR_PREFIX}{run_id}")
 
 
 # --------------------------------------------------------------------------------------------
