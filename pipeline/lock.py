@@ -94,6 +94,19 @@ def _read_written(path: str, wait: float = 1.0) -> Optional[LockOwner]:
         time.sleep(0.02)
 
 
+def run_alive(output: str) -> bool:
+    """Whether the run `output`'s lock file names may be alive, judged from the file alone (taking
+    the lock to see would refuse a run starting there): its driver runs on this host, or, on
+    another, its heartbeat is recent. An unreadable owner (a run that has just created the file)
+    may be alive."""
+    owner = _read(join(output, LOCK_FILE))
+    if owner is None:
+        return True
+    if owner.host == socket.gethostname():
+        return owner.alive_here()
+    return not owner.is_stale(_now())
+
+
 def check_publisher(output: str, run_id: str) -> None:
     """Run where the dataset is published (the pipeline's last step, on a worker): the lock must
     still belong to this run and, when the driver runs on this host, the driver must be alive, so

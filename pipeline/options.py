@@ -336,6 +336,8 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
     for flag in FLAGS:
         if given.get(flag.name) is not None:
             values[flag.section][flag.field] = given[flag.name]
+    if given.get("skip_unchanged") is False and given.get("compare_to") is None:
+        values["output"].pop("compare_to", None)  # --no_skip_unchanged: the config's compare_to goes with it
     for section, flag in (("input", "--input"), ("output", "--output")):
         if not values[section].get("path"):
             raise UsageError(f"{flag} (or {section}.path in the config) is required")

@@ -23,8 +23,8 @@ from typing import Mapping, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.errors import OutputLocked, UsageError
-from pipeline.lock import OutputLock
+from pipeline.errors import UsageError
+from pipeline.lock import run_alive
 from pipeline.publish import JOURNAL_FILE, journal_path, read_json
 from transforms import files
 from transforms.dataset_format import (
@@ -53,7 +53,8 @@ from transforms.tfrecord import framed_length
 
 LATEST = "latest"
 # The fields of a dated output template: the UTC strftime format of each, and a regex of its values.
-_TEMPLATE_FIELDS = {"date": ("%Y-%m-%d", r"\d{4}-\d{2}-\d{2}"), "timestamp": ("%Y%m%dT%H%M%S", r"\d{8}T\d{6}")}
+_TEMPLATE_FIELDS = {"date": ("%Y-%m-%d", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"),
+                    "timestamp": ("%Y%m%dT%H%M%S", r"[0-9]{8}T[0-9]{6}")}
 
 
 # What every run writes at the top of its output, whatever its counts (shard names depend on them).
@@ -186,59 +187,36 @@ def clear_dead_runs(output: str) -> None:
         files.delete(stale)
 
 
-def take_over_dead_siblings(template: str, output: str, run_id: str) -> None:
-    """A run killed in a `{timestamp}` output (or a `{date}` one, once the date has changed) left
-    its staging where no later run expands to, and no later run would resume it there. This run
-    takes over the finished parts (a part is named by what it holds, so one of other inputs or
-    settings is never used, and publishing removes it) and removes the rest of that staging, and
-    the folder once nothing else is in it. A folder whose lock a live run holds is left alone.
-    Local and NFS folders only: there a lock held means a live run, and looking into every
-    sibling costs nothing (on an object store, a request per folder of the schedule's history)."""
+def stopped_runs_beside(template: str, output: str) -> list[str]:
+    """The sibling folders of a `{timestamp}` output (or a `{date}` one, once the date has
+    changed) that hold the staging of a stopped run. No later run of the template expands to
+    them, so nothing would ever resume or remove it there: the run says so (a report, not a
+    removal: whose run it was, and whether it is wanted, only the user knows). Local and NFS
+    folders only: elsewhere looking into each folder of the schedule's history is a request."""
     found = sibling_pattern(template)
     if found is None or local_path(output) is None:
-        return
+        return []
     parent, pattern = found
     mine = folder_identity(output)
-    for name in list_names(parent):
-        sibling = join(parent, name)
-        if not pattern.fullmatch(name) or folder_identity(sibling) == mine or not _stopped_run_left(sibling):
-            continue
-        try:
-            lock = OutputLock(sibling, run_id).acquire()
-        except OutputLocked:
-            continue
-        try:
-            _move_finished_parts(parts_dir(sibling), parts_dir(output))
-            files.delete([staging_dir(sibling)])
-        finally:
-            lock.release()
-        remove_if_empty([sibling])
+    return [join(parent, name) for name in sorted(list_names(parent))
+            if pattern.fullmatch(name) and folder_identity(join(parent, name)) != mine
+            and _stopped_run_left(join(parent, name))]
 
 
 def _stopped_run_left(folder: str) -> bool:
     """Whether `folder` holds the staging of a run that was stopped: killed (its lock file is
     still there) or interrupted (it removed its lock and run folder, and kept the finished parts).
-    Not a run that failed (it removed its lock and kept its run folder: its message points at
-    the dead letters there), nor a publish cut short (its journal says which files are imgrec's)."""
+    Not a run that failed (its message pointed at the dead letters in its run folder), nor one
+    alive (its lock is held)."""
     staging = staging_dir(folder)
-    if not FileSystems.exists(staging) or FileSystems.exists(journal_path(folder)):
+    try:
+        if not os.path.isdir(staging):
+            return False
+        if os.path.exists(join(folder, LOCK_FILE)):
+            return not run_alive(folder)
+        return not any(name.startswith(RUN_DIR_PREFIX) for name in os.listdir(staging))
+    except OSError:  # unreadable: not ours to judge
         return False
-    return FileSystems.exists(join(folder, LOCK_FILE)) or not any(
-        name.startswith(RUN_DIR_PREFIX) for name in list_names(staging))
-
-
-def _move_finished_parts(source: str, target: str) -> None:
-    """Finished parts (records and outcome; not attempts in progress, whose journals are a
-    restart's in the same folder) move by rename; where that fails (another mount), they go with
-    the rest of that staging."""
-    if not FileSystems.exists(source):
-        return
-    if not FileSystems.exists(target):
-        FileSystems.mkdirs(target)
-    for name in list_names(source):
-        if name.endswith((".records", ".json")) and not FileSystems.exists(join(target, name)):
-            with contextlib.suppress(OSError):  # Beam's BeamIOError is one
-                FileSystems.rename([join(source, name)], [join(target, name)])
 
 
 def remove_if_empty(folders: Sequence[str]) -> None:
@@ -272,7 +250,8 @@ def expand_output_template(path: str, now: datetime.datetime) -> str:
 def sibling_pattern(template: str) -> Optional[tuple[str, re.Pattern]]:
     """(parent folder, regex of sibling names) for a `.../{date}`-style output, else None."""
     parent, name = posixpath.split(template.rstrip("/"))
-    if not any(f"{{{field}}}" in name for field in _TEMPLATE_FIELDS):
+    parent = _literal(parent)
+    if parent is None or not any(f"{{{field}}}" in name for field in _TEMPLATE_FIELDS):
         return None
     regex = re.escape(name)
     for field, (_, pattern) in _TEMPLATE_FIELDS.items():
@@ -280,6 +259,14 @@ def sibling_pattern(template: str) -> Optional[tuple[str, re.Pattern]]:
     for brace in "{}":
         regex = regex.replace(re.escape(brace * 2), re.escape(brace))
     return parent, re.compile(regex)
+
+
+def _literal(template: str) -> Optional[str]:
+    """What a part of an output template names when it has no fields (`{{` is `{`), else None."""
+    parsed = list(string.Formatter().parse(template))
+    if any(field is not None for _, field, _, _ in parsed):
+        return None
+    return "".join(text for text, _, _, _ in parsed)
 
 
 def latest_sibling(template: str) -> Optional[str]:

@@ -49,7 +49,7 @@ from pipeline.prepare import (
     output_folder,
     remove_if_empty,
     reuse_source,
-    take_over_dead_siblings,
+    stopped_runs_beside,
 )
 from pipeline.progress import ProgressReporter, default_interval
 from pipeline.publish import interrupted_outcome
@@ -189,9 +189,9 @@ def _ensure_folder(path: str) -> list[str]:
         return []
     created = [path]
     local = local_path(path)
-    if local is not None:
-        parent = os.path.dirname(os.path.abspath(local))
-        while not os.path.exists(parent):
+    if local is not None:  # as written, not normalized: `r/../q` creates `r`, which abspath drops
+        parent = os.path.dirname(local.rstrip(os.sep))
+        while parent and not os.path.exists(parent):
             created.append(parent)
             parent = os.path.dirname(parent)
     try:
@@ -270,7 +270,12 @@ def convert(argv: Sequence[str]) -> Conversion:
         check_layout(spec.input, output, state)  # first: --overwrite, which check_output suggests, cannot lift it
         check_output(output, spec.output, state)
         clear_dead_runs(output)
-        take_over_dead_siblings(template, output, run_id)
+        stopped = stopped_runs_beside(template, output)
+        for folder in stopped[:3]:
+            say(f"imgrec: warning: {folder} holds the staging of a stopped run, which no later run expands to; "
+                f"run with --output={folder} to finish it, or delete {staging_dir(folder)}")
+        if len(stopped) > 3:
+            say(f"imgrec: warning: and {len(stopped) - 3} more folders beside it")
         compared = comparison(spec.output, template, state)
         if compared and compared.missing:
             say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "

@@ -628,6 +628,16 @@ def test_a_folder_name_that_is_not_utf8_never_merges_into_another_class(tmp_path
     assert message.endswith(f"as folder {tmp_path}/a\\xff does; rename one")
 
 
+def test_a_glob_never_merges_two_folder_names_that_are_not_utf8_and_read_alike(tmp_path):
+    """`\\xff` + byte 0xFF and two bytes 0xFF both read `\\xff\\xff`: both folders' files were one class."""
+    for name in (b"\\xff\xff", b"\xff\xff"):
+        for where in (b"", b"deep/"):  # the same name in two places is one class, as globs go
+            write_text(pathlib.Path(os.fsdecode(os.fsencode(tmp_path) + b"/" + where + name)) / "x.png", "x")
+    batches = list(glob_candidates(f"{tmp_path}/**/*.png", EXTENSIONS))
+    found, rejected = split_found(x for item in batches for x in (item if isinstance(item, tuple) else [item]))
+    assert not found and sorted(error for _, error, _ in rejected) == ["AmbiguousLabel"] * 4
+
+
 def test_a_glob_never_merges_a_folder_name_that_is_not_utf8_into_another_class(tmp_path):
     """As class folders: `*/*.png` labelled both folders' files `a\\xff` (exit 0, one class)."""
     for name in (b"a\xff", b"a\\xff", b"b\xfe"):

@@ -2,7 +2,6 @@
 against dated siblings. Every incremental or resumed output must equal a from-scratch run's."""
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -290,9 +289,10 @@ def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_killed_in_a_timestamp_folder_is_taken_over_by_the_next_one(tmp_path):
+def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_path):
     """`--output=ROOT/{timestamp}`: the next run expands to another folder, so a killed run's
-    staging stayed for good (83 MB in one report), and its finished parts were never used."""
+    staging stayed for good without a word (83 MB in one report). The next run names it, and the
+    command it advises resumes it."""
     images, root = tmp_path / "images", tmp_path / "root"
     make_images(images, 600)
 
@@ -311,16 +311,16 @@ def test_a_run_killed_in_a_timestamp_folder_is_taken_over_by_the_next_one(tmp_pa
     process.wait()
     (killed,) = root.iterdir()
     finished = sum(json.loads(p.read_text())["records"] for p in killed.glob(".imgrec-staging/parts/*.json"))
-    busy = root / "20000101T000000"  # a run still alive there (its lock held) is left alone
-    (busy / ".imgrec-staging").mkdir(parents=True)
-    with open(busy / ".imgrec.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        time.sleep(1.1)  # the next second: another folder
-        done = subprocess.run(argv(root / "{timestamp}"), cwd=REPO, capture_output=True, text=True, timeout=300)
+    journaled = sum(len(p.read_text().splitlines()) for p in killed.glob(".imgrec-staging/parts/*.partial/*.index"))
+    time.sleep(1.1)  # the next second: another folder
+    done = subprocess.run(argv(root / "{timestamp}"), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert not killed.exists() and (busy / ".imgrec-staging").exists()
-    (new,) = set(root.iterdir()) - {busy}
-    assert json.loads((new / "metadata.json").read_text())["run"]["resumed_records"] == finished > 0
+    assert (f"imgrec: warning: {killed} holds the staging of a stopped run, which no later run expands to; "
+            f"run with --output={killed} to finish it") in done.stderr
+    resumed = subprocess.run(argv(killed), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((killed / "metadata.json").read_text())["run"]["resumed_records"] == finished + journaled
+    assert finished > 0
     uninterrupted = tmp_path / "uninterrupted"
     subprocess.run(argv(uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
-    assert published(new) == published(uninterrupted)
+    assert published(killed) == published(uninterrupted)

@@ -8,6 +8,7 @@ import os
 import pathlib
 import socket
 import threading
+from typing import Optional
 
 import pytest
 
@@ -23,10 +24,10 @@ from pipeline.prepare import (
     latest_sibling,
     output_folder,
     sibling_pattern,
-    take_over_dead_siblings,
+    stopped_runs_beside,
 )
 from pipeline.publish import JOURNAL_FILE, interrupted_outcome, publish
-from pipeline.reaper import process_start_time
+from pipeline.reaper import driver_marker, process_start_time
 from transforms.dataset_format import (
     FORMAT_VERSION,
     LOCK_FILE,
@@ -409,34 +410,39 @@ def test_a_run_refused_the_lock_names_the_owner_that_has_just_taken_it(tmp_path)
         os.close(descriptor)
 
 
-def test_a_template_run_takes_over_only_what_stopped_runs_left_in_sibling_folders(tmp_path):
-    """`ROOT/{timestamp}`: the staging of a killed run (its lock file left) and of an interrupted
-    one (only parts left) is taken over; a failed run's (dead letters kept for its message), a
-    publish cut short (its journal), a live run's (lock held) and user files stay."""
-    def staged(name: str, *entries: str) -> pathlib.Path:
+def test_a_template_run_names_the_sibling_folders_where_stopped_runs_left_their_staging(tmp_path):
+    """`ROOT/{timestamp}`: a killed run's staging (its lock file left, naming a dead driver) and
+    an interrupted one's (only parts left) stay where no later run expands to; they are reported.
+    A failed run's (its message named its dead letters there) and a live run's are not."""
+    def staged(name: str, *entries: str, lock_of: Optional[str] = None) -> pathlib.Path:
         folder = tmp_path / name
         for entry in entries:
             (folder / entry).parent.mkdir(parents=True, exist_ok=True)
             (folder / entry).write_text(entry)
+        if lock_of is not None:
+            (folder / LOCK_FILE).write_text(LockOwner("r", socket.gethostname(), 1, "2026-12-01T00:00:00+00:00",
+                                                      "2026-12-01T00:00:00+00:00", lock_of).to_json())
         return folder
 
     parts = ".imgrec-staging/parts"
-    killed = staged("20261201T000000", LOCK_FILE, f"{parts}/a.records", f"{parts}/a.json",
-                    f"{parts}/b.partial/x.records", ".imgrec-staging/run-1/train-00000-of-00001.tfrecord")
-    interrupted = staged("20261202T000000", f"{parts}/c.records", f"{parts}/c.json")
-    failed = staged("20261203T000000", f"{parts}/d.json", ".imgrec-staging/run-3/errors.jsonl")
-    cut = staged("20261204T000000", LOCK_FILE, f"{parts}/e.json", f".imgrec-staging/{JOURNAL_FILE}")
-    live = staged("20261205T000000", LOCK_FILE, f"{parts}/f.json")
-    shared = staged("20261206T000000", LOCK_FILE, f"{parts}/g.json", "notes.txt")
-    other = staged("pets", LOCK_FILE, f"{parts}/h.json")
+    dead = "1:1"  # pid 1, started at another time: not alive
+    killed = staged("20261201T000000", f"{parts}/a.json", ".imgrec-staging/run-1/x.tfrecord", lock_of=dead)
+    interrupted = staged("20261202T000000", f"{parts}/c.json")
+    staged("20261203T000000", f"{parts}/d.json", ".imgrec-staging/run-3/errors.jsonl")  # failed
+    cut = staged("20261204T000000", f"{parts}/e.json", f".imgrec-staging/{JOURNAL_FILE}", lock_of=dead)
+    staged("20261205T000000", f"{parts}/f.json", lock_of=driver_marker())  # alive: this process
+    staged("pets", f"{parts}/h.json", lock_of=dead)  # not the template's
+    staged("2026120٦T000000", f"{parts}/h.json", lock_of=dead)  # an Arabic-Indic digit: not the template's
+    (tmp_path / "20261206T000000").write_text("a file")
     output = tmp_path / "20261207T000000"
     output.mkdir()
-    with open(live / LOCK_FILE) as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        take_over_dead_siblings(f"{tmp_path}/{{timestamp}}", str(output), "run-now")
-    assert not killed.exists() and not interrupted.exists()
-    assert sorted(p.name for p in (output / parts).iterdir()) == ["a.json", "a.records", "c.json", "c.records",
-                                                                  "g.json"]
-    assert sorted(p.name for p in shared.iterdir()) == ["notes.txt"]
-    for untouched in (failed, cut, live, other):
-        assert (untouched / ".imgrec-staging").is_dir(), untouched
+    assert stopped_runs_beside(f"{tmp_path}/{{timestamp}}", str(output)) == [str(killed), str(interrupted), str(cut)]
+    assert stopped_runs_beside(f"{tmp_path}/{{timestamp}}", str(killed)) == [str(interrupted), str(cut)]
+
+
+def test_the_siblings_of_a_template_with_escaped_braces_are_in_the_folder_it_names(tmp_path):
+    """`ROOT/a{{b}}/{date}` writes into `ROOT/a{b}/DATE`; its siblings were looked for in `a{{b}}`."""
+    assert sibling_pattern(f"{tmp_path}/a{{{{b}}}}/{{date}}")[0] == f"{tmp_path}/a{{b}}"
+    assert sibling_pattern(f"{tmp_path}/{{date}}/x") is None
+    assert sibling_pattern(f"{tmp_path}/{{date}}/{{date}}") is None
+

@@ -145,6 +145,15 @@ def test_a_switch_a_config_turns_on_can_be_turned_off_for_one_run(switch):
     assert getattr(spec_from({**config, "output": {"path": "out"}}, f"--{switch}").output, switch) is True
 
 
+def test_no_skip_unchanged_also_drops_the_configs_compare_to():
+    """compare_to alone is a usage error: --no_skip_unchanged under `compare_to: latest` was refused."""
+    config = {"input": {"path": "in"}, "output": {"path": "out/{date}", "skip_unchanged": True, "compare_to": "latest"}}
+    output = spec_from(config, "--no_skip_unchanged").output
+    assert (output.skip_unchanged, output.compare_to) == (False, None)
+    with pytest.raises(UsageError, match="compare_to only matters with skip_unchanged"):
+        spec_from(config, "--no_skip_unchanged", "--compare_to=latest")
+
+
 def test_split_flags_are_comma_separated_tuples():
     spec = spec_from({}, *IO, "--split_names=tr,te", "--split_ratios=0.75,0.25")
     assert spec.splits.names == ("tr", "te") and spec.splits.ratios == (0.75, 0.25)

@@ -516,25 +516,26 @@ def glob_candidates(pattern: str, extensions: tuple[str, ...]) -> Iterator[Union
 
 def unambiguous(matches: Iterable[Found]) -> Iterator[Found]:
     """Glob matches, with the files of a folder whose name is not UTF-8 rejected where its label
-    (`a` + byte 0xFF reads as `a\\xff`) is also a folder's real name, as in class folders. Both
-    labels hold a backslash: only such candidates wait until every match is seen."""
+    (`a` + byte 0xFF reads as `a\\xff`) is also another folder name's, as in class folders (the
+    same name in two places is one class, as globs go). Such labels hold a backslash: only those
+    candidates wait until every match is seen."""
     held: list[Candidate] = []
     for found in matches:
         if isinstance(found, Candidate) and "\\" in found.label:
             held.append(found)
         else:
             yield found
-    named_so = {c.label: parent_folder(c.path)[0] for c in held if not _named_undecodably(c)}
+    folders: dict[str, dict[str, str]] = {}  # label → folder name → a folder of that name
     for candidate in held:
-        if _named_undecodably(candidate) and candidate.label in named_so:
-            yield reject(candidate.path, ambiguous_label(candidate.label, named_so[candidate.label]))
+        folder, name = parent_folder(candidate.path)
+        folders.setdefault(candidate.label, {}).setdefault(name, folder)
+    for candidate in held:
+        name = parent_folder(candidate.path)[1]
+        others = [folder for other, folder in sorted(folders[candidate.label].items()) if other != name]
+        if name != candidate.label and others:
+            yield reject(candidate.path, ambiguous_label(candidate.label, others[0]))
         else:
             yield candidate
-
-
-def _named_undecodably(candidate: Candidate) -> bool:
-    """Whether the file's folder name is not UTF-8 (its label shows bytes as `\\xNN`)."""
-    return candidate.label != parent_folder(candidate.path)[1]
 
 
 def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) -> bool:
