@@ -206,7 +206,12 @@ def _dry_run(options) -> bool:
 
 
 def last_line(exc: BaseException) -> str:
-    """The innermost message of an error Beam wrapped (its last line)."""
+    """The innermost message of an error Beam wrapped (its last line); for a gRPC error (a job
+    endpoint that is not a Beam job service, say) its status and details, which its text ends
+    after, with a lone `>`."""
+    details, code = getattr(exc, "details", None), getattr(exc, "code", None)
+    if callable(details) and callable(code):
+        return f"{code()}: {details()}"
     return (str(exc).strip().splitlines() or [""])[-1]
 
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import errno
 import hashlib
@@ -21,15 +22,19 @@ import json
 import os
 import pathlib
 import socket
+import subprocess
+import sys
 import tarfile
 import tempfile
 from typing import Sequence
 
+import grpc
 import pytest
 
 from pipeline import __version__
 from tests.helpers import IN_MEMORY, MULTI_PROCESSING, REPO, SAMPLE, read_split_records, run_pipeline
 from tests.portable import PortableServices, live_group_members, local_portable_services
+from tests.trust_helpers import env
 from transforms.dataset_format import DatasetMetadata
 
 pytestmark = pytest.mark.e2e
@@ -370,4 +375,22 @@ def test_dask_runner_is_refused_with_one_line(tmp_path, capsys):
     assert main(["--runner=DaskRunner", f"--input={SAMPLE}", f"--output={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("imgrec: error: --runner=DaskRunner is not supported")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_job_endpoint_that_is_no_beam_job_service_is_named_by_its_status(tmp_path):
+    """A gRPC server without Beam's job service answered: the error line ended in a lone `>`
+    (the last line of gRPC's error text), which said nothing."""
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(2))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "pipeline.run", "--runner=PortableRunner",
+                               f"--job_endpoint=127.0.0.1:{port}", f"--input={SAMPLE}", f"--output={tmp_path / 'out'}"],
+                              cwd=REPO, env=env(), capture_output=True, text=True, timeout=100)
+    finally:
+        server.stop(0)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1].endswith("StatusCode.UNIMPLEMENTED: Method not found!"), done.stderr[-2000:]
     assert not (tmp_path / "out").exists()
