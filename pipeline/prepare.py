@@ -12,7 +12,6 @@ refuses bad layouts before a single image is converted:
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import os
@@ -217,17 +216,6 @@ def _stopped_run_left(folder: str) -> bool:
         return not any(name.startswith(RUN_DIR_PREFIX) for name in os.listdir(staging))
     except OSError:  # unreadable: not ours to judge
         return False
-
-
-def remove_if_empty(folders: Sequence[str]) -> None:
-    """Removes each folder that is empty (a run that wrote nothing there)."""
-    for folder in folders:
-        local = local_path(folder)
-        if local is not None:
-            with contextlib.suppress(OSError):  # not empty: another run's output, say
-                os.rmdir(local)
-        elif FileSystems.exists(folder) and not list_names(folder):
-            files.delete([folder])
 
 
 # --------------------------------------------------------------------------------------------

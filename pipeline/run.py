@@ -6,6 +6,7 @@ an exit code (see pipeline/errors.py) and prints the summary. Schedulers rely on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import errno
@@ -47,7 +48,6 @@ from pipeline.prepare import (
     expand_output_template,
     inspect_output,
     output_folder,
-    remove_if_empty,
     reuse_source,
     stopped_runs_beside,
 )
@@ -201,6 +201,17 @@ def _ensure_folder(path: str) -> list[str]:
     return created
 
 
+def _remove_if_empty(folders: Sequence[str]) -> None:
+    """Removes each folder that is empty (a run that wrote nothing there)."""
+    for folder in folders:
+        local = local_path(folder)
+        if local is not None:
+            with contextlib.suppress(OSError):  # not empty: another run's output, say
+                os.rmdir(local)
+        elif FileSystems.exists(folder) and not list_names(folder):
+            files.delete([folder])
+
+
 def _dry_run(options) -> bool:
     return bool(options.view_as(TestOptions).dry_run) and runner_name(options) == "DataflowRunner"
 
@@ -277,8 +288,8 @@ def convert(argv: Sequence[str]) -> Conversion:
         clear_dead_runs(output)
         stopped = stopped_runs_beside(template, output)
         for folder in stopped[:3]:
-            say(f"imgrec: warning: {folder} holds the staging of a stopped run, which no later run expands to; "
-                f"run with --output={folder} to finish it, or delete {staging_dir(folder)}")
+            say(f"imgrec: warning: {folder} holds the staging of a stopped run, and no run of this template "
+                f"writes there again; run with --output={folder} to finish it, or delete {staging_dir(folder)}")
         if len(stopped) > 3:
             say(f"imgrec: warning: and {len(stopped) - 3} more folders beside it")
         compared = comparison(spec.output, template, state)
@@ -343,7 +354,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         raise
     finally:
         lock.release()
-        remove_if_empty(created)
+        _remove_if_empty(created)
 
 
 def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: str,

@@ -315,8 +315,8 @@ def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_pa
     time.sleep(1.1)  # the next second: another folder
     done = subprocess.run(argv(root / "{timestamp}"), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert (f"imgrec: warning: {killed} holds the staging of a stopped run, which no later run expands to; "
-            f"run with --output={killed} to finish it") in done.stderr
+    assert (f"imgrec: warning: {killed} holds the staging of a stopped run, and no run of this template "
+            f"writes there again; run with --output={killed} to finish it") in done.stderr
     resumed = subprocess.run(argv(killed), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((killed / "metadata.json").read_text())["run"]["resumed_records"] == finished + journaled
