@@ -425,7 +425,7 @@ def test_a_template_run_names_the_sibling_folders_where_stopped_runs_left_their_
         return folder
 
     parts = ".imgrec-staging/parts"
-    dead = "1:1"  # pid 1, started at another time: not alive
+    dead = "1:never"  # pid 1, with a start time no process has: not alive
     killed = staged("20261201T000000", f"{parts}/a.json", ".imgrec-staging/run-1/x.tfrecord", lock_of=dead)
     interrupted = staged("20261202T000000", f"{parts}/c.json")
     staged("20261203T000000", f"{parts}/d.json", ".imgrec-staging/run-3/errors.jsonl")  # failed
