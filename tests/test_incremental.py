@@ -49,6 +49,34 @@ def convert(images: pathlib.Path, output: pathlib.Path, *flags: str) -> dict:
     return json.loads((output / "metadata.json").read_text())
 
 
+def resumable_run(images: pathlib.Path, output: pathlib.Path) -> list[str]:
+    """A run slow enough (one converter, 96×96) to be killed with some of its parts finished."""
+    return [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={output}",
+            "--num_shards=2", "--height=96", "--width=96", "--convert_processes=1"]
+
+
+def kill_once_parts_finish(argv: list[str], parts: pathlib.Path, count: int) -> None:
+    """Starts `argv` and kill -9s its process group once `count` parts are finished in `parts`
+    (a path that may hold `*` for the folder a template expands to)."""
+    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    finished = str(parts.relative_to(parts.anchor) / "*.json")
+    deadline = time.monotonic() + 240
+    while len(list(pathlib.Path(parts.anchor).glob(finished))) < count:
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no part finished in time"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def records_left(parts: pathlib.Path) -> tuple[int, int]:
+    """(records in the finished parts, records journaled by the parts in progress) a killed run left."""
+    finished = sum(json.loads(p.read_text())["records"] for p in parts.glob("*.json"))
+    journaled = sum(len(p.read_text().splitlines()) for p in parts.glob("*.partial/*.index"))
+    return finished, journaled
+
+
 def published(output: pathlib.Path) -> dict[str, bytes]:
     """Every file of the dataset but metadata.json, by relative name."""
     return {str(p.relative_to(output)): p.read_bytes() for p in sorted(output.rglob("*"))
@@ -260,31 +288,17 @@ def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
     images = tmp_path / "images"
     make_images(images, 600)
     output = tmp_path / "out"
-
-    def argv(out: pathlib.Path) -> list[str]:
-        return [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={out}",
-                "--num_shards=2", "--height=96", "--width=96", "--convert_processes=1"]
-
-    process = subprocess.Popen(argv(output), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
     parts = output / ".imgrec-staging" / "parts"
-    deadline = time.monotonic() + 240
-    while len(list(parts.glob("*.json"))) < 4:
-        assert process.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "no part finished in time"
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    finished = sum(json.loads(p.read_text())["records"] for p in parts.glob("*.json"))
-    journaled = sum(len(p.read_text().splitlines()) for p in parts.glob("*.partial/*.index"))
+    kill_once_parts_finish(resumable_run(images, output), parts, 4)
+    finished, journaled = records_left(parts)
     assert not (output / "metadata.json").exists()
-    done = subprocess.run(argv(output), cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(resumable_run(images, output), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     resumed = json.loads((output / "metadata.json").read_text())["run"]["resumed_records"]
     assert resumed == finished + journaled and finished > 0  # every journaled record is complete
     assert f"resumed: {resumed} records" in done.stdout
     uninterrupted = tmp_path / "uninterrupted"
-    subprocess.run(argv(uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
+    subprocess.run(resumable_run(images, uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
     assert published(output) == published(uninterrupted)
 
 
@@ -295,32 +309,19 @@ def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_pa
     command it advises resumes it."""
     images, root = tmp_path / "images", tmp_path / "root"
     make_images(images, 600)
-
-    def argv(out: pathlib.Path) -> list[str]:
-        return [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={out}",
-                "--num_shards=2", "--height=96", "--width=96", "--convert_processes=1"]
-
-    process = subprocess.Popen(argv(root / "{timestamp}"), cwd=REPO, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 240
-    while len(list(root.glob("*/.imgrec-staging/parts/*.json"))) < 2:
-        assert process.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "no part finished in time"
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    template = root / "{timestamp}"
+    kill_once_parts_finish(resumable_run(images, template), root / "*" / ".imgrec-staging" / "parts", 2)
     (killed,) = root.iterdir()
-    finished = sum(json.loads(p.read_text())["records"] for p in killed.glob(".imgrec-staging/parts/*.json"))
-    journaled = sum(len(p.read_text().splitlines()) for p in killed.glob(".imgrec-staging/parts/*.partial/*.index"))
+    finished, journaled = records_left(killed / ".imgrec-staging" / "parts")
     time.sleep(1.1)  # the next second: another folder
-    done = subprocess.run(argv(root / "{timestamp}"), cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(resumable_run(images, template), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (f"imgrec: warning: {killed} holds the staging of a stopped run, and no run of this template "
             f"writes there again; run with --output={killed} to finish it") in done.stderr
-    resumed = subprocess.run(argv(killed), cwd=REPO, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(resumable_run(images, killed), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((killed / "metadata.json").read_text())["run"]["resumed_records"] == finished + journaled
     assert finished > 0
     uninterrupted = tmp_path / "uninterrupted"
-    subprocess.run(argv(uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
+    subprocess.run(resumable_run(images, uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
     assert published(killed) == published(uninterrupted)
