@@ -220,16 +220,27 @@ class ClassFolder:
 
 
 def class_folders(folders: list[tuple[str, str]]) -> Iterator[ClassFolder]:
-    """(name, path) of each class folder → ClassFolders. A name that is not UTF-8 and whose
-    label is also another folder's (`a` + byte 0xFF and a folder named `a\\xff`) is marked,
-    so its files are rejected, not merged into the other class."""
-    paths_by_label: dict[str, list[str]] = {}
+    """(name, path) of each class folder → ClassFolders, those `ambiguous_names` finds marked."""
+    ambiguous = ambiguous_names(folders)
     for name, path in folders:
-        paths_by_label.setdefault(label_text(name), []).append(path)
+        yield ClassFolder(label_text(name), path, ambiguous.get(name))
+
+
+def ambiguous_names(folders: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """(name, path) of folders, one per name → {name: a folder of another name} for each name
+    that is not UTF-8 and reads as the label another name reads as too (`a` + byte 0xFF and a
+    folder named `a\\xff`): its files are rejected, not merged into the other class."""
+    folders = list(folders)
+    paths_by_label: dict[str, list[tuple[str, str]]] = {}
     for name, path in folders:
+        paths_by_label.setdefault(label_text(name), []).append((name, path))
+    ambiguous = {}
+    for name, _ in folders:
         label = label_text(name)
-        others = [p for p in paths_by_label[label] if p != path]
-        yield ClassFolder(label, path, others[0] if others and label != name else None)
+        others = [path for other, path in paths_by_label[label] if other != name]
+        if others and label != name:
+            ambiguous[name] = others[0]
+    return ambiguous
 
 
 def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
@@ -525,17 +536,14 @@ def unambiguous(matches: Iterable[Found]) -> Iterator[Found]:
             held.append(found)
         else:
             yield found
-    folders: dict[str, dict[str, str]] = {}  # label → folder name → a folder of that name
+    first_folders: dict[str, str] = {}  # folder name → the first folder of that name
     for candidate in held:
         folder, name = parent_folder(candidate.path)
-        folders.setdefault(candidate.label, {}).setdefault(name, folder)
+        first_folders.setdefault(name, folder)
+    ambiguous = ambiguous_names(sorted(first_folders.items()))
     for candidate in held:
-        name = parent_folder(candidate.path)[1]
-        others = [folder for other, folder in sorted(folders[candidate.label].items()) if other != name]
-        if name != candidate.label and others:
-            yield reject(candidate.path, ambiguous_label(candidate.label, others[0]))
-        else:
-            yield candidate
+        other = ambiguous.get(parent_folder(candidate.path)[1])
+        yield reject(candidate.path, ambiguous_label(candidate.label, other)) if other else candidate
 
 
 def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) -> bool:
