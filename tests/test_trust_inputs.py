@@ -249,15 +249,16 @@ def test_a_file_name_that_is_not_utf8_may_name_a_duplicate(tmp_path):
     assert metadata["duplicates"]["groups"] == 1, metadata["duplicates"]
 
 
-def test_a_folder_name_that_is_not_utf8_never_merges_into_another_class(tmp_path):
+@pytest.mark.parametrize("pattern", ["", "/*/*"], ids=["class_folders", "glob"])
+def test_a_folder_name_that_is_not_utf8_never_merges_into_another_class(tmp_path, pattern):
     """`a` + byte 0xFF reads as label `a\\xff`; a folder really named `a\\xff` must not receive
-    its images (they merged into one class)."""
+    its images (they merged into one class, in glob mode until stop 27)."""
     data = tmp_path / "data"
     make_tree(data, {"cat": 3, "a\\xff": 2})
     undecodable = pathlib.Path(os.fsdecode(os.fsencode(data) + b"/a\xff"))
     for seed in (71, 72):
         write_image(undecodable / f"{seed}.jpg", seed=seed)
-    run = run_imgrec(data, tmp_path / "out", PERMISSIVE)
+    run = run_imgrec(f"{data}{pattern}", tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, rows = check_complete(tmp_path / "out")
     assert metadata["label_map"] == {"a\\xff": 0, "cat": 1}
