@@ -36,10 +36,12 @@ from transforms.dataset_format import (
     DatasetMetadata,
     FormatError,
     dataset_names,
+    index_file_name,
     is_dataset_metadata,
     is_temporary_metadata,
     join,
     listed_files,
+    parse_index,
     parts_dir,
     run_id_of,
     staging_dir,
@@ -293,7 +295,7 @@ class Comparison:
     dataset: str
     fingerprint: Optional[str]
     missing: tuple[str, ...] = ()
-    not_whole: tuple[str, ...] = ()  # shards of a split whose bytes are not what metadata.json says
+    not_whole: tuple[str, ...] = ()  # shards or record indexes that are not what metadata.json says
 
 
 def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[Comparison]:
@@ -310,7 +312,7 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
     else:
         return None
     missing = tuple(f for f in listed_files(previous) if not FileSystems.exists(join(dataset, f)))
-    not_whole = () if missing else shards_not_whole(dataset, previous)
+    not_whole = () if missing else (*shards_not_whole(dataset, previous), *indexes_not_whole(dataset, previous))
     return Comparison(dataset, None if missing or not_whole else previous.get("fingerprint"), missing, not_whole)
 
 
@@ -344,6 +346,39 @@ def shards_not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
         if sum(files.size(join(dataset, name)) for name in names) != num_bytes + examples * framed_length(0):
             not_whole.extend(names)
     return tuple(not_whole)
+
+
+def indexes_not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
+    """The record indexes (format 2 on) that do not list their shard's records: --reuse_from
+    and DALI read them, so a cut one is no dataset to keep as it is. Reads only the indexes,
+    about 100 bytes per record."""
+    if previous.get("format_version", 0) < 2:
+        return ()
+    not_whole: list[str] = []
+    for split in (previous.get("splits") or {}).values():
+        names, lengths = split.get("files"), split.get("shard_lengths")
+        if not (isinstance(names, list) and isinstance(lengths, list) and len(names) == len(lengths)):
+            continue
+        for name, records in zip(names, lengths):
+            if not isinstance(name, str) or "/" in name:  # listed_files names no index for such a shard
+                continue
+            index = index_file_name(name)
+            shard_bytes = files.size(join(dataset, name)) if previous.get("compression") == "none" else None
+            if not index_lists_records(files.read_bytes(join(dataset, index)), records, shard_bytes):
+                not_whole.append(index)
+    return tuple(not_whole)
+
+
+def index_lists_records(data: bytes, records: object, shard_bytes: Optional[int]) -> bool:
+    """Whether an index file holds `records` whole lines, the last framing the shard's end
+    (when its uncompressed size is known)."""
+    try:
+        entries = parse_index(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):  # FormatError is a ValueError
+        return False
+    if len(entries) != records or (data and not data.endswith(b"\n")):
+        return False
+    return shard_bytes is None or (entries[-1].offset + entries[-1].length if entries else 0) == shard_bytes
 
 
 def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str, output: str,

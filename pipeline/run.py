@@ -297,7 +297,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
                 f"({', '.join(compared.missing[:3])}); converting again")
         elif compared and compared.not_whole:
-            say(f"imgrec: {compared.dataset} has shards whose sizes do not match its {METADATA_FILE} "
+            say(f"imgrec: {compared.dataset} has shards or record indexes that do not match its {METADATA_FILE} "
                 f"({', '.join(compared.not_whole[:3])}): cut short or appended to; converting again")
         reuse = reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions), output, state)
         if spec.output.reuse_from and reuse is None:

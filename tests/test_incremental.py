@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline import prepare
 from pipeline.errors import UsageError
 from pipeline.run import run
 from tests.helpers import IN_MEMORY, REPO
@@ -171,7 +172,7 @@ def test_an_edited_record_index_never_gives_an_image_another_features_bytes(chan
     assert incremental["reuse"]["converted"] == changed + 1
 
 
-def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_or_cut_shard(tmp_path):
+def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_or_cut_shard_or_index(tmp_path):
     images, out = tmp_path / "images", tmp_path / "out"
     make_images(images, 12)
     first = convert(images, out)
@@ -189,6 +190,26 @@ def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_or_cut_shard(tmp_pa
     shard.write_bytes(whole[:-100])  # cut short: every file is there, one is not whole
     fourth = convert(images, out, "--skip_unchanged")
     assert fourth["run"]["run_id"] != third["run"]["run_id"] and shard.read_bytes() == whole
+    index = out / "index" / (fourth["splits"]["train"]["files"][0] + ".idx")
+    lines = index.read_bytes()
+    index.write_bytes(lines[:lines.rindex(b"\n", 0, -1) + 1])  # its last line cut off, at a line's end
+    fifth = convert(images, out, "--skip_unchanged")
+    assert fifth["run"]["run_id"] != fourth["run"]["run_id"] and index.read_bytes() == lines
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("data, records, shard_bytes, whole", [
+    (b"0 20 ab 10 4\n20 30 cd 12 6\n", 2, 50, True),
+    (b"0 20 ab 10 4\n20 30 cd 12 6\n", 2, None, True),  # gzip: the shard's size says nothing
+    (b"", 0, 0, True),
+    (b"0 20 ab 10 4\n", 2, 50, False),  # a line gone
+    (b"0 20 ab 10 4\n20 30 cd 12", 2, None, False),  # cut inside the last line
+    (b"0 20 ab 10 4\n20 30 cd 12 6\n", 2, 60, False),  # the shard holds more than the index frames
+    (b"0 20 ab 10 4\n20 x cd 12 6\n", 2, 50, False),
+    (b"0 20 ab 10 4\n\xff\n", 2, 50, False),
+])
+def test_index_lists_records(data, records, shard_bytes, whole):
+    assert prepare.index_lists_records(data, records, shard_bytes) is whole
 
 
 def test_reuse_from_latest_takes_the_newest_dated_sibling(changed_inputs, tmp_path):
