@@ -110,7 +110,10 @@ def inspect_output(output: str) -> OutputState:
     owned.update(journal_files(output))
     folders = tuple(f for f in sorted(owned) if files.is_folder(join(output, f)))
     state = OutputState(previous, tuple(sorted(owned)), (), folders)
-    ours = {LOCK_FILE, STAGING_DIR} | ({METADATA_FILE} if previous else set()) | state.owned_names
+    ours = {LOCK_FILE, STAGING_DIR} | state.owned_names
+    if previous:
+        # Publishing makes index/ even for a dataset without shards, which lists no file in it.
+        ours |= {METADATA_FILE} | ({INDEX_DIR} if previous.get("format_version", 0) >= 2 else set())
     foreign = tuple(n for n in list_names(output) if n not in ours and not is_temporary_metadata(n))
     return dataclasses.replace(state, foreign=foreign)
 
@@ -289,13 +292,15 @@ def resolve_dataset(reference: Optional[str], template: str) -> Optional[str]:
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """The dataset --skip_unchanged compares with, and its input + config fingerprint (None when
-    files it lists are missing or shards are not whole: then it is not kept as it is, the run
-    converts and repairs it)."""
+    files it lists are missing or shards are not whole, or it holds no image and this run does not
+    allow that: then it is not kept as it is, the run converts and repairs it, or fails as a first
+    run would)."""
 
     dataset: str
     fingerprint: Optional[str]
     missing: tuple[str, ...] = ()
     not_whole: tuple[str, ...] = ()  # shards or record indexes that are not what metadata.json says
+    empty_not_allowed: bool = False  # no image written, and this run has no --allow_empty
 
 
 def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[Comparison]:
@@ -313,7 +318,11 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
         return None
     missing = tuple(f for f in listed_files(previous) if not FileSystems.exists(join(dataset, f)))
     not_whole = () if missing else (*shards_not_whole(dataset, previous), *indexes_not_whole(dataset, previous))
-    return Comparison(dataset, None if missing or not_whole else previous.get("fingerprint"), missing, not_whole)
+    # allow_empty is no part of the fingerprint, so a dataset published empty with it matches.
+    splits = (previous.get("splits") or {}).values()
+    empty = not spec.allow_empty and not any(split.get("num_examples") for split in splits)
+    fingerprint = None if missing or not_whole or empty else previous.get("fingerprint")
+    return Comparison(dataset, fingerprint, missing, not_whole, empty)
 
 
 def _compared_to(reference: str, template: str) -> Optional[tuple[str, dict]]:

@@ -299,6 +299,8 @@ def convert(argv: Sequence[str]) -> Conversion:
         elif compared and compared.not_whole:
             say(f"imgrec: {compared.dataset} has shards or record indexes that do not match its {METADATA_FILE} "
                 f"({', '.join(compared.not_whole[:3])}): cut short or appended to; converting again")
+        elif compared and compared.empty_not_allowed:
+            say(f"imgrec: {compared.dataset} holds no image, which only --allow_empty accepts; converting again")
         reuse = reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions), output, state)
         if spec.output.reuse_from and reuse is None:
             say(f"imgrec: --reuse_from={spec.output.reuse_from}: no finished dataset there yet; converting every image")

@@ -92,6 +92,33 @@ def test_an_input_without_images_fails_loudly_unless_allow_empty(tmp_path, kind)
     assert all(r["error"] == "SkippedFile" for r in rows), rows
 
 
+@pytest.mark.parametrize("flag", ["--overwrite", "--skip_unchanged"])
+def test_a_dataset_without_shards_can_be_replaced_when_images_arrive(tmp_path, flag):
+    """An --allow_empty dataset has an empty index/ folder, which lists no file: it was taken for
+    somebody else's, and every later run into the folder was refused (exit 2)."""
+    source, out = make_empty_input("empty_class_folders", tmp_path), tmp_path / "out"
+    assert run_imgrec(source, out, PERMISSIVE, "--allow_empty").returncode == 0
+    write_image(source / "cat" / "a.png", seed=1)
+    again = run_imgrec(source, out, PERMISSIVE, flag)
+    assert again.returncode == 0, again.brief()
+    metadata, records, _ = check_complete(out)
+    assert len(records) == 1 and metadata["inputs"]["written"] == 1
+
+
+def test_skip_unchanged_keeps_an_empty_dataset_only_with_allow_empty(tmp_path):
+    """allow_empty is no part of the fingerprint: without it, the skip kept a dataset of no image
+    (exit 0) that a first run with the same flags refuses (exit 1)."""
+    source, out = make_empty_input("only_non_images", tmp_path), tmp_path / "out"
+    assert run_imgrec(source, out, PERMISSIVE, "--allow_empty").returncode == 0
+    run_id = json.loads((out / "metadata.json").read_text())["run"]["run_id"]
+    kept = run_imgrec(source, out, PERMISSIVE, "--skip_unchanged", "--allow_empty")
+    assert kept.returncode == 0 and json.loads((out / "metadata.json").read_text())["run"]["run_id"] == run_id
+    refused = run_imgrec(source, out, PERMISSIVE, "--skip_unchanged")
+    assert refused.returncode == 1, refused.brief()
+    assert "no image was written" in error_line(refused)
+    assert json.loads((out / "metadata.json").read_text())["run"]["run_id"] == run_id  # left as it was
+
+
 def test_when_every_input_is_rejected_the_reasons_are_kept(tmp_path, images):
     out = tmp_path / "out"
     run = run_imgrec(tmp_path / "imgs", out, PERMISSIVE, "--min_side=1000")
