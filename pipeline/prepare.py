@@ -18,7 +18,7 @@ import os
 import posixpath
 import re
 import string
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -390,43 +390,60 @@ def index_lists_records(data: bytes, records: object, shard_bytes: Optional[int]
     return shard_bytes is None or (entries[-1].offset + entries[-1].length if entries else 0) == shard_bytes
 
 
+@dataclasses.dataclass(frozen=True)
+class Reuse:
+    """What --reuse_from gives this run: a dataset to copy images from, or none, and then why."""
+
+    source: Optional[ReuseSource] = None
+    note: Optional[str] = None  # why no image is reused, when the run found that out itself
+
+
 def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str, output: str,
-                 state: OutputState) -> Optional[ReuseSource]:
-    """The dataset --reuse_from names, checked to be able to serve this run's images. None when
-    there is none yet: `latest` found no finished dataset, or the path is this run's own output,
-    which holds none (a first run, or a publish cut short: the run that mends it must not be
-    refused)."""
+                 state: OutputState) -> Reuse:
+    """The dataset --reuse_from names, checked to be able to serve this run's images.
+
+    A dataset the user named that cannot serve is a usage error. One the run picks itself, the
+    newest dated sibling (`latest`) or its own output, may not serve (none there yet, a publish
+    cut short, a dataset of other image settings after the config changed): every image is then
+    converted, with a note, so that a schedule is never stuck on it."""
     if not spec.reuse_from:
-        return None
+        return Reuse()
     dataset = resolve_dataset(spec.reuse_from, template)
     if dataset is None or (state.previous is None and folder_identity(dataset) == folder_identity(output)):
-        return None
-    where = f"--reuse_from={dataset}"
+        return Reuse(note="no finished dataset there yet")
+    served = _serving(dataset, pixel_fingerprint)
+    if isinstance(served, ReuseSource):
+        return Reuse(served)
+    if spec.reuse_from == LATEST or folder_identity(dataset) == folder_identity(output):
+        return Reuse(note=f"{dataset} cannot serve this run: {served}")
+    raise UsageError(f"--reuse_from={dataset} cannot serve this run: {served}")
+
+
+def _serving(dataset: str, pixel_fingerprint: str) -> Union[ReuseSource, str]:
+    """The dataset as a source of this run's images, or why it cannot be one."""
     try:
         with FileSystems.open(join(dataset, METADATA_FILE), compression_type="uncompressed") as handle:
             metadata = DatasetMetadata.loads(handle.read())
     except OSError as exc:
-        raise UsageError(f"{where} cannot serve this run: cannot read {join(dataset, METADATA_FILE)}: "
-                         f"{exc.strerror or exc}") from None
+        return f"cannot read {join(dataset, METADATA_FILE)}: {exc.strerror or exc}"
     except FormatError as exc:
-        raise UsageError(f"{where} cannot serve this run: {exc}") from None
+        return str(exc)
     if metadata.pixel_fingerprint != pixel_fingerprint:
-        raise UsageError(f"{where} cannot serve this run: it was written with other image settings or "
-                         "library versions (its pixel_fingerprint differs), so its image bytes would differ")
+        return ("it was written with other image settings or library versions (its pixel_fingerprint "
+                "differs), so its image bytes would differ")
     if "content_hash" not in metadata.role_keys():
-        raise UsageError(f"{where} cannot serve this run: its records hold no content hash (no content_hash "
-                         "feature), so a record could not be checked against its index entry")
+        return ("its records hold no content hash (no content_hash feature), so a record could not be "
+                "checked against its index entry")
     if metadata.compression != "none":
-        raise UsageError(f"{where} cannot serve this run: its shards are {metadata.compression}-compressed, "
-                         "so records cannot be read at their offsets")
+        return f"its shards are {metadata.compression}-compressed, so records cannot be read at their offsets"
     shards = tuple((join(dataset, f), join(dataset, i)) for info in metadata.splits.values()
                    for f, i in zip(info.files, info.index_files))
     missing = [i for _, i in shards if not FileSystems.exists(i)]
     if missing:
-        raise UsageError(f"{where} cannot serve this run: record index files are missing ({missing[0]}, ...)")
+        return f"record index files are missing ({missing[0]}, ...)"
     run_id = metadata.run.get("run_id")
     if not isinstance(run_id, str) or not run_id:
-        raise UsageError(f"{where} cannot serve this run: its {METADATA_FILE} names no run (run.run_id), so a run "
-                         "replacing it while this one reads it could not be noticed")
+        return (f"its {METADATA_FILE} names no run (run.run_id), so a run replacing it while this one reads "
+                "it could not be noticed")
     return ReuseSource(dataset, run_id, shards, metadata.role_keys()["image"])
 

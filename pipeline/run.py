@@ -302,11 +302,11 @@ def convert(argv: Sequence[str]) -> Conversion:
         elif compared and compared.empty_not_allowed:
             say(f"imgrec: {compared.dataset} holds no image, which only --allow_empty accepts; converting again")
         reuse = reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions), output, state)
-        if spec.output.reuse_from and reuse is None:
-            say(f"imgrec: --reuse_from={spec.output.reuse_from}: no finished dataset there yet; converting every image")
+        if reuse.note:
+            say(f"imgrec: --reuse_from={spec.output.reuse_from}: {reuse.note}; converting every image")
         context = RunContext(
             run_info, output, this_run, writer, library_versions,
-            previous_fingerprint=compared.fingerprint if compared else None, reuse=reuse,
+            previous_fingerprint=compared.fingerprint if compared else None, reuse=reuse.source,
             output_folder=output_folder(output, state), previous_run_id=state.previous_run_id,
             previous_files=state.owned,
             fail_job_on_refusal=runner == "DataflowRunner")

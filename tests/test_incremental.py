@@ -248,6 +248,24 @@ def test_a_dataset_that_cannot_serve_is_refused(changed_inputs, tmp_path, flags,
     assert not (tmp_path / "out").exists()  # nor the parent the run created for it
 
 
+def test_a_dataset_the_run_picks_itself_that_cannot_serve_converts_every_image(changed_inputs, tmp_path, capsys):
+    """After the image settings change, `--reuse_from=latest` and `--output=X --reuse_from=X`
+    met a dataset that cannot serve and exited 2 on every later run: the schedule was stuck for
+    good, `latest` naming the old dataset forever. A dataset the user named is still refused."""
+    images, first, _ = changed_inputs
+    own = tmp_path / "own"
+    shutil.copytree(first, own)
+    mended = convert(images, own, f"--reuse_from={own}", "--overwrite", "--height=48")
+    assert mended["reuse"] is None and mended["inputs"]["written"] == 67
+    assert f"{own} cannot serve this run: it was written with other image settings" in capsys.readouterr().err
+    root = tmp_path / "datasets"
+    shutil.copytree(first, root / "2026-01-01")
+    run([*IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS, "--reuse_from=latest", "--height=48"])
+    (today,) = set(root.iterdir()) - {root / "2026-01-01"}
+    assert json.loads((today / "metadata.json").read_text())["reuse"] is None
+    assert "cannot serve this run" in capsys.readouterr().err
+
+
 def test_an_older_format_is_refused(changed_inputs, tmp_path):
     images, first, _ = changed_inputs
     metadata = json.loads((first / "metadata.json").read_text())
