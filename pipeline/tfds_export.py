@@ -45,8 +45,10 @@ from typing import Any, Mapping, Optional, Sequence
 from pipeline.errors import CommandLineParser, OutputLocked, UsageError
 from pipeline.interrupts import exit_quietly
 from pipeline.lock import OutputLock
+from pipeline.prepare import indexes_not_whole, shards_not_whole
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, read_metadata
-from transforms.dataset_format import METADATA_FILE, DatasetMetadata
+from transforms import files
+from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join
 
 # `{SPLIT}` in TFDS's templates matches this; `.tfrecord` is literal so errors-*.jsonl and
 # other files in OUTPUT are not mistaken for shards of a split named "errors".
@@ -60,6 +62,29 @@ TFDS_FILES = ("dataset_info.json", "features.json")
 
 class NotExportable(ValueError):
     """metadata.json describes records that TFDS cannot read as they are written."""
+
+
+class DatasetDamaged(ValueError):
+    """The shards are not what metadata.json says, which TFDS would take as it is."""
+
+
+def damage(output_dir: str, metadata: DatasetMetadata) -> list[str]:
+    """What keeps the shards from being what metadata.json says, found without reading records:
+    missing files, counts that disagree, shard sizes and record indexes (TFDS takes the shard
+    lengths as given). A damaged byte inside a record is left to `imgrec verify`, which reads
+    every record, and to TFDS's own checksums."""
+    listed = [f for info in metadata.splits.values() for f in (*info.files, *info.index_files)]
+    missing = [f for f in listed if not files.exists(join(output_dir, f))]
+    if missing:
+        return [f"missing {', '.join(missing[:3])}"]
+    problems = [f"split {name}: {info.num_examples} examples, but its shard_lengths add up to "
+                f"{sum(info.shard_lengths)}" for name, info in metadata.splits.items()
+                if sum(info.shard_lengths) != info.num_examples]
+    raw = metadata.to_json()
+    not_whole = (*shards_not_whole(output_dir, raw), *indexes_not_whole(output_dir, raw))
+    if not_whole:
+        problems.append(f"not what {METADATA_FILE} says (cut short or appended to): {', '.join(not_whole[:3])}")
+    return problems
 
 
 def _tfds() -> Any:
@@ -209,6 +234,10 @@ def _export(output_dir: str, name: Optional[str], check_data: bool) -> dict[str,
     template = tfds.core.ShardedFileTemplate(data_dir=output_dir, template=FILENAME_TEMPLATE,
                                              dataset_name=name, filetype_suffix=FILE_SUFFIX)
     infos, empty = split_infos(metadata, template)
+    problems = damage(output_dir, metadata)
+    if problems:
+        raise DatasetDamaged(f"{output_dir} is damaged: {'; '.join(problems)}; run imgrec verify for a full "
+                             "report, and the run that wrote it again")
     by_role = metadata.role_keys()
     try:
         # Never pass `metadata=` here: TFDS would write it to OUTPUT/metadata.json, replacing ours.
@@ -243,6 +272,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipeline.t
     except (NotExportable, NotAnImgrecDataset, UnsupportedDataset) as error:
         say(f"imgrec: error: {error}")
         return 2
+    except DatasetDamaged as error:
+        say(f"imgrec: error: {error}")
+        return 1
     say(f"TFDS metadata written to {args.output} as {summary['name']!r}:", sys.stdout)
     for key, feature in summary["features"].items():
         say(f"  {key}: {feature}", sys.stdout)

@@ -183,6 +183,37 @@ def test_records_that_do_not_match_metadata_are_one_error_and_leave_no_tfds_file
     assert sorted(p.name for p in copy.iterdir()) == before
 
 
+@pytest.mark.parametrize("damage, found", [
+    ("cut", "cut short or appended to"), ("appended", "cut short or appended to"),
+    ("shard_lengths", "index/train-00000-of-00002.tfrecord.idx"), ("num_examples", "add up to"),
+    ("index", "missing index/train-00000-of-00002.tfrecord.idx"),
+])
+def test_a_damaged_dataset_is_not_exported(written, tmp_path, capsys, damage, found):
+    """TFDS takes metadata.json's shard lengths as they are: the export said "TFDS metadata
+    written" (exit 0) for cut or extended shards, a lost index and edited counts, and TFDS then
+    read wrong shard lengths without a word."""
+    output, metadata = written("jpeg")
+    copy = unexported_copy(output, tmp_path / damage)
+    shard, edited = copy / metadata.splits["train"].files[0], metadata.to_json()
+    train = edited["splits"]["train"]
+    if damage == "cut":
+        shard.write_bytes(shard.read_bytes()[:-10])
+    elif damage == "appended":
+        shard.write_bytes(shard.read_bytes() * 2)
+    elif damage == "shard_lengths":
+        train["shard_lengths"] = [train["shard_lengths"][0] - 1, train["shard_lengths"][1] + 1]
+    elif damage == "num_examples":
+        train["num_examples"] += 1
+    else:
+        (copy / "index" / f"{shard.name}.idx").unlink()
+    (copy / "metadata.json").write_text(json.dumps(edited))
+    before = sorted(p.name for p in copy.iterdir())
+    assert tfds_export.main([str(copy)]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"imgrec: error: {copy} is damaged: ") and found in error, error
+    assert sorted(p.name for p in copy.iterdir()) == before
+
+
 def test_an_export_holds_the_output_lock(written, tmp_path):
     """A run replacing the dataset while TFDS writes would have its metadata.json overwritten by
     the export's copy of the old one; so each refuses while the other holds the output."""
