@@ -339,7 +339,8 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
     `num_parallel_reads` files at once and AUTOTUNE picks that from the CPU count: pass an int
     for the same order on every machine. With `published`, each shard is read only while that run's
     metadata.json is in place (see `PublishedRun`), else `DatasetChanged` stops the iteration.
-    With `lengths` (records per file), a file holding another number of records stops it too.
+    With `lengths` (records per file), a file holding another number of records stops it too, and
+    the dataset's cardinality is known.
     """
     normalize = _check_normalize(normalize, layout, mean, std)
     if batch_size is not None and batch_size <= 0:
@@ -360,6 +361,8 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
         if shuffle:
             shards = shards.shuffle(max(len(files), 1), seed=seed)
         records = _read_checked(shards, compression_type, published, lengths is not None, num_parallel_reads)
+        if lengths is not None:  # a known epoch length: Keras counts its steps, no "ran out of data"
+            records = records.apply(tf.data.experimental.assert_cardinality(sum(lengths)))
     if shuffle:
         records = records.shuffle(shuffle_buffer, seed=seed)
     dataset = records.map(_record_fn(layout, normalize, mean, std, with_metadata),

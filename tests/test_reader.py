@@ -99,6 +99,11 @@ def test_batching(written):
     assert [len(labels) for _, labels in dropped] == [5] * (total // 5)
     spec = load_dataset(output, "train", batch_size=5).element_spec
     assert spec[0].shape.as_list() == [None, H, W, 3]
+    # Known epoch lengths: Keras counts steps, and does not warn that the input ran out of data.
+    assert int(load_dataset(output, "train", batch_size=5).cardinality()) == len(batches)
+    shuffled = load_dataset(output, "train", batch_size=5, drop_remainder=True, shuffle=True)
+    assert int(shuffled.cardinality()) == total // 5
+    assert int(load_dataset(output, "train", batch_size=None, check_replaced=False).cardinality()) == total
 
 
 def test_shuffle_is_deterministic_per_seed(written):
