@@ -310,20 +310,6 @@ def test_manifest_rows_skip_only_the_first_nonblank_line_as_header_and_refuse_it
         ("BadManifestLine", "line 5: a header line")]
 
 
-@pytest.mark.parametrize("line, header", [
-    ("image_id,label", True), ("filename,target", True), ("label,cat", True), ("Label,path", True),
-    ("a.jpg,label", False),  # a class named "label"
-    ("cat/0001,label", False), ("image_id,cat", False), ("0001,cat", False),
-])
-def test_a_joined_header_of_other_names_is_a_bad_line_not_a_file_and_a_class(line, header):
-    layout = ManifestLayout("csv", 0, 1, header=("path", "label"))
-    if header:
-        with pytest.raises(BadManifestLine, match="a header line"):
-            parse_manifest_line(line, layout, MANIFEST)
-    else:
-        assert parse_manifest_line(line, layout, MANIFEST).label == line.split(",")[1]
-
-
 @pytest.mark.parametrize("header", [b"path,label,l\xe9gende\n", b"path,label" + b",c" * (MAX_LINE_BYTES // 2) + b"\n"],
                          ids=["not_utf8", "too_long"])
 def test_a_header_that_is_not_utf8_or_too_long_is_still_the_header_not_a_lost_row(tmp_path, header):

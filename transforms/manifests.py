@@ -291,15 +291,12 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
 
 
 def _names_columns(row: list[str], layout: ManifestLayout) -> bool:
-    """Whether a CSV data line is a header, as when manifests are joined with `cat`: its path and
-    label cells both name columns (this manifest's, or any of the usual names, in either place:
-    `label,path` under `path,label` too), or one does and the path cell names no file (no folder,
-    no extension: `image_id,label`), which would otherwise make "label" a class."""
+    """Whether a CSV data line is a header: its path and label cells both name columns (this
+    manifest's, or any of the usual names, in either place), as when manifests are joined with
+    `cat`: `label,path` under `path,label` too."""
     names = {*PATH_COLUMNS, *LABEL_COLUMNS, *layout.header} - {""}
-    path, label = (row[i].strip().lower() if i < len(row) else "" for i in (layout.path, layout.label))
-    if path in names and label in names:
-        return True
-    return (path in names or label in names) and not any(mark in path for mark in "./\\")
+    cells = [row[i].strip().lower() if i < len(row) else "" for i in (layout.path, layout.label)]
+    return all(cell in names for cell in cells)
 
 
 def listed_candidate(path: str, label: str, manifest: str) -> Candidate:
