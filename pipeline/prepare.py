@@ -114,6 +114,9 @@ def inspect_output(output: str) -> OutputState:
     if previous:
         # Publishing makes index/ even for a dataset without shards, which lists no file in it.
         ours |= {METADATA_FILE} | ({INDEX_DIR} if previous.get("format_version", 0) >= 2 else set())
+    index = local_path(join(output, INDEX_DIR))
+    if index is not None and os.path.lexists(index) and not files.is_folder(index):
+        ours.discard(INDEX_DIR)  # a file or a symlink there is the user's: the index files go in a folder
     foreign = tuple(n for n in list_names(output) if n not in ours and not is_temporary_metadata(n))
     return dataclasses.replace(state, foreign=foreign)
 
@@ -373,21 +376,30 @@ def indexes_not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
                 continue
             index = index_file_name(name)
             shard_bytes = files.size(join(dataset, name)) if previous.get("compression") == "none" else None
-            if not index_lists_records(files.read_bytes(join(dataset, index)), records, shard_bytes):
+            try:
+                whole = index_lists_records(files.read_bytes(join(dataset, index)), records, shard_bytes)
+            except OSError:  # unreadable, or no regular file (a FIFO would block the read)
+                whole = False
+            if not whole:
                 not_whole.append(index)
     return tuple(not_whole)
 
 
 def index_lists_records(data: bytes, records: object, shard_bytes: Optional[int]) -> bool:
-    """Whether an index file holds `records` whole lines, the last framing the shard's end
-    (when its uncompressed size is known)."""
+    """Whether an index file holds `records` whole lines framing consecutive records from the
+    shard's start, the last one ending where the shard does (when its uncompressed size is known)."""
     try:
         entries = parse_index(data.decode("ascii"))
     except (UnicodeDecodeError, ValueError):  # FormatError is a ValueError
         return False
     if len(entries) != records or (data and not data.endswith(b"\n")):
         return False
-    return shard_bytes is None or (entries[-1].offset + entries[-1].length if entries else 0) == shard_bytes
+    end = 0
+    for entry in entries:
+        if entry.offset != end:
+            return False
+        end += entry.length
+    return shard_bytes is None or end == shard_bytes
 
 
 @dataclasses.dataclass(frozen=True)

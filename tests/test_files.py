@@ -43,6 +43,21 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
         files.read_input(str(fifo), 2**20)
 
 
+def test_files_imgrec_reads_back_must_be_regular_files(tmp_path):
+    """An index or metadata.json replaced by a FIFO blocked the open forever, with the output's
+    lock held (--skip_unchanged, export-tfds); a regular file, and a symlink to one, still read."""
+    os.mkfifo(tmp_path / "index.idx")
+    with pytest.raises(OSError, match="a FIFO, not a regular file"):
+        files.read_bytes(str(tmp_path / "index.idx"))
+    with pytest.raises(OSError, match="a folder, not a regular file"):
+        files.read_bytes(str(tmp_path))
+    (tmp_path / "real").write_bytes(b"0 20 ab 10 4\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert files.read_bytes(str(tmp_path / "link")) == b"0 20 ab 10 4\n"
+    with files.open_read(str(tmp_path / "real")) as handle:
+        assert handle.read(2) == b"0 " and handle.read() == b"20 ab 10 4\n"
+
+
 @pytest.mark.parametrize("make,error,message", [
     (lambda p: None, UnreadableFile, "No such file"),
     (lambda p: p.mkdir(), UnreadableFile, "a folder, not a regular file"),

@@ -195,6 +195,10 @@ def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_or_cut_shard_or_ind
     index.write_bytes(lines[:lines.rindex(b"\n", 0, -1) + 1])  # its last line cut off, at a line's end
     fifth = convert(images, out, "--skip_unchanged")
     assert fifth["run"]["run_id"] != fourth["run"]["run_id"] and index.read_bytes() == lines
+    index.unlink()
+    os.mkfifo(index)  # opening it to read would block, with the output's lock held
+    sixth = convert(images, out, "--skip_unchanged")
+    assert sixth["run"]["run_id"] != fifth["run"]["run_id"] and index.read_bytes() == lines
 
 
 @pytest.mark.unit
@@ -206,6 +210,8 @@ def test_skip_unchanged_sees_a_new_empty_class_and_a_missing_or_cut_shard_or_ind
     (b"0 20 ab 10 4\n20 30 cd 12", 2, None, False),  # cut inside the last line
     (b"0 20 ab 10 4\n20 30 cd 12 6\n", 2, 60, False),  # the shard holds more than the index frames
     (b"0 20 ab 10 4\n20 x cd 12 6\n", 2, 50, False),
+    (b"20 30 cd 12 6\n0 20 ab 10 4\n", 2, 50, False),  # two lines swapped
+    (b"7 20 ab 10 4\n20 30 cd 12 6\n", 2, 50, False),  # an offset edited
     (b"0 20 ab 10 4\n\xff\n", 2, 50, False),
 ])
 def test_index_lists_records(data, records, shard_bytes, whole):

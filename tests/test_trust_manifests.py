@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 
 import pytest
 
@@ -103,6 +104,33 @@ def test_a_dataset_without_shards_can_be_replaced_when_images_arrive(tmp_path, f
     assert again.returncode == 0, again.brief()
     metadata, records, _ = check_complete(out)
     assert len(records) == 1 and metadata["inputs"]["written"] == 1
+
+
+@pytest.mark.parametrize("images", [0, 1])
+@pytest.mark.parametrize("kind", ["file", "symlink"])
+def test_a_file_or_symlink_where_the_index_folder_goes_is_refused(tmp_path, images, kind):
+    """A user's file named `index` ended a run in a traceback halfway through its publish (the old
+    dataset gone), and so did every run after; a symlink there had the index files written into
+    the folder it names."""
+    source, out = make_empty_input("empty_class_folders", tmp_path), tmp_path / "out"
+    if images:
+        write_image(source / "cat" / "a.png", seed=1)
+    assert run_imgrec(source, out, PERMISSIVE, "--allow_empty").returncode == 0
+    shutil.rmtree(out / "index")
+    if kind == "file":
+        (out / "index").write_text("the user's")
+    else:
+        (tmp_path / "theirs").mkdir()
+        (out / "index").symlink_to(tmp_path / "theirs")
+    write_image(source / "dog" / "b.png", seed=2)
+    refused = run_imgrec(source, out, PERMISSIVE, "--overwrite")
+    assert refused.returncode == 2, refused.brief()
+    assert f"{out} holds index, which imgrec did not write" in error_line(refused)
+    assert (out / "metadata.json").exists()  # the dataset it held is still there
+    if kind == "file":
+        assert (out / "index").read_text() == "the user's"
+    else:
+        assert os.listdir(tmp_path / "theirs") == []
 
 
 def test_skip_unchanged_keeps_an_empty_dataset_only_with_allow_empty(tmp_path):

@@ -6,6 +6,7 @@ scheme (gs://, s3://, ...) load Beam's FileSystems on first use.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -75,8 +76,24 @@ def list_names(folder: str) -> list[str]:
 def open_read(path: str) -> BinaryIO:
     local = local_path(path)
     if local is not None:
-        return open(local, "rb")
+        return _open_regular(local)
     return _filesystems().open(path, compression_type="uncompressed")
+
+
+def _open_regular(path: str) -> BinaryIO:
+    """A local regular file, for reading; anything else is an OSError. Opened without blocking
+    and checked on the open descriptor: a FIFO in place of a file imgrec wrote (an index, a
+    metadata.json) would block the open, and the run holding the output's lock, forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{file_kind(mode)}, not a regular file", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def create(path: str, gzip: bool = False) -> BinaryIO:
