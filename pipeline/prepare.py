@@ -320,12 +320,12 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
     else:
         return None
     missing = tuple(f for f in listed_files(previous) if not FileSystems.exists(join(dataset, f)))
-    not_whole = () if missing else (*shards_not_whole(dataset, previous), *indexes_not_whole(dataset, previous))
+    damaged = () if missing else not_whole(dataset, previous)
     # allow_empty is no part of the fingerprint, so a dataset published empty with it matches.
     splits = (previous.get("splits") or {}).values()
     empty = not spec.allow_empty and not any(split.get("num_examples") for split in splits)
-    fingerprint = None if missing or not_whole or empty else previous.get("fingerprint")
-    return Comparison(dataset, fingerprint, missing, not_whole, empty)
+    fingerprint = None if missing or damaged or empty else previous.get("fingerprint")
+    return Comparison(dataset, fingerprint, missing, damaged, empty)
 
 
 def _compared_to(reference: str, template: str) -> Optional[tuple[str, dict]]:
@@ -344,45 +344,38 @@ def _compared_to(reference: str, template: str) -> Optional[tuple[str, dict]]:
     return dataset, previous
 
 
-def shards_not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
-    """The shards of each split of an uncompressed dataset whose sizes do not add up to its
-    records' framed bytes (metadata.json's num_bytes and num_examples): cut short or appended
-    to. A file that is there is not necessarily whole; gzip shards' sizes say nothing."""
-    if previous.get("compression") != "none":
-        return ()
-    not_whole: list[str] = []
+def not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
+    """The shards and record indexes that are not what metadata.json says, found from the shards'
+    sizes and the indexes (about 100 bytes per record), without reading a record: an
+    uncompressed split's shards must add up to its records' framed bytes (num_bytes and
+    num_examples), and each record index (format 2 on) must frame its shard's records one after
+    another (to the shard's end, when its size says something: not gzip). --reuse_from and DALI
+    read the indexes, so a cut one is no dataset to keep as it is either."""
+    uncompressed = previous.get("compression") == "none"
+    indexed = previous.get("format_version", 0) >= 2
+    found: list[str] = []
     for split in (previous.get("splits") or {}).values():
-        names, num_bytes, examples = split.get("files"), split.get("num_bytes"), split.get("num_examples")
-        if not (isinstance(names, list) and isinstance(num_bytes, int) and isinstance(examples, int)):
+        names = split.get("files")
+        if not isinstance(names, list):
             continue
-        if sum(files.size(join(dataset, name)) for name in names) != num_bytes + examples * framed_length(0):
-            not_whole.extend(names)
-    return tuple(not_whole)
+        sizes = [files.size(join(dataset, name)) if uncompressed else None for name in names]
+        num_bytes, examples = split.get("num_bytes"), split.get("num_examples")
+        if (uncompressed and isinstance(num_bytes, int) and isinstance(examples, int)
+                and sum(sizes) != num_bytes + examples * framed_length(0)):
+            found.extend(names)
+        lengths = split.get("shard_lengths")
+        if indexed and isinstance(lengths, list) and len(lengths) == len(names):
+            found.extend(index_file_name(name) for name, records, size in zip(names, lengths, sizes)
+                         if isinstance(name, str) and "/" not in name  # listed_files names no index for others
+                         and not _index_whole(join(dataset, index_file_name(name)), records, size))
+    return tuple(found)
 
 
-def indexes_not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
-    """The record indexes (format 2 on) that do not list their shard's records: --reuse_from
-    and DALI read them, so a cut one is no dataset to keep as it is. Reads only the indexes,
-    about 100 bytes per record."""
-    if previous.get("format_version", 0) < 2:
-        return ()
-    not_whole: list[str] = []
-    for split in (previous.get("splits") or {}).values():
-        names, lengths = split.get("files"), split.get("shard_lengths")
-        if not (isinstance(names, list) and isinstance(lengths, list) and len(names) == len(lengths)):
-            continue
-        for name, records in zip(names, lengths):
-            if not isinstance(name, str) or "/" in name:  # listed_files names no index for such a shard
-                continue
-            index = index_file_name(name)
-            shard_bytes = files.size(join(dataset, name)) if previous.get("compression") == "none" else None
-            try:
-                whole = index_lists_records(files.read_bytes(join(dataset, index)), records, shard_bytes)
-            except OSError:  # unreadable, or no regular file (a FIFO would block the read)
-                whole = False
-            if not whole:
-                not_whole.append(index)
-    return tuple(not_whole)
+def _index_whole(path: str, records: object, shard_bytes: Optional[int]) -> bool:
+    try:
+        return index_lists_records(files.read_bytes(path), records, shard_bytes)
+    except OSError:  # unreadable, or no regular file (a FIFO would block the read)
+        return False
 
 
 def index_lists_records(data: bytes, records: object, shard_bytes: Optional[int]) -> bool:
@@ -421,12 +414,13 @@ def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str, output
     if not spec.reuse_from:
         return Reuse()
     dataset = resolve_dataset(spec.reuse_from, template)
-    if dataset is None or (state.previous is None and folder_identity(dataset) == folder_identity(output)):
+    own = dataset is not None and folder_identity(dataset) == folder_identity(output)
+    if dataset is None or (own and state.previous is None):
         return Reuse(note="no finished dataset there yet")
     served = _serving(dataset, pixel_fingerprint)
     if isinstance(served, ReuseSource):
         return Reuse(served)
-    if spec.reuse_from == LATEST or folder_identity(dataset) == folder_identity(output):
+    if spec.reuse_from == LATEST or own:
         return Reuse(note=f"{dataset} cannot serve this run: {served}")
     raise UsageError(f"--reuse_from={dataset} cannot serve this run: {served}")
 

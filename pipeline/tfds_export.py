@@ -45,7 +45,7 @@ from typing import Any, Mapping, Optional, Sequence
 from pipeline.errors import CommandLineParser, OutputLocked, UsageError
 from pipeline.interrupts import exit_quietly
 from pipeline.lock import OutputLock
-from pipeline.prepare import indexes_not_whole, shards_not_whole
+from pipeline.prepare import not_whole
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, read_metadata
 from transforms import files
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join
@@ -80,10 +80,9 @@ def damage(output_dir: str, metadata: DatasetMetadata) -> list[str]:
     problems = [f"split {name}: {info.num_examples} examples, but its shard_lengths add up to "
                 f"{sum(info.shard_lengths)}" for name, info in metadata.splits.items()
                 if sum(info.shard_lengths) != info.num_examples]
-    raw = metadata.to_json()
-    not_whole = (*shards_not_whole(output_dir, raw), *indexes_not_whole(output_dir, raw))
-    if not_whole:
-        problems.append(f"not what {METADATA_FILE} says (cut short or appended to): {', '.join(not_whole[:3])}")
+    damaged = not_whole(output_dir, metadata.to_json())
+    if damaged:
+        problems.append(f"not what {METADATA_FILE} says (cut short or appended to): {', '.join(damaged[:3])}")
     return problems
 
 
