@@ -80,15 +80,21 @@ def open_read(path: str) -> BinaryIO:
     return _filesystems().open(path, compression_type="uncompressed")
 
 
+class NotARegularFile(OSError):
+    def __init__(self, path: str, kind: str):
+        super().__init__(errno.EINVAL, f"{kind}, not a regular file", path)
+        self.kind = kind
+
+
 def _open_regular(path: str) -> BinaryIO:
     """A local regular file, for reading; anything else is an OSError. Opened without blocking
-    and checked on the open descriptor: a FIFO in place of a file imgrec wrote (an index, a
+    and checked on the open descriptor: a FIFO (an input, or in place of an index or a
     metadata.json) would block the open, and the run holding the output's lock, forever."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, f"{file_kind(mode)}, not a regular file", path)
+            raise NotARegularFile(path, file_kind(mode))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -213,18 +219,15 @@ def file_kind(mode: int) -> str:
 def _read_local(path: str, max_bytes: int) -> bytes:
     """Regular files only: a FIFO would block forever and /dev/zero never ends."""
     try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise UnreadableFile(f"{path} is {file_kind(info.st_mode)}, not a regular file")
-    if info.st_size > max_bytes:
-        raise FileTooLarge(f"{path} has {info.st_size} bytes, more than max_file_bytes={max_bytes}")
-    try:
-        with open(path, "rb") as handle:
+        with _open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > max_bytes:
+                raise FileTooLarge(f"{path} has {size} bytes, more than max_file_bytes={max_bytes}")
             # The stat'ed size, not max_bytes: read(n) allocates n bytes up front. One byte more
             # shows a file that grew past the limit since.
-            return handle.read(info.st_size + 1)
+            return handle.read(size + 1)
+    except NotARegularFile as exc:
+        raise UnreadableFile(f"{path} is {exc.kind}, not a regular file") from None
     except OSError as exc:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
 
