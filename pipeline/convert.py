@@ -51,6 +51,7 @@ class RunContext:
     previous_run_id: Optional[str] = None  # the dataset in the output when the run started
     previous_files: tuple[str, ...] = ()  # its files: the only ones publishing may replace
     fail_job_on_refusal: bool = False  # the job's own status must show a refusal (Dataflow)
+    in_one_process: bool = False  # the runner runs every step in this process (run.runs_in_one_process)
 
 
 def check_not_empty(metadata: DatasetMetadata, spec: ConversionSpec, dead_letters: str) -> None:
@@ -107,8 +108,10 @@ class ConvertToTFRecords(beam.PTransform):
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec, context = self._spec, self._context
         discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder)
-        read = (discovered["candidates"]
-                | "SpreadCandidates" >> beam.Reshuffle()
+        candidates = discovered["candidates"]
+        if not context.in_one_process:  # one process spreads the work on its own pool
+            candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()
+        read = (candidates
                 | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(
                     spec.image, spec.input.max_file_bytes, context.writer.local_processes)).with_outputs(
                     REJECTED, main="images"))
@@ -123,7 +126,7 @@ class ConvertToTFRecords(beam.PTransform):
             lambda _, current, previous: current != previous, AsSingleton(fingerprint), context.previous_fingerprint)
         if context.reuse:
             to_write = to_write | "AttachReusableRecords" >> AttachReusableRecords(context.reuse)
-        written = to_write | "WriteShards" >> WriteShards(context.writer)
+        written = to_write | "WriteShards" >> WriteShards(context.writer, spread=not context.in_one_process)
         _ = (written["planned_counts"], written["parts"]) | "RecordProgress" >> RecordProgress(context.run_dir)
         inputs = ((discovered["candidates"] | "BatchSizes" >> beam.Map(len),
                    discovered[REJECTED] | "One" >> beam.Map(lambda _: 1))

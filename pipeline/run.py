@@ -33,6 +33,7 @@ from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState, create_runner
+from apache_beam.runners.worker import statesampler
 
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.errors import ImgrecError, Interrupted, OutOfSpace, RunFailed, UsageError
@@ -130,6 +131,21 @@ def direct_runner(options) -> Optional[PipelineRunner]:
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
+_STATE_SAMPLING_MS = 20
+
+
+def end_bundles_promptly() -> None:
+    """Beam's SDK worker ends every bundle by joining its state-sampling thread, which sleeps up
+    to 200 ms between samples (`statesampler.DEFAULT_SAMPLING_PERIOD_MS`, a default argument),
+    so each stage that runs a second or more ends 0 to 200 ms late: ~0.1 s per run of this
+    job. When the SDK worker runs in this process, it samples at most every 20 ms instead; the
+    thread then wakes 50 times a second, and the msec counters get finer. A Beam whose sampler
+    takes other arguments is left as it is."""
+    init = statesampler.StateSampler.__init__
+    if init.__defaults__ == (statesampler.DEFAULT_SAMPLING_PERIOD_MS,):
+        init.__defaults__ = (_STATE_SAMPLING_MS,)
 
 
 def engine_of(runner: str) -> str:
@@ -309,7 +325,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             previous_fingerprint=compared.fingerprint if compared else None, reuse=reuse.source,
             output_folder=output_folder(output, state), previous_run_id=state.previous_run_id,
             previous_files=state.owned,
-            fail_job_on_refusal=runner == "DataflowRunner")
+            fail_job_on_refusal=runner == "DataflowRunner", in_one_process=runs_in_one_process(options))
         for folder in (this_run, parts_dir(output)):
             if not FileSystems.exists(folder):
                 FileSystems.mkdirs(folder)
@@ -321,7 +337,8 @@ def convert(argv: Sequence[str]) -> Conversion:
         reporter = ProgressReporter(this_run, interval)
         with reaped():
             try:
-                if runs_in_one_process(options) and writer.local_processes:
+                if context.in_one_process:
+                    end_bundles_promptly()
                     # The converters start (a Python and OpenCV's import each) while Beam builds the job.
                     shared_process_pool(writer.local_processes, setup_converter)
                 pipeline = beam.Pipeline(runner=direct_runner(options), options=options)

@@ -48,19 +48,48 @@ def files(tmp_path: pathlib.Path, count: int = 12) -> list[str]:
     return paths
 
 
+class ReadLargestFirst(ReadFiles):
+    """ReadFiles that starts the largest files of a bundle first, noting the order it starts them."""
+
+    def task(self, path):
+        return read_noting_start, (path,)
+
+    def size(self, path):
+        return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+STARTED: list[str] = []
+
+
+def read_noting_start(path: str) -> bytes:
+    STARTED.append(pathlib.Path(path).name)
+    return read_input(path, 1000)
+
+
 MODES = {"inline": (0, False), "threads": (2, False), "processes": (2, True)}
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_results_and_rejections_in_every_mode(tmp_path, mode):
+@pytest.mark.parametrize("dofn", [ReadFiles, ReadLargestFirst])
+def test_results_and_rejections_in_every_mode(tmp_path, mode, dofn):
     paths = [*files(tmp_path), str(tmp_path / "missing.bin"), str(tmp_path / "empty.bin")]
     (tmp_path / "empty.bin").write_bytes(b"")
     workers, processes = MODES[mode]
     with test_pipeline() as p:
-        out = p | beam.Create(paths) | beam.ParDo(ReadFiles(workers, processes)).with_outputs(REJECTED, main="read")
+        out = p | beam.Create(paths) | beam.ParDo(dofn(workers, processes)).with_outputs(REJECTED, main="read")
         assert_that(out.read, equal_to([(f"{i:02d}.bin", i + 1) for i in range(12)]), label="read")
         assert_that(out[REJECTED], equal_to([("missing.bin", "UnreadableFile"), ("empty.bin", "EmptyFile")]),
                     label="rejected")
+
+
+def test_a_pool_starts_the_largest_elements_of_a_bundle_first(tmp_path):
+    """Longest processing time first: the element that finishes last is a small one."""
+    paths = files(tmp_path)
+    STARTED.clear()
+    with test_pipeline() as p:
+        out = p | beam.Create([paths]) | beam.FlatMap(lambda bundle: bundle) | beam.ParDo(ReadLargestFirst(1))
+        assert_that(out, equal_to([(f"{i:02d}.bin", i + 1) for i in range(12)]))
+    assert STARTED == [f"{i:02d}.bin" for i in reversed(range(12))]
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))

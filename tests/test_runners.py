@@ -154,6 +154,21 @@ def test_the_direct_runner_is_the_fn_api_runner_with_the_options_its_workers_see
     assert direct_runner(PipelineOptions(["--runner=PrismRunner"])) is None
 
 
+@pytest.mark.unit
+def test_bundles_in_this_process_end_within_a_sampling_period_of_20_ms():
+    """Beam's SDK worker joins its state sampler at the end of every bundle; at Beam's 200 ms
+    period a long stage ended up to 200 ms late. A Beam that changed the sampler fails this test,
+    rather than silently losing the fix."""
+    from apache_beam.runners.worker import statesampler
+    from apache_beam.utils.counters import CounterFactory
+
+    from pipeline.run import end_bundles_promptly
+
+    end_bundles_promptly()
+    end_bundles_promptly()  # idempotent
+    assert statesampler.StateSampler("stage", CounterFactory()).sampling_period_ms == 20
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_direct_multi_processing_matches_in_memory(multi_processing, in_memory):

@@ -108,6 +108,9 @@ class _ConvertParts(InflightDoFn):
     def task(self, part: PartTask):
         return convert_part, (part, self._settings)
 
+    def size(self, part: PartTask) -> int:
+        return len(part.images)
+
     def pool_initializer(self):
         return setup_converter
 
@@ -151,11 +154,15 @@ class _ConcatShards(InflightDoFn):
 
 class WriteShards(beam.PTransform):
     """Batches of PlannedImage → {"shards": ShardResult, "rejected": Rejection, "planned_counts":
-    {split: n}, "parts": PartResult (for progress)}."""
+    {split: n}, "parts": PartResult (for progress)}.
 
-    def __init__(self, settings: WriterSettings):
+    `spread`: reshuffle the parts, so that a cluster's workers share a shard's parts, which one
+    worker cut. A runner that runs every step in one process converts on its own pool instead,
+    where the reshuffle would only pickle every part a few more times."""
+
+    def __init__(self, settings: WriterSettings, spread: bool = True):
         super().__init__()
-        self._settings = settings
+        self._settings, self._spread = settings, spread
 
     def expand(self, planned: beam.PCollection) -> dict[str, beam.PCollection]:
         settings = self._settings
@@ -172,9 +179,8 @@ class WriteShards(beam.PTransform):
                 | "GroupShards" >> beam.GroupByKey()
                 | "CutIntoParts" >> beam.FlatMap(plan_shard, settings, beam.pvalue.AsSingleton(planned_counts))
                 .with_outputs(PLANS, main="parts"))
-        converted = (work.parts
-                     | "SpreadParts" >> beam.Reshuffle()
-                     | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts"))
+        parts = (work.parts | "SpreadParts" >> beam.Reshuffle()) if self._spread else work.parts
+        converted = parts | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts")
         shards = ((work[PLANS], converted.parts)
                   | "PlansAndParts" >> beam.Flatten()
                   | "GroupParts" >> beam.GroupByKey()
