@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 import uuid
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
 from pipeline.standard_streams import open_closed_standard_streams, say
@@ -136,16 +136,23 @@ def direct_runner(options) -> Optional[PipelineRunner]:
 _STATE_SAMPLING_MS = 20
 
 
-def end_bundles_promptly() -> None:
+@contextlib.contextmanager
+def bundles_ending_promptly() -> Iterator[None]:
     """Beam's SDK worker ends every bundle by joining its state-sampling thread, which sleeps up
     to 200 ms between samples (`statesampler.DEFAULT_SAMPLING_PERIOD_MS`, a default argument),
     so each stage that runs a second or more ends 0 to 200 ms late: ~0.1 s per run of this
-    job. When the SDK worker runs in this process, it samples at most every 20 ms instead; the
-    thread then wakes 50 times a second, and the msec counters get finer. A Beam whose sampler
-    takes other arguments is left as it is."""
+    job. While a run's SDK worker runs in this process, it samples at most every 20 ms instead
+    (the thread wakes 50 times a second, and the msec counters get finer); Beam's default is
+    back afterwards. A Beam whose sampler takes other arguments is left as it is."""
     init = statesampler.StateSampler.__init__
-    if init.__defaults__ == (statesampler.DEFAULT_SAMPLING_PERIOD_MS,):
-        init.__defaults__ = (_STATE_SAMPLING_MS,)
+    if init.__defaults__ != (statesampler.DEFAULT_SAMPLING_PERIOD_MS,):
+        yield
+        return
+    init.__defaults__ = (_STATE_SAMPLING_MS,)
+    try:
+        yield
+    finally:
+        init.__defaults__ = (statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
 
 
 def engine_of(runner: str) -> str:
@@ -335,10 +342,9 @@ def convert(argv: Sequence[str]) -> Conversion:
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
         reporter = ProgressReporter(this_run, interval)
-        with reaped():
+        with reaped(), bundles_ending_promptly() if context.in_one_process else contextlib.nullcontext():
             try:
                 if context.in_one_process:
-                    end_bundles_promptly()
                     # The converters start (a Python and OpenCV's import each) while Beam builds the job.
                     shared_process_pool(writer.local_processes, setup_converter)
                 pipeline = beam.Pipeline(runner=direct_runner(options), options=options)

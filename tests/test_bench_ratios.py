@@ -162,5 +162,5 @@ def test_stages_times_a_real_run_stage_by_stage(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "metadata.json").is_file()
     report = proc.stderr[proc.stderr.index("imports until pipeline.run was loaded"):]
-    assert "first stage starts at" in report and "SpreadParts" in report and "Publish" in report
+    assert "first stage starts at" in report and "WriteShards/GroupShards/Read" in report and "Publish" in report
     assert re.search(r"\(total \d+\.\d\d s\)", report)
