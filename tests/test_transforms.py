@@ -398,9 +398,11 @@ def plan_images(tmp_path) -> list[PlannedImage]:
             for label, split, i in PLAN]
 
 
-def write_shards(images, settings, expected_shards=None, expected_rejected=()) -> None:
+def write_shards(images, settings, expected_shards=None, expected_rejected=(), spread=True) -> None:
     with test_pipeline() as p:
-        written = p | beam.Create(list(batched(images, 7))) | WriteShards(settings)
+        written = p | beam.Create(list(batched(images, 7))) | WriteShards(settings, spread=spread)
+        steps = {t.unique_name for t in p.to_runner_api().components.transforms.values()}
+        assert any(name.endswith("/SpreadParts") for name in steps) == spread
         if expected_shards is not None:
             assert_that(written["shards"] | "S" >> beam.Map(lambda s: (s.file, s.num_examples)),
                         equal_to(expected_shards), label="shards")
@@ -411,13 +413,17 @@ def write_shards(images, settings, expected_shards=None, expected_rejected=()) -
 
 
 @pytest.mark.parametrize("compression,suffix", [("none", ".tfrecord"), ("gzip", ".tfrecord.gz")])
-def test_write_shards(tmp_path, plan_images, compression, suffix):
-    settings = writer_settings(tmp_path, compression=compression)
+@pytest.mark.parametrize("spread", [True, False], ids=["reshuffled", "in-one-process"])
+def test_write_shards(tmp_path, plan_images, compression, suffix, spread):
+    """The same shards whether the parts are reshuffled between workers (a cluster) or not (one
+    process, whose pool spreads them)."""
+    settings = writer_settings(tmp_path, compression=compression, local_processes=0 if spread else 2)
     # Each image goes to the shard its path hashes to; every shard of a split exists, even an empty one.
     expected = {f"{split}-{i:05d}-of-00002{suffix}": [] for split in ("train", "val") for i in range(2)}
     for im in plan_images:
         expected[f"{im.split}-{shard_for(im.source.path, SEED, 2):05d}-of-00002{suffix}"].append(im.source.path)
-    write_shards(plan_images, settings, expected_shards=[(name, len(paths)) for name, paths in expected.items()])
+    write_shards(plan_images, settings, expected_shards=[(name, len(paths)) for name, paths in expected.items()],
+                 spread=spread)
 
     run = tmp_path / "run"
     shards = read_shards(run)
