@@ -107,7 +107,8 @@ class ConvertToTFRecords(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec, context = self._spec, self._context
-        discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder)
+        discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder,
+                                                          spread=not context.in_one_process)
         candidates = discovered["candidates"]
         if not context.in_one_process:  # one process spreads the work on its own pool
             candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()

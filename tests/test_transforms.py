@@ -46,9 +46,12 @@ def candidate_pairs(found) -> beam.PCollection:
     return found["candidates"] | "CandidatePairs" >> beam.FlatMap(lambda batch: [(c.path, c.label) for c in batch])
 
 
-def discover(spec: InputSpec, expected_candidates, expected_rejected, expected_labels=None, output=None) -> None:
+def discover(spec: InputSpec, expected_candidates, expected_rejected, expected_labels=None, output=None,
+             spread=True) -> None:
     with test_pipeline() as p:
-        found = p | DiscoverImages(spec, output)
+        found = p | DiscoverImages(spec, output, spread=spread)
+        steps = {t.unique_name for t in p.to_runner_api().components.transforms.values()}
+        assert any(name.endswith("/SpreadFolders") for name in steps) == (spread and spec.resolved_kind() == "folders")
         assert_that(candidate_pairs(found), equal_to(list(expected_candidates)), label="candidates")
         assert_that(found[REJECTED] | "R" >> beam.Map(rejection_tuple), equal_to(list(expected_rejected)),
                     label="rejected")
@@ -78,7 +81,10 @@ def class_folders(tmp_path) -> pathlib.Path:
     return root
 
 
-def test_discover_class_folders_accounts_for_every_path(class_folders):
+@pytest.mark.parametrize("spread", [True, False], ids=["reshuffled", "in-one-process"])
+def test_discover_class_folders_accounts_for_every_path(class_folders, spread):
+    """The same whether the class folders are reshuffled between workers (a cluster) or walked
+    where they are listed (one process)."""
     root = str(class_folders)
     discover(InputSpec(root),
              [(f"{root}/cat/a.jpg", "cat"), (f"{root}/cat/B.PNG", "cat"), (f"{root}/cat/nested/n.jpg", "cat"),
@@ -86,7 +92,7 @@ def test_discover_class_folders_accounts_for_every_path(class_folders):
              [(f"{root}/cat/._a.jpg", "discover", "SkippedFile"), (f"{root}/dog/notes.txt", "discover", "SkippedFile"),
               (f"{root}/README.md", "discover", "SkippedFile"),
               (f"{root}/dog_images_notes.txt", "discover", "SkippedFile")],
-             expected_labels=["cat", "dog", "fish"])
+             expected_labels=["cat", "dog", "fish"], spread=spread)
 
 
 @pytest.mark.parametrize("kind", ["folders", "glob"])

@@ -566,11 +566,14 @@ class DiscoverImages(beam.PTransform):
     `labels` holds the names the label map is built from: every class folder (even an empty
     one) for folders, the candidates' labels otherwise. Files imgrec wrote into its `output`
     (when discovery meets it) are not inputs.
+
+    `spread` reshuffles the class folders so that workers walk them in parallel; a runner that
+    runs every step in one process walks them where they are listed.
     """
 
-    def __init__(self, spec: InputSpec, output: Optional[OutputFolder] = None):
+    def __init__(self, spec: InputSpec, output: Optional[OutputFolder] = None, spread: bool = True):
         super().__init__()
-        self._spec, self._output = spec, output
+        self._spec, self._output, self._spread = spec, output, spread
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         spec, kind = self._spec, self._spec.resolved_kind()
@@ -580,8 +583,8 @@ class DiscoverImages(beam.PTransform):
                       | "InputRoot" >> beam.Create([spec.path])
                       | "ListClassFolders" >> beam.ParDo(_ListFolders(spec, self._output)).with_outputs(
                           REJECTED, LABELS, "remote", main="folders"))
-            walked = (listed.folders
-                      | "SpreadFolders" >> beam.Reshuffle()
+            folders = (listed.folders | "SpreadFolders" >> beam.Reshuffle()) if self._spread else listed.folders
+            walked = (folders
                       | "WalkClassFolders" >> beam.ParDo(_WalkFolder(spec, self._output)).with_outputs(
                           REJECTED, main="candidates"))
             candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
