@@ -177,13 +177,18 @@ def check_runner_options(options) -> None:
 
 
 def check_input(spec: ConversionSpec) -> None:
-    """A missing input is a usage error, found before anything starts."""
+    """A missing or unlistable input is a usage error, found before anything starts."""
     kind, path = spec.input.resolved_kind(), spec.input.path
     local = local_path(path)
-    if kind == "folders" and local is not None and not os.path.isdir(local):
-        problem = "no such folder" if not os.path.exists(local) else (
-            "not a folder (a manifest ends in .csv, .jsonl or .json, or give --input_kind=csv or jsonl)")
-        raise UsageError(f"--input={path}: {problem}")
+    if kind == "folders" and local is not None:
+        if not os.path.isdir(local):
+            problem = "no such folder" if not os.path.exists(local) else (
+                "not a folder (a manifest ends in .csv, .jsonl or .json, or give --input_kind=csv or jsonl)")
+            raise UsageError(f"--input={path}: {problem}")
+        try:
+            os.scandir(local).close()
+        except OSError as exc:
+            raise UsageError(f"--input={path}: cannot list the folder: {exc.strerror or exc}") from None
     if local is None and kind not in ("csv", "jsonl"):
         reachable("--input", path)  # a folder or glob on an object store need not exist as such
     if kind in ("csv", "jsonl"):

@@ -451,6 +451,31 @@ def test_a_top_level_symlink_loop_is_a_dead_letter_not_a_crash(tmp_path):
     assert "Too many levels of symbolic links" in rejected[0][2]
 
 
+@pytest.mark.parametrize("target", ["..", "../..", "../../.."])
+def test_a_symlink_to_the_input_root_or_above_is_a_loop_not_every_class_again(tree, target):
+    """`cat/up -> ..` leads to the input root: walked, it gave class cat every dog image."""
+    (tree / "cat" / "up").symlink_to(target)
+    found, rejected = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS))
+    assert not [c for c in found if "/up/" in c.path]
+    assert (f"{tree}/cat/up", "SkippedFile", "symlink loop: it leads to a folder that contains it") in rejected
+
+
+def test_a_symlink_above_a_symlinked_class_folder_is_a_loop_too(tree, tmp_path):
+    """dog is a symlink to elsewhere/dog: `..` inside it is elsewhere, which holds dog."""
+    (tmp_path / "elsewhere" / "dog" / "up").symlink_to("..")
+    found, rejected = split_found(walk_class_folder(f"{tree}/dog", "dog", EXTENSIONS))
+    assert found == [Candidate(f"{tree}/dog/d.jpg", "dog")]
+    assert rejected == [(f"{tree}/dog/up", "SkippedFile", "symlink loop: it leads to a folder that contains it")]
+
+
+def test_an_entry_that_cannot_be_read_is_not_called_a_broken_symlink(tree):
+    (tree / "cat" / "spin.jpg").symlink_to(tree / "cat" / "spin.jpg")
+    _, rejected = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS))
+    reasons = {path: (error, message) for path, error, message in rejected}
+    assert reasons[f"{tree}/cat/spin.jpg"] == (
+        "UnreadableFile", f"cannot read {tree}/cat/spin.jpg: Too many levels of symbolic links")
+
+
 def test_walk_class_folder_accounts_for_every_entry(tree):
     cat = f"{tree}/cat"
     found, rejected = split_found(walk_class_folder(cat, "cat", EXTENSIONS))
@@ -464,7 +489,7 @@ def test_walk_class_folder_accounts_for_every_entry(tree):
     assert reasons[".thumbs"] == ("SkippedFile", "hidden folder, not walked")
     assert reasons["__MACOSX"] == ("SkippedFile", "macOS archive metadata folder, not walked")
     assert reasons["dangling.jpg"][0] == "UnreadableFile" and "broken symlink" in reasons["dangling.jpg"][1]
-    assert reasons["loop"] == ("SkippedFile", "symlink loop: the folder contains itself")
+    assert reasons["loop"] == ("SkippedFile", "symlink loop: it leads to a folder that contains it")
     assert reasons["notes.txt"][0] == "SkippedFile" and reasons["notes.txt"][1].startswith("extension not in")
 
 

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +17,17 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.trust_helpers import REPO, check_complete, env, error_line, make_tree, run_imgrec, run_module
+from tests.trust_helpers import (
+    REPO,
+    Watched,
+    check_complete,
+    env,
+    error_line,
+    imgrec_argv,
+    make_tree,
+    run_imgrec,
+    run_module,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -188,6 +199,21 @@ def test_a_missing_input_is_a_usage_error(tmp_path):
     out = tmp_path / "out"
     line = assert_refused(run_imgrec(None, out), out)
     assert "--input" in line, line
+
+
+def test_an_input_folder_that_cannot_be_listed_is_a_usage_error(tmp_path):
+    """Not Beam's traceback from the first step. Root lists any folder, so as root the command
+    runs without the capabilities that override permissions."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    folder.chmod(0)
+    prefix = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root lists any folder, and setpriv is not installed to drop that")
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+    line = assert_refused(Watched([*prefix, *imgrec_argv(folder, out)]).finish(120), out)
+    assert line == f"imgrec: error: --input={folder}: cannot list the folder: Permission denied"
 
 
 @pytest.mark.parametrize("entry", [["-m", "pipeline.run"], ["-m", "pipeline.cli", "run"]], ids=["module", "imgrec"])

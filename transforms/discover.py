@@ -16,6 +16,7 @@ header and lines say is transforms/manifests.py's concern; here they become cand
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fnmatch
 import json
 import os
@@ -183,15 +184,18 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
             continue
         try:
             info = os.stat(entry.path)  # follows symlinks
-        except OSError:
-            target = os.readlink(entry.path) if entry.is_symlink() else "?"
-            yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink (to {target})"))
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and entry.is_symlink():
+                problem = f"{entry.path} is a broken symlink (to {os.readlink(entry.path)})"
+            else:  # a folder that can be listed but not entered, a symlink to itself
+                problem = f"cannot read {entry.path}: {exc.strerror or exc}"
+            yield reject(entry.path, UnreadableFile(problem))
             continue
         if stat.S_ISDIR(info.st_mode):
             if folder_skip_reason(entry.name):
                 yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not walked"))
             elif (info.st_dev, info.st_ino) in ancestors:
-                yield reject(entry.path, SkippedFile("symlink loop: the folder contains itself"))
+                yield reject(entry.path, SkippedFile("symlink loop: it leads to a folder that contains it"))
             else:
                 yield from _walk_local(entry.path, label, extensions, output,
                                        ancestors | {(info.st_dev, info.st_ino)})
@@ -206,8 +210,22 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
 def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
                       output: Optional[OutputFolder] = None) -> Iterator[Found]:
     """Every file under a local class folder, recursively, as a candidate or a rejection."""
-    info = os.stat(folder)
-    yield from _walk_local(folder, label, extensions, output, frozenset({(info.st_dev, info.st_ino)}))
+    yield from _walk_local(folder, label, extensions, output, folders_holding(folder))
+
+
+def folders_holding(folder: str) -> frozenset:
+    """(device, inode) of `folder` and of every folder above it, by its path (the input root is
+    the one above a class folder) and by its real path: a symlink inside a class folder to any of
+    them is a loop, and walked it would label the files of every other class with this class."""
+    found = set()
+    for path in {os.path.abspath(folder), os.path.realpath(folder)}:
+        while True:
+            info = os.stat(path)
+            found.add((info.st_dev, info.st_ino))
+            if os.path.dirname(path) == path:
+                break
+            path = os.path.dirname(path)
+    return frozenset(found)
 
 
 @dataclasses.dataclass(frozen=True)
