@@ -96,6 +96,8 @@ def read_metadata(output_dir: str) -> DatasetMetadata:
     """
     path = metadata_path(output_dir)
     if not tf.io.gfile.exists(path):
+        if not tf.io.gfile.exists(output_dir):
+            raise NotAnImgrecDataset(f"{output_dir}: no such folder")
         raise NotAnImgrecDataset(
             f"{output_dir} is not a finished imgrec dataset: {METADATA_FILE} is missing (was it written "
             "by imgrec, and did the run finish?)")

@@ -308,6 +308,13 @@ def test_a_folder_that_is_not_a_readable_dataset_is_refused(tmp_path, capsys, co
     assert len(err) == 1 and err[0].startswith("imgrec: error: ") and message in err[0]
 
 
+def test_a_folder_that_does_not_exist_is_named_so(tmp_path, capsys):
+    """Not "metadata.json is missing (did the run finish?)": there is no folder at all."""
+    code, report = run_verify(str(tmp_path / "typo"))
+    assert code == 2 and report.strip() == f"FAILED: {tmp_path / 'typo'}: no such folder"
+    assert capsys.readouterr().err.strip().splitlines() == [f"imgrec: error: {tmp_path / 'typo'}: no such folder"]
+
+
 def test_label_map_ids_must_be_distinct_but_not_contiguous():
     assert verify.label_map_check({"3": 3, "7": 7}).ok  # integer labels from a manifest
     assert not verify.label_map_check({"cat": 0, "dog": 0}).ok
