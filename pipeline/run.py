@@ -181,14 +181,18 @@ def check_input(spec: ConversionSpec) -> None:
     kind, path = spec.input.resolved_kind(), spec.input.path
     local = local_path(path)
     if kind == "folders" and local is not None:
-        if not os.path.isdir(local):
-            problem = "no such folder" if not os.path.exists(local) else (
-                "not a folder (a manifest ends in .csv, .jsonl or .json, or give --input_kind=csv or jsonl)")
-            raise UsageError(f"--input={path}: {problem}")
-        try:
-            os.scandir(local).close()
-        except OSError as exc:
-            raise UsageError(f"--input={path}: cannot list the folder: {exc.strerror or exc}") from None
+        for problem, check in (("cannot reach the folder", lambda: os.stat(local)),
+                               ("cannot list the folder", lambda: os.scandir(local).close()),
+                               ("cannot enter the folder", lambda: os.stat(os.path.join(local, ".")))):
+            try:
+                check()
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    raise UsageError(f"--input={path}: no such folder") from None
+                if exc.errno == errno.ENOTDIR:
+                    raise UsageError(f"--input={path}: not a folder (a manifest ends in .csv, .jsonl or .json, "
+                                     "or give --input_kind=csv or jsonl)") from None
+                raise UsageError(f"--input={path}: {problem}: {exc.strerror or exc}") from None
     if local is None and kind not in ("csv", "jsonl"):
         reachable("--input", path)  # a folder or glob on an object store need not exist as such
     if kind in ("csv", "jsonl"):

@@ -14,6 +14,7 @@ import pytest
 from tests.helpers import split_found, write_image, write_text
 from transforms.batches import BATCH, batched
 from transforms.discover import (
+    LOOP,
     ClassFolder,
     OutputFolder,
     classify_glob_match,
@@ -418,7 +419,8 @@ def test_list_local_root(tree):
                        ClassFolder("empty", f"{tree}/empty")]
     assert rejected == [(f"{tree}/.hidden", "SkippedFile", "hidden folder, not a class"),
                         (f"{tree}/__MACOSX", "SkippedFile", "macOS archive metadata folder, not a class"),
-                        (f"{tree}/broken", "UnreadableFile", f"{tree}/broken is a broken symlink"),
+                        (f"{tree}/broken", "UnreadableFile",
+                         f"{tree}/broken is a broken symlink (to {tree.parent}/gone)"),
                         (f"{tree}/top.jpg", "SkippedFile", "not inside a class folder")]
 
 
@@ -457,7 +459,7 @@ def test_a_symlink_to_the_input_root_or_above_is_a_loop_not_every_class_again(tr
     (tree / "cat" / "up").symlink_to(target)
     found, rejected = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS))
     assert not [c for c in found if "/up/" in c.path]
-    assert (f"{tree}/cat/up", "SkippedFile", "symlink loop: it leads to a folder that contains it") in rejected
+    assert (f"{tree}/cat/up", "SkippedFile", LOOP) in rejected
 
 
 def test_a_symlink_above_a_symlinked_class_folder_is_a_loop_too(tree, tmp_path):
@@ -465,7 +467,53 @@ def test_a_symlink_above_a_symlinked_class_folder_is_a_loop_too(tree, tmp_path):
     (tmp_path / "elsewhere" / "dog" / "up").symlink_to("..")
     found, rejected = split_found(walk_class_folder(f"{tree}/dog", "dog", EXTENSIONS))
     assert found == [Candidate(f"{tree}/dog/d.jpg", "dog")]
-    assert rejected == [(f"{tree}/dog/up", "SkippedFile", "symlink loop: it leads to a folder that contains it")]
+    assert rejected == [(f"{tree}/dog/up", "SkippedFile", LOOP)]
+
+
+@pytest.mark.parametrize("target", [".", "..", "/"])
+def test_a_class_folder_that_leads_to_the_input_root_or_above_is_a_loop_not_a_class(tree, target):
+    """`IN/all -> .` as a class would hold every other class's files again."""
+    (tree / "all").symlink_to(target)
+    classes, rejected = split_found(list_local_root(str(tree)))
+    assert "all" not in [c.label for c in classes]
+    assert (f"{tree}/all", "SkippedFile", LOOP) in rejected
+
+
+def test_loops_are_found_when_the_input_path_has_dot_dot_after_a_symlink(tmp_path):
+    """`lnk/../IN` is `real/IN` to the OS (lnk -> real/deep), not `IN` as text reads it."""
+    write_image(tmp_path / "real" / "IN" / "cat" / "a.jpg")
+    (tmp_path / "real" / "deep").mkdir()
+    (tmp_path / "real" / "IN" / "cat" / "up").symlink_to("..")
+    (tmp_path / "lnk").symlink_to(tmp_path / "real" / "deep")
+    root = f"{tmp_path}/lnk/../IN"
+    (folder,) = [c for c in list_local_root(root) if isinstance(c, ClassFolder)]
+    found, rejected = split_found(walk_class_folder(folder.path, "cat", EXTENSIONS))
+    assert found == [Candidate(f"{root}/cat/a.jpg", "cat")]
+    assert rejected == [(f"{root}/cat/up", "SkippedFile", LOOP)]
+
+
+def test_folders_nested_deeper_than_pythons_recursion_limit_are_walked(tmp_path):
+    made = [tmp_path / "cat"]
+    try:
+        made[0].mkdir()
+        for _ in range(1200):  # one by one: pathlib's mkdir(parents=True) recurses too
+            made.append(made[-1] / "d")
+            made[-1].mkdir()
+        write_image(made[-1] / "a.jpg")
+        found, rejected = split_found(walk_class_folder(str(made[0]), "cat", EXTENSIONS))
+        assert found == [Candidate(str(made[-1] / "a.jpg"), "cat")] and not rejected
+    finally:  # bottom up: pytest's clean-up of old temporary folders recurses, and would fail on these
+        (made[-1] / "a.jpg").unlink(missing_ok=True)
+        for folder in reversed(made):
+            if folder.exists():
+                folder.rmdir()
+
+
+def test_a_symlink_through_a_file_is_a_broken_symlink(tree):
+    (tree / "cat" / "through.jpg").symlink_to(tree / "cat" / "a.jpg" / "x.jpg")  # ENOTDIR, not ENOENT
+    _, rejected = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS))
+    assert (f"{tree}/cat/through.jpg", "UnreadableFile",
+            f"{tree}/cat/through.jpg is a broken symlink (to {tree}/cat/a.jpg/x.jpg)") in rejected
 
 
 def test_an_entry_that_cannot_be_read_is_not_called_a_broken_symlink(tree):
@@ -489,7 +537,7 @@ def test_walk_class_folder_accounts_for_every_entry(tree):
     assert reasons[".thumbs"] == ("SkippedFile", "hidden folder, not walked")
     assert reasons["__MACOSX"] == ("SkippedFile", "macOS archive metadata folder, not walked")
     assert reasons["dangling.jpg"][0] == "UnreadableFile" and "broken symlink" in reasons["dangling.jpg"][1]
-    assert reasons["loop"] == ("SkippedFile", "symlink loop: it leads to a folder that contains it")
+    assert reasons["loop"] == ("SkippedFile", LOOP)
     assert reasons["notes.txt"][0] == "SkippedFile" and reasons["notes.txt"][1].startswith("extension not in")
 
 

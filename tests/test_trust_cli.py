@@ -201,19 +201,29 @@ def test_a_missing_input_is_a_usage_error(tmp_path):
     assert "--input" in line, line
 
 
-def test_an_input_folder_that_cannot_be_listed_is_a_usage_error(tmp_path):
-    """Not Beam's traceback from the first step. Root lists any folder, so as root the command
+@pytest.mark.parametrize("mode, parent_mode, problem", [
+    (0o000, 0o755, "cannot list the folder"),
+    (0o644, 0o755, "cannot enter the folder"),  # listed, but what it lists cannot be opened
+    (0o755, 0o000, "cannot reach the folder"),  # not "no such folder": it is there
+], ids=["unlistable", "not-enterable", "parent-not-searchable"])
+def test_an_input_folder_that_cannot_be_read_is_a_usage_error(tmp_path, mode, parent_mode, problem):
+    """Not Beam's traceback from the first step. Root reads any folder, so as root the command
     runs without the capabilities that override permissions."""
-    folder, out = tmp_path / "in", tmp_path / "out"
-    folder.mkdir()
-    folder.chmod(0)
+    folder, out = tmp_path / "parent" / "in", tmp_path / "out"
+    make_tree(folder, {"cat": 1})
+    folder.chmod(mode)
+    folder.parent.chmod(parent_mode)
     prefix = []
     if os.geteuid() == 0:
         if not shutil.which("setpriv"):
-            pytest.skip("root lists any folder, and setpriv is not installed to drop that")
+            pytest.skip("root reads any folder, and setpriv is not installed to drop that")
         prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
-    line = assert_refused(Watched([*prefix, *imgrec_argv(folder, out)]).finish(120), out)
-    assert line == f"imgrec: error: --input={folder}: cannot list the folder: Permission denied"
+    try:
+        line = assert_refused(Watched([*prefix, *imgrec_argv(folder, out)]).finish(120), out)
+    finally:
+        folder.parent.chmod(0o755)
+        folder.chmod(0o755)
+    assert line == f"imgrec: error: --input={folder}: {problem}: Permission denied"
 
 
 @pytest.mark.parametrize("entry", [["-m", "pipeline.run"], ["-m", "pipeline.cli", "run"]], ids=["module", "imgrec"])

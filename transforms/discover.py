@@ -15,6 +15,7 @@ header and lines say is transforms/manifests.py's concern; here they become cand
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fnmatch
@@ -171,8 +172,35 @@ def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
 # Class folders on a local filesystem
 
 
+LOOP = "symlink loop: it leads to a folder that contains it"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Subfolder:
+    """A folder met while walking, to walk next, and the folders it lies in."""
+
+    path: str
+    ancestors: frozenset
+
+
 def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder],
                 ancestors: frozenset) -> Iterator[Found]:
+    """Depth first, each folder's entries in name order; a stack, not recursion, so that no
+    depth of nesting stops the walk."""
+    stack = [_folder_entries(folder, label, extensions, output, ancestors)]
+    while stack:
+        found = next(stack[-1], None)
+        if found is None:
+            stack.pop()
+        elif isinstance(found, _Subfolder):
+            stack.append(_folder_entries(found.path, label, extensions, output, found.ancestors))
+        else:
+            yield found
+
+
+def _folder_entries(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder],
+                    ancestors: frozenset) -> Iterator[Union[Found, _Subfolder]]:
+    """One folder's entries: candidates, rejections, and the subfolders to walk."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
@@ -185,20 +213,15 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
         try:
             info = os.stat(entry.path)  # follows symlinks
         except OSError as exc:
-            if exc.errno == errno.ENOENT and entry.is_symlink():
-                problem = f"{entry.path} is a broken symlink (to {os.readlink(entry.path)})"
-            else:  # a folder that can be listed but not entered, a symlink to itself
-                problem = f"cannot read {entry.path}: {exc.strerror or exc}"
-            yield reject(entry.path, UnreadableFile(problem))
+            yield reject(entry.path, UnreadableFile(_unreadable(entry, exc)))
             continue
         if stat.S_ISDIR(info.st_mode):
             if folder_skip_reason(entry.name):
                 yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not walked"))
             elif (info.st_dev, info.st_ino) in ancestors:
-                yield reject(entry.path, SkippedFile("symlink loop: it leads to a folder that contains it"))
+                yield reject(entry.path, SkippedFile(LOOP))
             else:
-                yield from _walk_local(entry.path, label, extensions, output,
-                                       ancestors | {(info.st_dev, info.st_ino)})
+                yield _Subfolder(entry.path, ancestors | {(info.st_dev, info.st_ino)})
             continue
         reason = skip_reason(entry.name, extensions)
         if reason:
@@ -207,25 +230,36 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
             yield Candidate(entry.path, label)  # FIFOs and devices are refused when read
 
 
+def _unreadable(entry: os.DirEntry, exc: OSError) -> str:
+    """Why stat failed: a dangling symlink, or (a folder that can be listed but not entered, a
+    symlink to itself) what the OS said."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR) and entry.is_symlink():
+        return f"{entry.path} is a broken symlink (to {os.readlink(entry.path)})"
+    return f"cannot read {entry.path}: {exc.strerror or exc}"
+
+
 def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
                       output: Optional[OutputFolder] = None) -> Iterator[Found]:
-    """Every file under a local class folder, recursively, as a candidate or a rejection."""
-    yield from _walk_local(folder, label, extensions, output, folders_holding(folder))
+    """Every file under a local class folder, recursively, as a candidate or a rejection. The
+    folder was listed in the input root (its path's parent): a symlink inside it to the root, to
+    the class folder itself or to a folder above either is a loop, and walked it would give
+    this class the files of every other class."""
+    ancestors = folders_holding(folder) | folders_holding(os.path.dirname(folder))
+    yield from _walk_local(folder, label, extensions, output, ancestors)
 
 
 def folders_holding(folder: str) -> frozenset:
-    """(device, inode) of `folder` and of every folder above it, by its path (the input root is
-    the one above a class folder) and by its real path: a symlink inside a class folder to any of
-    them is a loop, and walked it would label the files of every other class with this class."""
-    found = set()
-    for path in {os.path.abspath(folder), os.path.realpath(folder)}:
-        while True:
+    """(device, inode) of the folder at `folder` and of every folder above it, by its real path
+    (symlinks and `..` resolved as the OS resolves them); those that cannot be reached are left
+    out (they cannot be walked either)."""
+    found, path = set(), os.path.realpath(folder)
+    while True:
+        with contextlib.suppress(OSError):
             info = os.stat(path)
             found.add((info.st_dev, info.st_ino))
-            if os.path.dirname(path) == path:
-                break
-            path = os.path.dirname(path)
-    return frozenset(found)
+        if os.path.dirname(path) == path:
+            return frozenset(found)
+        path = os.path.dirname(path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,12 +319,16 @@ def list_local_root(root: str,
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
         raise UnreadableFile(f"cannot list the input folder {root}: {exc.strerror or exc}") from None
-    folders = []
+    folders, above = [], folders_holding(root)
     for entry in entries:
         try:
             is_dir = entry.is_dir(follow_symlinks=True)
+            info = entry.stat(follow_symlinks=True) if is_dir else None
         except OSError as exc:  # a symlink loop (ELOOP) or an unreadable target
             yield reject(entry.path, UnreadableFile(f"cannot follow {entry.path}: {exc.strerror or exc}"))
+            continue
+        if info is not None and (info.st_dev, info.st_ino) in above:  # `IN/all -> .`: every class again
+            yield reject(entry.path, SkippedFile(LOOP))
             continue
         if is_dir and output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
             continue
@@ -302,7 +340,7 @@ def list_local_root(root: str,
         elif is_dir:
             yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
         elif entry.is_symlink() and not os.path.exists(entry.path):
-            yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink"))
+            yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink (to {os.readlink(entry.path)})"))
         else:
             yield reject(entry.path, SkippedFile("not inside a class folder"))
     yield from class_folders(folders)
