@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+from typing import Iterator
 
 import apache_beam as beam
 import pytest
@@ -492,7 +493,9 @@ def test_loops_are_found_when_the_input_path_has_dot_dot_after_a_symlink(tmp_pat
     assert rejected == [(f"{root}/cat/up", "SkippedFile", LOOP)]
 
 
-def test_folders_nested_deeper_than_pythons_recursion_limit_are_walked(tmp_path):
+@pytest.fixture
+def deep_image(tmp_path) -> Iterator[pathlib.Path]:
+    """tmp_path/cat/d/d/.../a.jpg, 1,200 folders deep: more than Python's recursion limit."""
     made = [tmp_path / "cat"]
     try:
         made[0].mkdir()
@@ -500,13 +503,21 @@ def test_folders_nested_deeper_than_pythons_recursion_limit_are_walked(tmp_path)
             made.append(made[-1] / "d")
             made[-1].mkdir()
         write_image(made[-1] / "a.jpg")
-        found, rejected = split_found(walk_class_folder(str(made[0]), "cat", EXTENSIONS))
-        assert found == [Candidate(str(made[-1] / "a.jpg"), "cat")] and not rejected
+        yield made[-1] / "a.jpg"
     finally:  # bottom up: pytest's clean-up of old temporary folders recurses, and would fail on these
         (made[-1] / "a.jpg").unlink(missing_ok=True)
         for folder in reversed(made):
             if folder.exists():
                 folder.rmdir()
+
+
+def test_folders_nested_deeper_than_pythons_recursion_limit_are_walked(tmp_path, deep_image):
+    found, rejected = split_found(walk_class_folder(str(tmp_path / "cat"), "cat", EXTENSIONS))
+    assert found == [Candidate(str(deep_image), "cat")] and not rejected
+
+
+def test_a_glob_goes_deeper_than_pythons_recursion_limit(tmp_path, deep_image):
+    assert list(match_glob(f"{tmp_path}/**/*.jpg")) == [str(deep_image)]
 
 
 def test_a_symlink_through_a_file_is_a_broken_symlink(tree):
@@ -642,6 +653,15 @@ def test_a_glob_passes_over_what_imgrec_wrote_beside_an_earlier_dataset(tmp_path
     found, rejected = split_found(x for item in batches for x in (item if isinstance(item, tuple) else [item]))
     assert sorted(c.path for c in found) == [f"{tmp_path}/20261204T000000/mine.png", f"{tmp_path}/cat/a.png"]
     assert not rejected
+
+
+@pytest.mark.parametrize("target", ["..", "../..", "/"])
+def test_a_glob_does_not_follow_a_symlink_out_to_a_folder_above_its_root(tmp_path, target):
+    """`IN/cat/up -> ../..` leads above IN: walked, `IN/**` would match files outside IN."""
+    write_image(tmp_path / "IN" / "cat" / "a.png")
+    write_image(tmp_path / "other" / "dog" / "b.png")
+    (tmp_path / "IN" / "cat" / "up").symlink_to(target)
+    assert list(match_glob(f"{tmp_path}/IN/**/*.png")) == [f"{tmp_path}/IN/cat/a.png"]
 
 
 def test_match_glob_lists_names_with_backslashes_symlinks_and_dangling_links(tmp_path):

@@ -15,6 +15,7 @@ header and lines say is transforms/manifests.py's concern; here they become cand
 """
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import dataclasses
 import errno
@@ -175,32 +176,24 @@ def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
 LOOP = "symlink loop: it leads to a folder that contains it"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Subfolder:
-    """A folder met while walking, to walk next, and the folders it lies in."""
-
-    path: str
-    ancestors: frozenset
-
-
-def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder],
-                ancestors: frozenset) -> Iterator[Found]:
-    """Depth first, each folder's entries in name order; a stack, not recursion, so that no
-    depth of nesting stops the walk."""
-    stack = [_folder_entries(folder, label, extensions, output, ancestors)]
+def depth_first(walk: Iterator) -> Iterator:
+    """A folder walk flattened: a folder's generator yields its entries in name order, and for a
+    subfolder the generator that walks it, which is walked there and then. A stack, not
+    recursion, so that no depth of nesting stops the walk."""
+    stack = [walk]
     while stack:
         found = next(stack[-1], None)
         if found is None:
             stack.pop()
-        elif isinstance(found, _Subfolder):
-            stack.append(_folder_entries(found.path, label, extensions, output, found.ancestors))
+        elif isinstance(found, collections.abc.Iterator):
+            stack.append(found)
         else:
             yield found
 
 
-def _folder_entries(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder],
-                    ancestors: frozenset) -> Iterator[Union[Found, _Subfolder]]:
-    """One folder's entries: candidates, rejections, and the subfolders to walk."""
+def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder],
+                ancestors: frozenset) -> Iterator[Found]:
+    """One folder's entries: candidates, rejections, and (walked by `depth_first`) subfolders."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
@@ -221,7 +214,7 @@ def _folder_entries(folder: str, label: str, extensions: tuple[str, ...], output
             elif (info.st_dev, info.st_ino) in ancestors:
                 yield reject(entry.path, SkippedFile(LOOP))
             else:
-                yield _Subfolder(entry.path, ancestors | {(info.st_dev, info.st_ino)})
+                yield _walk_local(entry.path, label, extensions, output, ancestors | {(info.st_dev, info.st_ino)})
             continue
         reason = skip_reason(entry.name, extensions)
         if reason:
@@ -245,7 +238,7 @@ def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
     the class folder itself or to a folder above either is a loop, and walked it would give
     this class the files of every other class."""
     ancestors = folders_holding(folder) | folders_holding(os.path.dirname(folder))
-    yield from _walk_local(folder, label, extensions, output, ancestors)
+    yield from depth_first(_walk_local(folder, label, extensions, output, ancestors))
 
 
 def folders_holding(folder: str) -> frozenset:
@@ -519,10 +512,11 @@ def _segments_match(patterns: tuple[str, ...], names: tuple[str, ...]) -> bool:
     return bool(names) and fnmatch.fnmatchcase(names[0], patterns[0]) and _segments_match(patterns[1:], names[1:])
 
 
-def _local_files(folder: str, depth: Optional[int], ancestors: frozenset) -> Iterator[str]:
+def _local_files(folder: str, depth: Optional[int], ancestors: frozenset) -> Iterator[Union[str, Iterator]]:
     """Paths under a local folder that are not folders (dangling symlinks and FIFOs too: reading
-    reports them), `depth` levels deep at most (None: any). Symlinked folders are followed, as a
-    shell's glob does; one that contains itself is not walked again."""
+    reports them), `depth` levels deep at most (None: any), walked by `depth_first`. Symlinked
+    folders are followed, as a shell's glob does; one that leads to a folder it lies in is not
+    walked again."""
     try:
         names = sorted(os.listdir(folder or "."))
     except OSError:
@@ -537,8 +531,7 @@ def _local_files(folder: str, depth: Optional[int], ancestors: frozenset) -> Ite
         if not stat.S_ISDIR(info.st_mode):
             yield path
         elif (depth is None or depth > 1) and (info.st_dev, info.st_ino) not in ancestors:
-            yield from _local_files(path, None if depth is None else depth - 1,
-                                    ancestors | {(info.st_dev, info.st_ino)})
+            yield _local_files(path, None if depth is None else depth - 1, ancestors | {(info.st_dev, info.st_ino)})
 
 
 def match_glob(pattern: str) -> Iterator[str]:
@@ -558,8 +551,7 @@ def _local_listing(root: str, pattern: str) -> Iterator[str]:
         return iter([root])  # a pattern without wildcards names one file
     segments = pattern.split("/")
     depth = None if "**" in segments else len(segments) - (len(root.split("/")) if root else 0)
-    info = os.stat(root or ".")
-    return _local_files(root, depth, frozenset({(info.st_dev, info.st_ino)}))
+    return depth_first(_local_files(root, depth, folders_holding(root or ".")))
 
 
 def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Found:
