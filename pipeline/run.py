@@ -177,7 +177,8 @@ def check_runner_options(options) -> None:
 
 
 def check_input(spec: ConversionSpec) -> None:
-    """A missing or unlistable input is a usage error, found before anything starts."""
+    """A missing input, or one that cannot be reached, listed or entered, is a usage error,
+    found before anything starts."""
     kind, path = spec.input.resolved_kind(), spec.input.path
     local = local_path(path)
     if kind == "folders" and local is not None:

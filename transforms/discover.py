@@ -192,7 +192,7 @@ def depth_first(walk: Iterator) -> Iterator:
 
 
 def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder],
-                ancestors: frozenset) -> Iterator[Found]:
+                ancestors: frozenset) -> Iterator[Union[Found, Iterator]]:
     """One folder's entries: candidates, rejections, and (walked by `depth_first`) subfolders."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
