@@ -227,8 +227,12 @@ def _unreadable(entry: os.DirEntry, exc: OSError) -> str:
     """Why stat failed: a dangling symlink, or (a folder that can be listed but not entered, a
     symlink to itself) what the OS said."""
     if exc.errno in (errno.ENOENT, errno.ENOTDIR) and entry.is_symlink():
-        return f"{entry.path} is a broken symlink (to {os.readlink(entry.path)})"
+        return broken_symlink(entry.path)
     return f"cannot read {entry.path}: {exc.strerror or exc}"
+
+
+def broken_symlink(path: str) -> str:
+    return f"{path} is a broken symlink (to {os.readlink(path)})"
 
 
 def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
@@ -333,7 +337,7 @@ def list_local_root(root: str,
         elif is_dir:
             yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
         elif entry.is_symlink() and not os.path.exists(entry.path):
-            yield reject(entry.path, UnreadableFile(f"{entry.path} is a broken symlink (to {os.readlink(entry.path)})"))
+            yield reject(entry.path, UnreadableFile(broken_symlink(entry.path)))
         else:
             yield reject(entry.path, SkippedFile("not inside a class folder"))
     yield from class_folders(folders)
