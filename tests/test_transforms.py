@@ -445,6 +445,21 @@ def test_write_shards(tmp_path, plan_images, compression, suffix, spread):
         assert [e.sha256 for e in index] == [by_path[path].source.content_hash for path, _ in records]
 
 
+def test_the_conversion_runs_in_a_stage_without_side_inputs(tmp_path, plan_images):
+    """Prism re-polls a stage that has a side input without pause while that stage's bundle
+    runs (half a core through the whole conversion), so the parts' conversion, fused with the
+    cutting of shards into parts in one process, must not read one."""
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+
+    p = beam.Pipeline()
+    _ = p | beam.Create(list(batched(plan_images, 7))) | WriteShards(writer_settings(tmp_path), spread=False)
+    _, stages = FnApiRunner().create_stages(p.to_runner_api())
+    (converting,) = [stage for stage in stages
+                     if any("/ConvertParts/" in t.unique_name for t in stage.transforms)]
+    assert any("/CutIntoParts/" in t.unique_name for t in converting.transforms)
+    assert list(converting.side_inputs()) == []
+
+
 def test_shards_are_the_same_bytes_however_they_are_cut_and_converted(tmp_path, plan_images):
     """One part per shard, parts of 2 images, parts on a pool of processes: byte-identical shards."""
     layouts = {"whole": dict(part_images=64), "small_parts": dict(part_images=2),

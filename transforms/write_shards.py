@@ -25,6 +25,7 @@ part, then the shard) and the concatenation of one shard runs on one worker.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Iterable, Iterator, Union
 
 import apache_beam as beam
@@ -67,13 +68,27 @@ def by_shard(batch: tuple[PlannedImage, ...], shard_counts: dict[str, int],
 PLANS = "plans"
 
 
-def plan_shard(element: tuple[ShardKey, Iterable[tuple[PlannedImage, ...]]], settings: WriterSettings,
-               planned_counts: dict[str, int]) -> Iterator[Union[PartTask, beam.pvalue.TaggedOutput]]:
-    """A shard's batches of images (an empty one: the placeholder every shard gets) → its parts,
-    plus its plan keyed by shard (PLANS) for the concatenation."""
+@dataclasses.dataclass(frozen=True)
+class ShardOpening:
+    """What every shard is grouped with besides its images: it makes empty shards exist, and it
+    brings the dataset's size, which sets the part size. As a side input that size would make
+    the conversion's stage one with a side input, and Prism (2.77) re-polls such a stage without
+    pause while its bundle runs: half a core for the whole conversion."""
+
+    images: int
+
+
+def plan_shard(element: tuple[ShardKey, Iterable[Union[tuple[PlannedImage, ...], ShardOpening]]],
+               settings: WriterSettings) -> Iterator[Union[PartTask, beam.pvalue.TaggedOutput]]:
+    """A shard's opening and batches of images → its parts, plus its plan keyed by shard (PLANS)
+    for the concatenation."""
     shard, pieces = element
-    ordered = shard_order(flatten(pieces), settings.output.shuffle_seed)
-    parts = cut_into_parts(shard, ordered, settings, sum(planned_counts.values()))
+    openings, batches = [], []
+    for piece in pieces:
+        (openings if isinstance(piece, ShardOpening) else batches).append(piece)
+    (opening,) = openings
+    ordered = shard_order(flatten(batches), settings.output.shuffle_seed)
+    parts = cut_into_parts(shard, ordered, settings, opening.images)
     yield beam.pvalue.TaggedOutput(PLANS, (shard, ShardPlan(shard, len(parts))))
     yield from parts
 
@@ -170,14 +185,14 @@ class WriteShards(beam.PTransform):
         planned_counts = planned | "PlannedCounts" >> beam.CombineGlobally(CountPerSplitFn())
         shard_counts = planned_counts | "ShardCounts" >> beam.Map(
             lambda counts: {split: num_shards_for(n, image, output) for split, n in counts.items()})
-        every_shard = planned_counts | "EveryShard" >> beam.FlatMap(
-            lambda counts: [(key, ()) for key in shard_keys(counts, image, output)])
+        openings = planned_counts | "OpenShards" >> beam.FlatMap(
+            lambda counts: [(key, ShardOpening(sum(counts.values()))) for key in shard_keys(counts, image, output)])
         keyed = planned | "ByShard" >> beam.FlatMap(by_shard, beam.pvalue.AsSingleton(shard_counts),
                                                     output.shuffle_seed)
-        work = ((keyed, every_shard)
+        work = ((keyed, openings)
                 | "ImagesAndShards" >> beam.Flatten()
                 | "GroupShards" >> beam.GroupByKey()
-                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings, beam.pvalue.AsSingleton(planned_counts))
+                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings)
                 .with_outputs(PLANS, main="parts"))
         parts = (work.parts | "SpreadParts" >> beam.Reshuffle()) if self._spread else work.parts
         converted = parts | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts")
