@@ -7,6 +7,7 @@ import functools
 import io
 import re
 import struct
+import zlib
 from pathlib import Path
 
 import cv2
@@ -17,7 +18,7 @@ from PIL import Image, ImageOps
 from tests.helpers import png_declaring
 from transforms.decode import apply_orientation, check_header, decode_image, decode_working_bytes, refuse_made_up_pixels
 from transforms.image_header import ImageHeader, exif_orientation, read_header
-from transforms.rejections import CorruptImage, EmptyFile, ImageTooLarge, ImageTooSmall, NotAnImage
+from transforms.rejections import CorruptImage, EmptyFile, ImageTooLarge, ImageTooSmall, NotAnImage, UnsupportedImage
 from transforms.specs import ImageSpec
 
 pytestmark = pytest.mark.unit
@@ -163,6 +164,62 @@ def test_tiff_alpha_blends_as_png_alpha_does(tmp_path, bits, associated):
     assert (np.abs(dropped - STRAIGHT_RGBA[0, :-1, :3]) <= np.ceil(255 / alpha)).all(), dropped
 
 
+def grey_png(values: np.ndarray, depth: int, key: int) -> bytes:
+    """A grey PNG (colour type 0) at `depth` bits whose tRNS chunk makes grey `key` transparent."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    height, width = values.shape
+    if depth == 16:
+        rows = [b"\x00" + row.astype(">u2").tobytes() for row in values]
+    else:  # 1, 2, 4 or 8 bits: samples packed from the high bits of each byte
+        bits = np.unpackbits(values.astype(np.uint8)[..., None], axis=-1)[..., 8 - depth:].reshape(height, -1)
+        rows = [b"\x00" + np.packbits(row).tobytes() for row in bits]
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"tRNS", struct.pack(">H", key))
+            + chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4, 8, 16])
+def test_grey_png_transparency_composites_over_the_background(depth):
+    """OpenCV decodes a grey PNG with a tRNS chunk as opaque grey; the key grey is transparent."""
+    top = 2**depth - 1
+    key = max(1, top // 3)
+    values = np.array([[0, top, key, 0, top]], np.uint16)
+    data = grey_png(values, depth, key)
+    assert read_header(data).channels == 4  # decoded with an alpha channel: counted in its working memory
+    grey = np.rint(values[0].astype(np.float64) * 255 / top).astype(np.uint8)  # OpenCV widens to 8 bits
+    opaque = np.repeat(grey[:, None], 3, axis=1)
+    composite = decode_image(data, ImageSpec(alpha="composite", background=(0, 0, 255)))
+    np.testing.assert_array_equal(composite[0], np.where((values[0] == key)[:, None], [0, 0, 255], opaque))
+    np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="drop"))[0], opaque)
+
+
+@pytest.mark.parametrize("extra_sample", [0, 1, 2], ids=["unspecified", "associated", "unassociated"])
+@pytest.mark.parametrize("bits", [8, 16])
+def test_grey_tiff_with_alpha_is_refused_where_opencv_would_lose_the_alpha(tmp_path, bits, extra_sample):
+    """OpenCV decodes a grey TIFF with an alpha sample as opaque grey: right only for alpha that
+    is dropped and not premultiplied, or for an extra sample that is not alpha."""
+    import tifffile
+
+    grey_alpha = np.dstack([gradient()[..., 0], np.full((H, W), 128, np.uint8)]).astype(np.uint8)
+    values = grey_alpha if bits == 8 else grey_alpha.astype(np.uint16) * 257
+    path = tmp_path / "ga.tif"
+    tifffile.imwrite(path, values, photometric="minisblack", planarconfig="contig", extrasamples=[extra_sample])
+    data = path.read_bytes()
+    grey = np.repeat(gradient()[..., 0][..., None], 3, axis=2)
+    if extra_sample == 0:
+        np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="composite")), grey)
+        return
+    with pytest.raises(UnsupportedImage, match="tiff is grey with .*alpha, which OpenCV drops"):
+        decode_image(data, ImageSpec(alpha="composite"))
+    if extra_sample == 1:
+        with pytest.raises(UnsupportedImage, match="associated"):
+            decode_image(data, ImageSpec(alpha="drop"))
+    else:
+        np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="drop")), grey)
+
+
 def test_16bit_png_rounds_to_nearest(tmp_path):
     values = np.array([[0, 128, 129, 257, 385, 386, 32896, 65535]], np.uint16)
     expected = [0, 0, 1, 1, 1, 2, 128, 255]  # round(x / 257)
@@ -240,6 +297,28 @@ def test_exif_orientation_parsing():
 def test_tiff_header_short_and_long_big_endian():
     data = tiff_ifd(">", [(256, 3, 300), (257, 4, 70000)])
     assert read_header(data) == ImageHeader("tiff", 300, 70000)
+
+
+def test_what_a_failed_decode_printed_names_the_image(tmp_path, capfd):
+    """libtiff and OpenCV print their reasons for a truncated TIFF; each line names the file."""
+    import tifffile
+
+    tifffile.imwrite(tmp_path / "whole.tif", np.full((40, 50, 3), 7, np.uint8), photometric="rgb")
+    whole = (tmp_path / "whole.tif").read_bytes()
+    with pytest.raises(CorruptImage):
+        decode_image(whole[:len(whole) // 2], SPEC, "cut.tif")
+    lines = capfd.readouterr().err.splitlines()
+    assert lines and all(line.startswith("imgrec: while decoding cut.tif: ") and line[32:].strip() for line in lines)
+
+
+def test_tiff_size_tags_listed_twice_with_different_values_are_corrupt():
+    """libtiff takes a tag's first entry and the header reader must agree with it; a size that
+    is listed twice differently is refused, so no reading of it can slip past max_pixels."""
+    with pytest.raises(CorruptImage, match="lists ImageWidth twice, as 3000 and 10"):
+        read_header(tiff_ifd("<", [(256, 3, 3000), (257, 3, 3000), (256, 3, 10)]))
+    with pytest.raises(CorruptImage, match="lists ImageLength twice"):
+        read_header(tiff_ifd(">", [(256, 3, 10), (257, 4, 10), (257, 4, 3000)]))
+    assert read_header(tiff_ifd("<", [(256, 3, 30), (257, 3, 20), (256, 3, 30)])) == ImageHeader("tiff", 30, 20)
 
 
 def test_bmp_core_header_and_top_down(tmp_path):

@@ -17,11 +17,13 @@ from transforms.image_header import (
     jpeg_has_eoi,
     jpeg_progression_gap,
     jpeg_without_harmless_warnings,
+    png_grey_key,
     read_header,
     tiff_alpha_is_associated,
+    tiff_grey_alpha,
 )
 from transforms.native_stderr import call_capturing_stderr, write_stderr
-from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall
+from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall, UnsupportedImage
 from transforms.specs import ImageSpec
 
 # JPEG DCT scaling (where it is used: transforms/specs.py REDUCING_INTERPOLATIONS).
@@ -197,7 +199,12 @@ def refuse_made_up_pixels(header: ImageHeader, printed: str, source: str) -> Non
         begins = min((lost.find(start) for start in _LIBJPEG_MESSAGE_STARTS if start in lost), default=0)
         raise CorruptImage(f"{header.format} data is damaged: libjpeg reports \"{lost[begins:].strip()}\" and "
                            "would fill in the missing pixels")
-    write_stderr("".join(f"imgrec: while decoding {source or 'an image'}: {line}\n" for line in lines))
+    write_stderr(naming_the_image(lines, source))
+
+
+def naming_the_image(lines: list[str], source: str) -> str:
+    """A decoder's lines for stderr, each naming the image it was decoding."""
+    return "".join(f"imgrec: while decoding {source or 'an image'}: {line}\n" for line in lines if line.strip())
 
 
 def _imdecode(data: bytes, flags: int, header: ImageHeader) -> np.ndarray:
@@ -221,17 +228,38 @@ def decode_like_imread(data: bytes, header: ImageHeader) -> np.ndarray:
     return cv2.cvtColor(_imdecode(data, cv2.IMREAD_COLOR, header), cv2.COLOR_BGR2RGB)
 
 
+def with_grey_key_transparent(grey: np.ndarray, key: int) -> np.ndarray:
+    """A grey PNG's tRNS made an alpha channel: grey → BGRA, transparent where the grey is `key`."""
+    alpha = np.where(grey == key, 0, np.iinfo(grey.dtype).max).astype(grey.dtype)
+    return cv2.merge([grey, grey, grey, alpha])
+
+
+def check_tiff_alpha(data: bytes, spec: ImageSpec) -> None:
+    """OpenCV decodes a grey TIFF with an alpha sample as opaque grey. That grey is right only
+    when alpha is dropped and was not premultiplied into it; otherwise refuse the image."""
+    alpha = tiff_grey_alpha(data)
+    if alpha is not None and (spec.alpha == "composite" or tiff_alpha_is_associated(data)):
+        kind = "associated (premultiplied)" if tiff_alpha_is_associated(data) else "unassociated"
+        raise UnsupportedImage(f"tiff is grey with {kind} alpha, which OpenCV drops when it decodes; "
+                               f"alpha={spec.alpha} needs it (convert the image to RGBA or to grey)")
+
+
 def decode_any(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
     """IMREAD_UNCHANGED keeps alpha and 16-bit depth (so both are converted deliberately here)
     but skips EXIF orientation, which is applied from the EXIF block OpenCV returns. OpenCV's
     TIFF reader applies the TIFF orientation tag itself and returns no EXIF, so TIFFs are not
     rotated twice."""
+    if header.format == "tiff":
+        check_tiff_alpha(data, spec)
     try:
         img, types, metadata = cv2.imdecodeWithMetadata(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as exc:
         raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
     if img is None or img.size == 0:
         raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated)")
+    key = png_grey_key(data) if header.format == "png" else None
+    if key is not None and img.ndim == 2:
+        img = with_grey_key_transparent(img, key)
     rgb = to_rgb(to_uint8(img), spec, opencv_premultiplied(header, img, data))
     del img
     return apply_orientation(rgb, _orientation(types, metadata))
@@ -243,8 +271,9 @@ def decode_image(data: bytes, spec: ImageSpec, source: str = "") -> np.ndarray:
     names the image in what the decoder prints.
 
     The decode runs with stderr captured, and what libjpeg printed is checked
-    (`refuse_made_up_pixels`). Every decode of a process is captured, one at a time, so no other
-    decode's output can land in a capture.
+    (`refuse_made_up_pixels`); what a decode that failed printed goes on naming the image.
+    Every decode of a process is captured, one at a time, so no other decode's output can land
+    in a capture.
     """
     header = check_header(data, spec)
     if header.format == "jpeg":
@@ -260,6 +289,7 @@ def decode_image(data: bytes, spec: ImageSpec, source: str = "") -> np.ndarray:
         decode = functools.partial(decode_plain_jpeg, data, header, spec)
     else:
         decode = functools.partial(decode_any, data, header, spec)
-    decoded, printed = call_capturing_stderr(decode)
+    decoded, printed = call_capturing_stderr(
+        decode, on_raise=lambda printed: write_stderr(naming_the_image(printed.splitlines(), source)))
     refuse_made_up_pixels(header, printed, source)
     return decoded

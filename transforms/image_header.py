@@ -35,7 +35,10 @@ _EXIF_PREFIX = b"Exif\x00\x00"
 _TIFF_WIDTH, _TIFF_HEIGHT, _EXIF_ORIENTATION = 256, 257, 0x0112
 _TIFF_BITS_PER_SAMPLE, _TIFF_SAMPLES_PER_PIXEL = 258, 277
 _TIFF_EXTRA_SAMPLES, _ASSOCIATED_ALPHA = 338, 1
+_TIFF_ALPHA_SAMPLES = (1, 2)  # ExtraSamples: associated, unassociated alpha (0: not alpha)
+_TIFF_SIZE_TAGS = {256: "ImageWidth", 257: "ImageLength", 258: "BitsPerSample", 277: "SamplesPerPixel"}
 # PNG colour type → channels as OpenCV decodes them (palettes may gain alpha from tRNS; grey+alpha is BGRA).
+_PNG_GREY = 0
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 4, 6: 4}
 _TIFF_SHORT, _TIFF_LONG = 3, 4
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7,
@@ -179,7 +182,9 @@ def _png(data: bytes) -> _Size:
     (crc,) = struct.unpack_from(">I", data, 29)
     if zlib.crc32(data[12:29]) != crc:
         raise CorruptImage("png IHDR chunk fails its CRC check")
-    return width, height, _PNG_CHANNELS.get(color_type, 4), _bytes_per_sample(depth)
+    # A grey PNG with a transparent grey is decoded to grey + alpha (transforms/decode.py).
+    channels = 4 if color_type == _PNG_GREY and png_grey_key(data) is not None else _PNG_CHANNELS.get(color_type, 4)
+    return width, height, channels, _bytes_per_sample(depth)
 
 
 def _gif(data: bytes) -> _Size:
@@ -218,27 +223,38 @@ def _webp(data: bytes) -> _Size:
     raise CorruptImage(f"webp first chunk is {chunk!r}, not VP8, VP8L or VP8X")
 
 
-def _ifd0(tiff: bytes) -> dict[int, int]:
-    """The first value of each SHORT and LONG tag of IFD0 in a TIFF-structured blob (TIFF files
-    and EXIF share this layout). Values that do not fit the entry are read at their offset."""
+def _ifd0_entries(tiff: bytes) -> Iterator[tuple[int, int]]:
+    """(tag, first value) of each SHORT and LONG entry of IFD0 in a TIFF-structured blob (TIFF
+    files and EXIF share this layout), in file order. Values that do not fit the entry are read
+    at their offset."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None or struct.unpack_from(order + "H", tiff, 2)[0] != 42:
         raise CorruptImage(f"tiff structure has no II*/MM* byte-order mark: {tiff[:4].hex(' ')}")
     (ifd,) = struct.unpack_from(order + "I", tiff, 4)
     (count,) = struct.unpack_from(order + "H", tiff, ifd)
-    values = {}
     for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
         tag, kind, n = struct.unpack_from(order + "HHI", tiff, entry)
         if n < 1 or kind not in (_TIFF_SHORT, _TIFF_LONG):
             continue
         size = 2 if kind == _TIFF_SHORT else 4
         where = entry + 8 if n * size <= 4 else struct.unpack_from(order + "I", tiff, entry + 8)[0]
-        values[tag] = struct.unpack_from(order + ("H" if kind == _TIFF_SHORT else "I"), tiff, where)[0]
+        yield tag, struct.unpack_from(order + ("H" if kind == _TIFF_SHORT else "I"), tiff, where)[0]
+
+
+def _ifd0(tiff: bytes) -> dict[int, int]:
+    """Each tag's value in IFD0; a tag listed twice keeps its first value, as libtiff does."""
+    values: dict[int, int] = {}
+    for tag, value in _ifd0_entries(tiff):
+        values.setdefault(tag, value)
     return values
 
 
 def _tiff(data: bytes) -> _Size:
     tags = _ifd0(data)
+    for tag, value in _ifd0_entries(data):
+        if tag in _TIFF_SIZE_TAGS and value != tags[tag]:
+            raise CorruptImage(f"tiff IFD0 lists {_TIFF_SIZE_TAGS[tag]} twice, as {tags[tag]} and {value}: "
+                               "its size cannot be checked")
     if _TIFF_WIDTH not in tags or _TIFF_HEIGHT not in tags:
         raise CorruptImage("tiff IFD0 lacks ImageWidth (256) or ImageLength (257)")
     channels = max(3, tags.get(_TIFF_SAMPLES_PER_PIXEL, 1))
@@ -248,6 +264,33 @@ def _tiff(data: bytes) -> _Size:
 def tiff_alpha_is_associated(data: bytes) -> bool:
     """Whether a TIFF's first extra sample is associated alpha (colours stored premultiplied)."""
     return _ifd0(data).get(_TIFF_EXTRA_SAMPLES) == _ASSOCIATED_ALPHA
+
+
+def tiff_grey_alpha(data: bytes) -> Optional[int]:
+    """A grey TIFF's alpha sample (its ExtraSamples value: associated or unassociated alpha),
+    which OpenCV drops when it decodes; None for other TIFFs."""
+    tags = _ifd0(data)
+    alpha = tags.get(_TIFF_EXTRA_SAMPLES)
+    return alpha if tags.get(_TIFF_SAMPLES_PER_PIXEL) == 2 and alpha in _TIFF_ALPHA_SAMPLES else None
+
+
+def png_grey_key(data: bytes) -> Optional[int]:
+    """The grey a grey PNG's tRNS chunk makes transparent (OpenCV decodes such a PNG as opaque
+    grey), as OpenCV decodes it: 1, 2 and 4-bit grey widened to 8 bits by replication
+    (x * 255 / (2^d - 1)). None when the PNG is not grey or has no tRNS."""
+    _, _, _, _, depth, color_type = struct.unpack_from(">I4sIIBB", data, 8)
+    if color_type != _PNG_GREY:
+        return None
+    pos = 8
+    while pos + 8 <= len(data):
+        length, chunk_type = struct.unpack_from(">I4s", data, pos)
+        if chunk_type in (b"IDAT", b"IEND"):
+            return None  # tRNS comes before the image data
+        if chunk_type == b"tRNS" and length >= 2 and pos + 10 <= len(data):
+            key = struct.unpack_from(">H", data, pos + 8)[0] & ((1 << depth) - 1)
+            return key * 255 // ((1 << depth) - 1) if depth < 8 else key
+        pos += 12 + length
+    return None
 
 
 _Reader = Callable[[bytes], _Size]

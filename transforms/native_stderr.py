@@ -61,9 +61,9 @@ def write_stderr(text: str) -> None:
         pass
 
 
-def call_capturing_stderr(function: Callable[[], T]) -> tuple[T, str]:
+def call_capturing_stderr(function: Callable[[], T], on_raise: Callable[[str], None] = write_stderr) -> tuple[T, str]:
     """`function()`'s result and what was written to fd 2 while it ran. If it raises, whatever it
-    printed goes on to stderr before the exception propagates."""
+    printed goes to `on_raise` (by default on to stderr) before the exception propagates."""
     global _real_stderr
     with _LOCK:
         sink = _sink()
@@ -88,5 +88,5 @@ def call_capturing_stderr(function: Callable[[], T]) -> tuple[T, str]:
             size = os.lseek(sink, 0, os.SEEK_END)
             printed = os.pread(sink, size, 0).decode("utf-8", "surrogateescape") if size else ""
             if not finished and printed:
-                write_stderr(printed)
+                on_raise(printed)
     return result, printed

@@ -47,6 +47,12 @@ class CorruptImage(InputRejected):
     stage = "decode"
 
 
+class UnsupportedImage(InputRejected):
+    """A valid image OpenCV cannot decode faithfully (it would drop the alpha of a grey TIFF)."""
+
+    stage = "decode"
+
+
 class BadManifestLine(InputRejected):
     stage = "discover"
 
