@@ -182,13 +182,15 @@ def check_input(spec: ConversionSpec) -> None:
     kind, path = spec.input.resolved_kind(), spec.input.path
     local = local_path(path)
     if kind == "folders" and local is not None:
-        for problem, check in (("cannot reach the folder", lambda: os.stat(local)),
+        reach = "cannot reach the folder"
+        for problem, check in ((reach, lambda: os.stat(local)),
                                ("cannot list the folder", lambda: os.scandir(local).close()),
                                ("cannot enter the folder", lambda: os.stat(os.path.join(local, ".")))):
             try:
                 check()
             except OSError as exc:
-                if exc.errno == errno.ENOENT:
+                # ENOTDIR on the way there: a folder on the path is a file (FILE/IN)
+                if exc.errno == errno.ENOENT or (exc.errno == errno.ENOTDIR and problem == reach):
                     raise UsageError(f"--input={path}: no such folder") from None
                 if exc.errno == errno.ENOTDIR:
                     raise UsageError(f"--input={path}: not a folder (a manifest ends in .csv, .jsonl or .json, "

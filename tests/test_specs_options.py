@@ -353,6 +353,7 @@ def test_a_typo_in_the_configs_beam_section_is_a_usage_error(tmp_path):
     (["--input=/nonexistent/list.csv", "--output=o"], "no such manifest"),
     ([f"--input={__file__}", "--output=o"], "not a folder (a manifest ends in .csv, .jsonl or .json, or give "
                                             "--input_kind=csv or jsonl)"),
+    ([f"--input={__file__}/IN", "--output=o"], f"--input={__file__}/IN: no such folder"),
     ([*IO, "--runner=DaskRunner"], "--runner=DaskRunner is not supported"),
 ])
 def test_usage_errors_exit_2_with_one_line(argv, message, capsys):
