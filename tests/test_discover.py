@@ -520,19 +520,29 @@ def test_a_glob_goes_deeper_than_pythons_recursion_limit(tmp_path, deep_image):
     assert list(match_glob(f"{tmp_path}/**/*.jpg")) == [str(deep_image)]
 
 
+def rejected_in_root_and_class_folder(tree, name: str) -> dict[str, tuple[str, str]]:
+    """The rejections of `name` in the input root and of `name`.jpg in class folder cat."""
+    _, in_root = split_found(list_local_root(str(tree)))
+    _, in_class = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS))
+    return {path: (error, message) for path, error, message in [*in_root, *in_class]
+            if path in (f"{tree}/{name}", f"{tree}/cat/{name}.jpg")}
+
+
 def test_a_symlink_through_a_file_is_a_broken_symlink(tree):
-    (tree / "cat" / "through.jpg").symlink_to(tree / "cat" / "a.jpg" / "x.jpg")  # ENOTDIR, not ENOENT
-    _, rejected = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS))
-    assert (f"{tree}/cat/through.jpg", "UnreadableFile",
-            f"{tree}/cat/through.jpg is a broken symlink (to {tree}/cat/a.jpg/x.jpg)") in rejected
+    """In the input root as in a class folder (ENOTDIR, not ENOENT)."""
+    for link in (tree / "through", tree / "cat" / "through.jpg"):
+        link.symlink_to(tree / "cat" / "a.jpg" / "x.jpg")
+    assert rejected_in_root_and_class_folder(tree, "through") == {
+        path: ("UnreadableFile", f"{path} is a broken symlink (to {tree}/cat/a.jpg/x.jpg)")
+        for path in (f"{tree}/through", f"{tree}/cat/through.jpg")}
 
 
 def test_an_entry_that_cannot_be_read_is_not_called_a_broken_symlink(tree):
-    (tree / "cat" / "spin.jpg").symlink_to(tree / "cat" / "spin.jpg")
-    _, rejected = split_found(walk_class_folder(f"{tree}/cat", "cat", EXTENSIONS))
-    reasons = {path: (error, message) for path, error, message in rejected}
-    assert reasons[f"{tree}/cat/spin.jpg"] == (
-        "UnreadableFile", f"cannot read {tree}/cat/spin.jpg: Too many levels of symbolic links")
+    for link in (tree / "spin", tree / "cat" / "spin.jpg"):
+        link.symlink_to(link)
+    assert rejected_in_root_and_class_folder(tree, "spin") == {
+        path: ("UnreadableFile", f"cannot read {path}: Too many levels of symbolic links")
+        for path in (f"{tree}/spin", f"{tree}/cat/spin.jpg")}
 
 
 def test_walk_class_folder_accounts_for_every_entry(tree):

@@ -322,7 +322,7 @@ def list_local_root(root: str,
             is_dir = entry.is_dir(follow_symlinks=True)
             info = entry.stat(follow_symlinks=True) if is_dir else None
         except OSError as exc:  # a symlink loop (ELOOP) or an unreadable target
-            yield reject(entry.path, UnreadableFile(f"cannot follow {entry.path}: {exc.strerror or exc}"))
+            yield reject(entry.path, UnreadableFile(_unreadable(entry, exc)))
             continue
         if info is not None and (info.st_dev, info.st_ino) in above:  # `IN/all -> .`: every class again
             yield reject(entry.path, SkippedFile(LOOP))
