@@ -195,29 +195,50 @@ def test_grey_png_transparency_composites_over_the_background(depth):
     np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="drop"))[0], opaque)
 
 
-@pytest.mark.parametrize("extra_sample", [0, 1, 2], ids=["unspecified", "associated", "unassociated"])
+@pytest.mark.parametrize("extra_samples", [[1], [2], [0, 2], [2, 0]])
+@pytest.mark.parametrize("planar", ["contig", "separate"])
 @pytest.mark.parametrize("bits", [8, 16])
-def test_grey_tiff_with_alpha_is_refused_where_opencv_would_lose_the_alpha(tmp_path, bits, extra_sample):
-    """OpenCV decodes a grey TIFF with an alpha sample as opaque grey: right only for alpha that
-    is dropped and not premultiplied, or for an extra sample that is not alpha."""
+def test_grey_tiff_with_alpha_is_unsupported(tmp_path, bits, planar, extra_samples):
+    """OpenCV decodes a grey TIFF with an alpha sample as grey, multiplied by the alpha when the
+    samples are stored in planes: neither compositing nor dropping the alpha can be done."""
     import tifffile
 
-    grey_alpha = np.dstack([gradient()[..., 0], np.full((H, W), 128, np.uint8)]).astype(np.uint8)
-    values = grey_alpha if bits == 8 else grey_alpha.astype(np.uint16) * 257
+    grey = gradient()[..., 0]
+    samples = np.dstack([grey] + [np.full((H, W), 128, np.uint8)] * len(extra_samples))
+    values = samples if bits == 8 else samples.astype(np.uint16) * 257
+    if planar == "separate":
+        values = np.moveaxis(values, -1, 0)
     path = tmp_path / "ga.tif"
-    tifffile.imwrite(path, values, photometric="minisblack", planarconfig="contig", extrasamples=[extra_sample])
-    data = path.read_bytes()
-    grey = np.repeat(gradient()[..., 0][..., None], 3, axis=2)
-    if extra_sample == 0:
-        np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="composite")), grey)
-        return
-    with pytest.raises(UnsupportedImage, match="tiff is grey with .*alpha, which OpenCV drops"):
-        decode_image(data, ImageSpec(alpha="composite"))
-    if extra_sample == 1:
-        with pytest.raises(UnsupportedImage, match="associated"):
-            decode_image(data, ImageSpec(alpha="drop"))
-    else:
-        np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="drop")), grey)
+    tifffile.imwrite(path, values, photometric="minisblack", planarconfig=planar, extrasamples=extra_samples)
+    for spec in (ImageSpec(alpha="composite"), ImageSpec(alpha="drop")):
+        with pytest.raises(UnsupportedImage, match="tiff is grey with an alpha sample, which OpenCV drops"):
+            decode_image(path.read_bytes(), spec)
+
+
+def test_grey_tiff_with_an_extra_sample_that_is_not_alpha_is_grey(tmp_path):
+    import tifffile
+
+    grey = gradient()[..., 0]
+    tifffile.imwrite(tmp_path / "g.tif", np.dstack([grey, grey // 2]), photometric="minisblack", extrasamples=[0])
+    np.testing.assert_array_equal(decode_image((tmp_path / "g.tif").read_bytes(), SPEC),
+                                  np.repeat(grey[..., None], 3, axis=2))
+
+
+@pytest.mark.parametrize("damage", ["length 3", "length 4", "bad crc", "key beyond the bit depth"])
+def test_a_grey_trns_chunk_libpng_would_not_apply_is_not_applied(damage):
+    """libpng ignores a grey tRNS of another length than 2 or with a bad CRC, and a key beyond
+    the bit depth matches no pixel (it is not masked to the depth)."""
+    values = np.array([[0, 5, 9, 15]], np.uint16)
+    data = grey_png(values, 4, key=5 + 16 if damage == "key beyond the bit depth" else 5)
+    start = data.index(b"tRNS") - 4
+    if damage.startswith("length"):
+        body = b"\x00\x05" + b"\x00" * (int(damage[-1]) - 2)
+        chunk = struct.pack(">I", len(body)) + b"tRNS" + body + struct.pack(">I", zlib.crc32(b"tRNS" + body))
+        data = data[:start] + chunk + data[start + 14:]
+    elif damage == "bad crc":
+        data = data[:start + 10] + b"\x00\x00\x00\x00" + data[start + 14:]
+    opaque = np.repeat((values[0] * 17).astype(np.uint8)[:, None], 3, axis=1)
+    np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="composite", background=(0, 0, 255)))[0], opaque)
 
 
 def test_16bit_png_rounds_to_nearest(tmp_path):
@@ -277,9 +298,9 @@ def tiff_ifd(order: str, entries: list[tuple[int, int, int]]) -> bytes:
     """A TIFF header plus IFD0 of (tag, type, value) entries with count 1."""
     head = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "IH", 8, len(entries))
     body = b""
+    inline = {1: "B3x", 3: "H2x", 4: "I", 8: "h2x", 9: "i"}  # BYTE, SHORT, LONG, SSHORT, SLONG
     for tag, kind, value in entries:
-        inline = struct.pack(order + ("HH" if kind == 3 else "I"), *((value, 0) if kind == 3 else (value,)))
-        body += struct.pack(order + "HHI", tag, kind, 1) + inline
+        body += struct.pack(order + "HHI", tag, kind, 1) + struct.pack(order + inline[kind], value)
     return head + body + b"\x00\x00\x00\x00"
 
 
@@ -319,6 +340,17 @@ def test_tiff_size_tags_listed_twice_with_different_values_are_corrupt():
     with pytest.raises(CorruptImage, match="lists ImageLength twice"):
         read_header(tiff_ifd(">", [(256, 3, 10), (257, 4, 10), (257, 4, 3000)]))
     assert read_header(tiff_ifd("<", [(256, 3, 30), (257, 3, 20), (256, 3, 30)])) == ImageHeader("tiff", 30, 20)
+    # libtiff reads a size tag of any integer type: SLONG, SSHORT or BYTE first is the one it decodes by
+    for kind in (9, 8, 1):
+        with pytest.raises(CorruptImage, match=f"lists ImageWidth twice, as {200 if kind == 1 else 3000} and 10"):
+            read_header(tiff_ifd("<", [(256, kind, 200 if kind == 1 else 3000), (256, 3, 10), (257, 3, 10)]))
+    assert read_header(tiff_ifd(">", [(256, 8, 300), (257, 9, 70000)])) == ImageHeader("tiff", 300, 70000)
+
+
+def test_bigtiff_is_unsupported():
+    for magic in (b"II+\x00", b"MM\x00+"):
+        with pytest.raises(UnsupportedImage, match="BigTIFF layout is not supported"):
+            read_header(magic + b"\x00" * 60)
 
 
 def test_bmp_core_header_and_top_down(tmp_path):

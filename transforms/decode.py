@@ -20,7 +20,7 @@ from transforms.image_header import (
     png_grey_key,
     read_header,
     tiff_alpha_is_associated,
-    tiff_grey_alpha,
+    tiff_grey_with_alpha,
 )
 from transforms.native_stderr import call_capturing_stderr, write_stderr
 from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall, UnsupportedImage
@@ -234,14 +234,13 @@ def with_grey_key_transparent(grey: np.ndarray, key: int) -> np.ndarray:
     return cv2.merge([grey, grey, grey, alpha])
 
 
-def check_tiff_alpha(data: bytes, spec: ImageSpec) -> None:
-    """OpenCV decodes a grey TIFF with an alpha sample as opaque grey. That grey is right only
-    when alpha is dropped and was not premultiplied into it; otherwise refuse the image."""
-    alpha = tiff_grey_alpha(data)
-    if alpha is not None and (spec.alpha == "composite" or tiff_alpha_is_associated(data)):
-        kind = "associated (premultiplied)" if tiff_alpha_is_associated(data) else "unassociated"
-        raise UnsupportedImage(f"tiff is grey with {kind} alpha, which OpenCV drops when it decodes; "
-                               f"alpha={spec.alpha} needs it (convert the image to RGBA or to grey)")
+def check_tiff_alpha(data: bytes) -> None:
+    """OpenCV decodes a grey TIFF with an alpha sample as grey, and multiplies that grey by the
+    alpha when the samples are stored in planes: neither compositing nor dropping the alpha can
+    be done right, so such a TIFF is refused."""
+    if tiff_grey_with_alpha(data):
+        raise UnsupportedImage("tiff is grey with an alpha sample, which OpenCV drops (or multiplies into the grey) "
+                               "when it decodes; convert the image to RGBA, or to grey without alpha")
 
 
 def decode_any(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
@@ -250,7 +249,7 @@ def decode_any(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
     TIFF reader applies the TIFF orientation tag itself and returns no EXIF, so TIFFs are not
     rotated twice."""
     if header.format == "tiff":
-        check_tiff_alpha(data, spec)
+        check_tiff_alpha(data)
     try:
         img, types, metadata = cv2.imdecodeWithMetadata(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as exc:

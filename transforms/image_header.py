@@ -10,7 +10,7 @@ import struct
 import zlib
 from typing import Callable, Iterator, Optional
 
-from transforms.rejections import CorruptImage, EmptyFile, NotAnImage
+from transforms.rejections import CorruptImage, EmptyFile, NotAnImage, UnsupportedImage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,11 +36,15 @@ _TIFF_WIDTH, _TIFF_HEIGHT, _EXIF_ORIENTATION = 256, 257, 0x0112
 _TIFF_BITS_PER_SAMPLE, _TIFF_SAMPLES_PER_PIXEL = 258, 277
 _TIFF_EXTRA_SAMPLES, _ASSOCIATED_ALPHA = 338, 1
 _TIFF_ALPHA_SAMPLES = (1, 2)  # ExtraSamples: associated, unassociated alpha (0: not alpha)
+_TIFF_PHOTOMETRIC, _TIFF_GREY = 262, (0, 1)  # WhiteIsZero, BlackIsZero
 _TIFF_SIZE_TAGS = {256: "ImageWidth", 257: "ImageLength", 258: "BitsPerSample", 277: "SamplesPerPixel"}
 # PNG colour type → channels as OpenCV decodes them (palettes may gain alpha from tRNS; grey+alpha is BGRA).
 _PNG_GREY = 0
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 4, 6: 4}
-_TIFF_SHORT, _TIFF_LONG = 3, 4
+# TIFF integer field types (BYTE, SHORT, LONG, SBYTE, SSHORT, SLONG) as struct codes: libtiff
+# takes a size tag of any of them, though the standard names SHORT or LONG.
+_TIFF_INTEGERS = {1: "B", 3: "H", 4: "I", 6: "b", 8: "h", 9: "i"}
+_TIFF_MAX_VALUES = 64  # of one tag: enough for every tag read here, whatever a tag's count claims
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7,
                        0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 # Markers without a length field: TEM, RST0-7, SOI, EOI.
@@ -223,10 +227,10 @@ def _webp(data: bytes) -> _Size:
     raise CorruptImage(f"webp first chunk is {chunk!r}, not VP8, VP8L or VP8X")
 
 
-def _ifd0_entries(tiff: bytes) -> Iterator[tuple[int, int]]:
-    """(tag, first value) of each SHORT and LONG entry of IFD0 in a TIFF-structured blob (TIFF
-    files and EXIF share this layout), in file order. Values that do not fit the entry are read
-    at their offset."""
+def _ifd0_entries(tiff: bytes) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """(tag, values) of each integer entry of IFD0 in a TIFF-structured blob (TIFF files and EXIF
+    share this layout), in file order; at most `_TIFF_MAX_VALUES` values of each. Values that do
+    not fit the entry are read at their offset."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None or struct.unpack_from(order + "H", tiff, 2)[0] != 42:
         raise CorruptImage(f"tiff structure has no II*/MM* byte-order mark: {tiff[:4].hex(' ')}")
@@ -234,16 +238,16 @@ def _ifd0_entries(tiff: bytes) -> Iterator[tuple[int, int]]:
     (count,) = struct.unpack_from(order + "H", tiff, ifd)
     for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
         tag, kind, n = struct.unpack_from(order + "HHI", tiff, entry)
-        if n < 1 or kind not in (_TIFF_SHORT, _TIFF_LONG):
+        code = _TIFF_INTEGERS.get(kind)
+        if n < 1 or code is None:
             continue
-        size = 2 if kind == _TIFF_SHORT else 4
-        where = entry + 8 if n * size <= 4 else struct.unpack_from(order + "I", tiff, entry + 8)[0]
-        yield tag, struct.unpack_from(order + ("H" if kind == _TIFF_SHORT else "I"), tiff, where)[0]
+        where = entry + 8 if n * struct.calcsize(code) <= 4 else struct.unpack_from(order + "I", tiff, entry + 8)[0]
+        yield tag, struct.unpack_from(f"{order}{min(n, _TIFF_MAX_VALUES)}{code}", tiff, where)
 
 
-def _ifd0(tiff: bytes) -> dict[int, int]:
-    """Each tag's value in IFD0; a tag listed twice keeps its first value, as libtiff does."""
-    values: dict[int, int] = {}
+def _ifd0(tiff: bytes) -> dict[int, tuple[int, ...]]:
+    """Each integer tag's values in IFD0; a tag listed twice keeps its first entry, as libtiff does."""
+    values: dict[int, tuple[int, ...]] = {}
     for tag, value in _ifd0_entries(tiff):
         values.setdefault(tag, value)
     return values
@@ -251,33 +255,38 @@ def _ifd0(tiff: bytes) -> dict[int, int]:
 
 def _tiff(data: bytes) -> _Size:
     tags = _ifd0(data)
-    for tag, value in _ifd0_entries(data):
-        if tag in _TIFF_SIZE_TAGS and value != tags[tag]:
-            raise CorruptImage(f"tiff IFD0 lists {_TIFF_SIZE_TAGS[tag]} twice, as {tags[tag]} and {value}: "
+    for tag, values in _ifd0_entries(data):
+        if tag in _TIFF_SIZE_TAGS and values != tags[tag]:
+            raise CorruptImage(f"tiff IFD0 lists {_TIFF_SIZE_TAGS[tag]} twice, as {tags[tag][0]} and {values[0]}: "
                                "its size cannot be checked")
     if _TIFF_WIDTH not in tags or _TIFF_HEIGHT not in tags:
         raise CorruptImage("tiff IFD0 lacks ImageWidth (256) or ImageLength (257)")
-    channels = max(3, tags.get(_TIFF_SAMPLES_PER_PIXEL, 1))
-    return tags[_TIFF_WIDTH], tags[_TIFF_HEIGHT], channels, _bytes_per_sample(tags.get(_TIFF_BITS_PER_SAMPLE, 8))
+    channels = max(3, tags.get(_TIFF_SAMPLES_PER_PIXEL, (1,))[0])
+    bits = tags.get(_TIFF_BITS_PER_SAMPLE, (8,))[0]
+    return tags[_TIFF_WIDTH][0], tags[_TIFF_HEIGHT][0], channels, _bytes_per_sample(bits)
 
 
 def tiff_alpha_is_associated(data: bytes) -> bool:
     """Whether a TIFF's first extra sample is associated alpha (colours stored premultiplied)."""
-    return _ifd0(data).get(_TIFF_EXTRA_SAMPLES) == _ASSOCIATED_ALPHA
+    return _ifd0(data).get(_TIFF_EXTRA_SAMPLES, (0,))[0] == _ASSOCIATED_ALPHA
 
 
-def tiff_grey_alpha(data: bytes) -> Optional[int]:
-    """A grey TIFF's alpha sample (its ExtraSamples value: associated or unassociated alpha),
-    which OpenCV drops when it decodes; None for other TIFFs."""
+def tiff_grey_with_alpha(data: bytes) -> bool:
+    """Whether a TIFF is grey with an alpha among its extra samples, which OpenCV decodes as
+    grey (multiplied by the alpha when the samples are stored in planes)."""
     tags = _ifd0(data)
-    alpha = tags.get(_TIFF_EXTRA_SAMPLES)
-    return alpha if tags.get(_TIFF_SAMPLES_PER_PIXEL) == 2 and alpha in _TIFF_ALPHA_SAMPLES else None
+    extra = tags.get(_TIFF_EXTRA_SAMPLES, ())
+    photometric = tags.get(_TIFF_PHOTOMETRIC)
+    grey = photometric[0] in _TIFF_GREY if photometric else tags.get(_TIFF_SAMPLES_PER_PIXEL, (1,))[0] - len(extra) == 1
+    return grey and any(sample in _TIFF_ALPHA_SAMPLES for sample in extra)
 
 
 def png_grey_key(data: bytes) -> Optional[int]:
     """The grey a grey PNG's tRNS chunk makes transparent (OpenCV decodes such a PNG as opaque
     grey), as OpenCV decodes it: 1, 2 and 4-bit grey widened to 8 bits by replication
-    (x * 255 / (2^d - 1)). None when the PNG is not grey or has no tRNS."""
+    (x * 255 / (2^d - 1)). None when the PNG is not grey or has no tRNS that makes a pixel
+    transparent in libpng: one of 2 bytes, with a good CRC, before the image data, and a key
+    within the bit depth."""
     _, _, _, _, depth, color_type = struct.unpack_from(">I4sIIBB", data, 8)
     if color_type != _PNG_GREY:
         return None
@@ -285,9 +294,15 @@ def png_grey_key(data: bytes) -> Optional[int]:
     while pos + 8 <= len(data):
         length, chunk_type = struct.unpack_from(">I4s", data, pos)
         if chunk_type in (b"IDAT", b"IEND"):
-            return None  # tRNS comes before the image data
-        if chunk_type == b"tRNS" and length >= 2 and pos + 10 <= len(data):
-            key = struct.unpack_from(">H", data, pos + 8)[0] & ((1 << depth) - 1)
+            return None
+        if chunk_type == b"tRNS":
+            if length != 2 or pos + 14 > len(data):
+                return None
+            (key,) = struct.unpack_from(">H", data, pos + 8)
+            if zlib.crc32(data[pos + 4:pos + 10]) != struct.unpack_from(">I", data, pos + 10)[0]:
+                return None
+            if key >= 1 << depth:
+                return None  # libpng takes it, and it matches no pixel
             return key * 255 // ((1 << depth) - 1) if depth < 8 else key
         pos += 12 + length
     return None
@@ -306,6 +321,9 @@ _READERS: tuple[tuple[tuple[bytes, ...], str, _Reader], ...] = (
 def _sniff(data: bytes) -> tuple[str, _Reader]:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "webp", _webp
+    if data[:4] in (b"II+\x00", b"MM\x00+"):
+        raise UnsupportedImage("tiff in the BigTIFF layout is not supported: its size cannot be checked before "
+                               "decoding")
     for magics, fmt, reader in _READERS:
         if data.startswith(magics):
             return fmt, reader
@@ -333,7 +351,7 @@ def exif_orientation(exif: bytes) -> int:
     if exif.startswith(_EXIF_PREFIX):
         exif = exif[len(_EXIF_PREFIX):]
     try:
-        orientation = _ifd0(exif).get(_EXIF_ORIENTATION, 1)
+        orientation = _ifd0(exif).get(_EXIF_ORIENTATION, (1,))[0]
     except (CorruptImage, struct.error):
         return 1
     return orientation if 1 <= orientation <= 8 else 1
