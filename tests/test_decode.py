@@ -224,6 +224,22 @@ def test_grey_tiff_with_an_extra_sample_that_is_not_alpha_is_grey(tmp_path):
                                   np.repeat(grey[..., None], 3, axis=2))
 
 
+@pytest.mark.parametrize("first", ["length 1", "length 4", "bad crc", "valid"])
+def test_the_first_grey_trns_chunk_libpng_takes_is_applied(first):
+    """libpng discards a tRNS of another length than 2 or with a bad CRC and reads on; of two
+    valid ones it keeps the first."""
+    values = np.array([[0, 5, 9, 15]], np.uint16)
+    data = grey_png(values, 4, key=9)
+    start = data.index(b"tRNS") - 4
+    body = b"\x00\x05" if first in ("bad crc", "valid") else b"\x00\x05\x00\x00"[:int(first[-1])]
+    crc = 0 if first == "bad crc" else zlib.crc32(b"tRNS" + body)
+    data = data[:start] + struct.pack(">I", len(body)) + b"tRNS" + body + struct.pack(">I", crc) + data[start:]
+    transparent = 5 if first == "valid" else 9
+    expected = np.repeat((values[0] * 17).astype(np.uint8)[:, None], 3, axis=1)
+    expected[values[0] == transparent] = (0, 0, 255)
+    np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="composite", background=(0, 0, 255)))[0], expected)
+
+
 @pytest.mark.parametrize("damage", ["length 3", "length 4", "bad crc", "key beyond the bit depth"])
 def test_a_grey_trns_chunk_libpng_would_not_apply_is_not_applied(damage):
     """libpng ignores a grey tRNS of another length than 2 or with a bad CRC, and a key beyond
@@ -295,13 +311,20 @@ def test_apply_orientation_matches_pillow(orientation):
 
 
 def tiff_ifd(order: str, entries: list[tuple[int, int, int]]) -> bytes:
-    """A TIFF header plus IFD0 of (tag, type, value) entries with count 1."""
+    """A TIFF header plus IFD0 of (tag, type, value) entries with count 1; 8-byte values (LONG8,
+    SLONG8, IFD8) follow the IFD."""
     head = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "IH", 8, len(entries))
-    body = b""
-    inline = {1: "B3x", 3: "H2x", 4: "I", 8: "h2x", 9: "i"}  # BYTE, SHORT, LONG, SSHORT, SLONG
+    inline = {1: "B3x", 3: "H2x", 4: "I", 8: "h2x", 9: "i", 13: "I"}  # BYTE SHORT LONG SSHORT SLONG IFD
+    outside = {16: "Q", 17: "q", 18: "Q"}
+    body, after = b"", b""
+    after_at = 10 + 12 * len(entries) + 4
     for tag, kind, value in entries:
-        body += struct.pack(order + "HHI", tag, kind, 1) + struct.pack(order + inline[kind], value)
-    return head + body + b"\x00\x00\x00\x00"
+        if kind in outside:
+            body += struct.pack(order + "HHII", tag, kind, 1, after_at + len(after))
+            after += struct.pack(order + outside[kind], value)
+        else:
+            body += struct.pack(order + "HHI", tag, kind, 1) + struct.pack(order + inline[kind], value)
+    return head + body + b"\x00\x00\x00\x00" + after
 
 
 def test_exif_orientation_parsing():
@@ -340,11 +363,23 @@ def test_tiff_size_tags_listed_twice_with_different_values_are_corrupt():
     with pytest.raises(CorruptImage, match="lists ImageLength twice"):
         read_header(tiff_ifd(">", [(256, 3, 10), (257, 4, 10), (257, 4, 3000)]))
     assert read_header(tiff_ifd("<", [(256, 3, 30), (257, 3, 20), (256, 3, 30)])) == ImageHeader("tiff", 30, 20)
-    # libtiff reads a size tag of any integer type: SLONG, SSHORT or BYTE first is the one it decodes by
-    for kind in (9, 8, 1):
+    # libtiff reads a size tag of any integer type: the first entry, of whatever type, is the one it decodes by
+    for kind in (9, 8, 1, 13, 16, 17, 18):
         with pytest.raises(CorruptImage, match=f"lists ImageWidth twice, as {200 if kind == 1 else 3000} and 10"):
             read_header(tiff_ifd("<", [(256, kind, 200 if kind == 1 else 3000), (256, 3, 10), (257, 3, 10)]))
     assert read_header(tiff_ifd(">", [(256, 8, 300), (257, 9, 70000)])) == ImageHeader("tiff", 300, 70000)
+    assert read_header(tiff_ifd("<", [(256, 16, 300), (257, 18, 70000)])) == ImageHeader("tiff", 300, 70000)
+
+
+def test_a_tiff_tile_counts_in_the_memory_a_decode_needs():
+    """OpenCV allocates a whole tile: a 16x16 image in one 8192x8192 tile takes 256 MiB."""
+    tiled = [(256, 3, 16), (257, 3, 16), (277, 3, 4), (322, 4, 8192), (323, 4, 8192)]
+    header = read_header(tiff_ifd("<", tiled))
+    assert header.buffer_bytes == 8192 * 8192 * 4
+    assert decode_working_bytes(header, SPEC) > 8192 * 8192 * 4
+    with pytest.raises(ImageTooLarge, match="needs about 2684.* bytes to convert, more than max_decoded_bytes"):
+        check_header(tiff_ifd("<", tiled), ImageSpec(height=8, width=8, max_decoded_bytes=100_000))
+    assert read_header(tiff_ifd("<", tiled[:3])).buffer_bytes == 0
 
 
 def test_bigtiff_is_unsupported():

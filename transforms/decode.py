@@ -49,13 +49,14 @@ DAMAGE_CHECKS = "jpeg, tiff: no libjpeg lost-pixel warning; jpeg: progressive sc
 
 
 def decode_working_bytes(header: ImageHeader, spec: ImageSpec) -> int:
-    """Peak memory one decode takes: the decoded array, its 8-bit copy, RGB, compositing."""
+    """Peak memory one decode takes: the decoded array, its 8-bit copy, RGB, compositing, and
+    the decoder's own buffer where it can be large (a TIFF's tile)."""
     per_pixel = header.channels * header.bytes_per_sample + _RGB_AND_UPRIGHT_BYTES
     if header.bytes_per_sample > 1:
         per_pixel += header.channels
     if header.channels == 4 and (spec.alpha == "composite" or header.format == "tiff"):  # or unpremultiply
         per_pixel += _COMPOSITE_BYTES
-    return header.width * header.height * per_pixel
+    return header.width * header.height * per_pixel + header.buffer_bytes
 
 
 def check_header(data: bytes, spec: ImageSpec) -> ImageHeader:

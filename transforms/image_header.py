@@ -24,6 +24,7 @@ class ImageHeader:
     height: int
     channels: int = 3
     bytes_per_sample: int = 1
+    buffer_bytes: int = 0  # what the decoder allocates besides the image: a tiled TIFF's tile
 
     @property
     def decoded_bytes(self) -> int:
@@ -37,13 +38,15 @@ _TIFF_BITS_PER_SAMPLE, _TIFF_SAMPLES_PER_PIXEL = 258, 277
 _TIFF_EXTRA_SAMPLES, _ASSOCIATED_ALPHA = 338, 1
 _TIFF_ALPHA_SAMPLES = (1, 2)  # ExtraSamples: associated, unassociated alpha (0: not alpha)
 _TIFF_PHOTOMETRIC, _TIFF_GREY = 262, (0, 1)  # WhiteIsZero, BlackIsZero
+_TIFF_TILE_WIDTH, _TIFF_TILE_LENGTH = 322, 323
+_TIFF_TILE_SAMPLES = 4  # OpenCV reads a tile of up to 4 samples whole (8-bit: libtiff's RGBA interface)
 _TIFF_SIZE_TAGS = {256: "ImageWidth", 257: "ImageLength", 258: "BitsPerSample", 277: "SamplesPerPixel"}
 # PNG colour type → channels as OpenCV decodes them (palettes may gain alpha from tRNS; grey+alpha is BGRA).
 _PNG_GREY = 0
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 4, 6: 4}
-# TIFF integer field types (BYTE, SHORT, LONG, SBYTE, SSHORT, SLONG) as struct codes: libtiff
-# takes a size tag of any of them, though the standard names SHORT or LONG.
-_TIFF_INTEGERS = {1: "B", 3: "H", 4: "I", 6: "b", 8: "h", 9: "i"}
+# TIFF integer field types (BYTE, SHORT, LONG, SBYTE, SSHORT, SLONG, IFD, LONG8, SLONG8, IFD8) as
+# struct codes: libtiff takes a size tag of any of them, though the standard names SHORT or LONG.
+_TIFF_INTEGERS = {1: "B", 3: "H", 4: "I", 6: "b", 8: "h", 9: "i", 13: "I", 16: "Q", 17: "q", 18: "Q"}
 _TIFF_MAX_VALUES = 64  # of one tag: enough for every tag read here, whatever a tag's count claims
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7,
                        0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
@@ -266,6 +269,15 @@ def _tiff(data: bytes) -> _Size:
     return tags[_TIFF_WIDTH][0], tags[_TIFF_HEIGHT][0], channels, _bytes_per_sample(bits)
 
 
+def _tiff_tile_bytes(data: bytes) -> int:
+    """The buffer OpenCV allocates for one tile of a tiled TIFF: a tile much larger than the image
+    (a 16x16 image in one 8192x8192 tile) costs its whole size, whatever the image's."""
+    tags = _ifd0(data)
+    tile = max(0, tags.get(_TIFF_TILE_WIDTH, (0,))[0]) * max(0, tags.get(_TIFF_TILE_LENGTH, (0,))[0])
+    samples = max(_TIFF_TILE_SAMPLES, tags.get(_TIFF_SAMPLES_PER_PIXEL, (1,))[0])
+    return tile * samples * _bytes_per_sample(tags.get(_TIFF_BITS_PER_SAMPLE, (8,))[0])
+
+
 def tiff_alpha_is_associated(data: bytes) -> bool:
     """Whether a TIFF's first extra sample is associated alpha (colours stored premultiplied)."""
     return _ifd0(data).get(_TIFF_EXTRA_SAMPLES, (0,))[0] == _ASSOCIATED_ALPHA
@@ -285,8 +297,8 @@ def png_grey_key(data: bytes) -> Optional[int]:
     """The grey a grey PNG's tRNS chunk makes transparent (OpenCV decodes such a PNG as opaque
     grey), as OpenCV decodes it: 1, 2 and 4-bit grey widened to 8 bits by replication
     (x * 255 / (2^d - 1)). None when the PNG is not grey or has no tRNS that makes a pixel
-    transparent in libpng: one of 2 bytes, with a good CRC, before the image data, and a key
-    within the bit depth."""
+    transparent in libpng: the first tRNS of 2 bytes with a good CRC, before the image data,
+    with a key within the bit depth."""
     _, _, _, _, depth, color_type = struct.unpack_from(">I4sIIBB", data, 8)
     if color_type != _PNG_GREY:
         return None
@@ -295,16 +307,13 @@ def png_grey_key(data: bytes) -> Optional[int]:
         length, chunk_type = struct.unpack_from(">I4s", data, pos)
         if chunk_type in (b"IDAT", b"IEND"):
             return None
-        if chunk_type == b"tRNS":
-            if length != 2 or pos + 14 > len(data):
-                return None
+        if (chunk_type == b"tRNS" and length == 2 and pos + 14 <= len(data)
+                and zlib.crc32(data[pos + 4:pos + 10]) == struct.unpack_from(">I", data, pos + 10)[0]):
             (key,) = struct.unpack_from(">H", data, pos + 8)
-            if zlib.crc32(data[pos + 4:pos + 10]) != struct.unpack_from(">I", data, pos + 10)[0]:
-                return None
             if key >= 1 << depth:
                 return None  # libpng takes it, and it matches no pixel
             return key * 255 // ((1 << depth) - 1) if depth < 8 else key
-        pos += 12 + length
+        pos += 12 + length  # libpng discards a tRNS of another length or a bad CRC, and reads on
     return None
 
 
@@ -342,7 +351,8 @@ def read_header(data: bytes) -> ImageHeader:
         raise CorruptImage(f"{fmt} header truncated: file has only {len(data)} bytes") from None
     if width <= 0 or height <= 0:
         raise CorruptImage(f"{fmt} header declares an empty size {width}x{height}")
-    return ImageHeader(fmt, width, height, channels, bytes_per_sample)
+    buffer_bytes = _tiff_tile_bytes(data) if fmt == "tiff" else 0
+    return ImageHeader(fmt, width, height, channels, bytes_per_sample, buffer_bytes)
 
 
 def exif_orientation(exif: bytes) -> int:
