@@ -371,6 +371,15 @@ def test_tiff_size_tags_listed_twice_with_different_values_are_corrupt():
     assert read_header(tiff_ifd("<", [(256, 16, 300), (257, 18, 70000)])) == ImageHeader("tiff", 300, 70000)
 
 
+def test_a_tiff_directory_outside_the_file_is_corrupt():
+    ifd = tiff_ifd("<", [(256, 3, 30), (257, 3, 20)])
+    for offset in (0, 4, len(ifd)):
+        with pytest.raises(CorruptImage, match=f"IFD0 offset {offset} points into the header or past the end"):
+            read_header(ifd[:4] + struct.pack("<I", offset) + ifd[8:])
+    with pytest.raises(CorruptImage, match="IFD0 at byte 8 lists 65535 entries, more than the file's"):
+        read_header(ifd[:8] + b"\xff\xff" + ifd[10:])
+
+
 def test_a_tiff_tile_counts_in_the_memory_a_decode_needs():
     """OpenCV allocates a whole tile: a 16x16 image in one 8192x8192 tile takes 256 MiB."""
     tiled = [(256, 3, 16), (257, 3, 16), (277, 3, 4), (322, 4, 8192), (323, 4, 8192)]

@@ -238,7 +238,13 @@ def _ifd0_entries(tiff: bytes) -> Iterator[tuple[int, tuple[int, ...]]]:
     if order is None or struct.unpack_from(order + "H", tiff, 2)[0] != 42:
         raise CorruptImage(f"tiff structure has no II*/MM* byte-order mark: {tiff[:4].hex(' ')}")
     (ifd,) = struct.unpack_from(order + "I", tiff, 4)
+    if ifd < 8 or ifd + 2 > len(tiff):
+        raise CorruptImage(f"tiff IFD0 offset {ifd} points into the header or past the end of the file "
+                           f"({len(tiff)} bytes)")
     (count,) = struct.unpack_from(order + "H", tiff, ifd)
+    if ifd + 2 + 12 * count > len(tiff):
+        raise CorruptImage(f"tiff IFD0 at byte {ifd} lists {count} entries, more than the file's {len(tiff)} bytes "
+                           "hold")
     for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
         tag, kind, n = struct.unpack_from(order + "HHI", tiff, entry)
         code = _TIFF_INTEGERS.get(kind)
