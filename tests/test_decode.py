@@ -371,6 +371,29 @@ def test_tiff_size_tags_listed_twice_with_different_values_are_corrupt():
     assert read_header(tiff_ifd("<", [(256, 16, 300), (257, 18, 70000)])) == ImageHeader("tiff", 300, 70000)
 
 
+def jpeg_in_tiff(progressive: bool, rows: int = 8, strip_rows: int = 8) -> bytes:
+    """A grey TIFF of `rows` rows whose one strip is a JPEG stream of `strip_rows` rows."""
+    grey = np.tile(np.arange(64, dtype=np.uint8), (strip_rows, 1))
+    ok, stream = cv2.imencode(".jpg", grey, [cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive)])
+    assert ok
+    entries = [(256, 3, 64), (257, 3, rows), (258, 3, 8), (259, 3, 7), (262, 3, 1), (273, 4, 0), (277, 3, 1),
+               (278, 3, rows), (279, 4, len(stream))]
+    offset = len(tiff_ifd("<", entries))
+    located = [(tag, kind, offset if tag == 273 else value) for tag, kind, value in entries]  # StripOffsets
+    return tiff_ifd("<", located) + stream.tobytes()
+
+
+def test_progressive_jpeg_data_in_a_tiff_is_unsupported():
+    """libtiff decodes a progressive stream in a strip ("normally not legal"), and one taller
+    than its strip makes libjpeg buffer all of it: a 1-row image took 257 MiB."""
+    spec = ImageSpec(height=8, width=8, min_side=1)
+    with pytest.raises(UnsupportedImage, match="tiff holds progressive JPEG data"):
+        check_header(jpeg_in_tiff(progressive=True, rows=1, strip_rows=4000), spec)
+    with pytest.raises(UnsupportedImage, match="tiff holds progressive JPEG data"):
+        check_header(jpeg_in_tiff(progressive=True), spec)
+    assert check_header(jpeg_in_tiff(progressive=False), spec).height == 8
+
+
 def test_a_tiff_directory_outside_the_file_is_corrupt():
     ifd = tiff_ifd("<", [(256, 3, 30), (257, 3, 20)])
     for offset in (0, 4, len(ifd)):
@@ -381,10 +404,13 @@ def test_a_tiff_directory_outside_the_file_is_corrupt():
 
 
 def test_a_tiff_tile_counts_in_the_memory_a_decode_needs():
-    """OpenCV allocates a whole tile: a 16x16 image in one 8192x8192 tile takes 256 MiB."""
+    """OpenCV allocates a whole tile: a 16x16 image in one 8192x8192 tile takes 256 MiB (8-bit
+    tiles come as RGBA; deeper ones as stored)."""
     tiled = [(256, 3, 16), (257, 3, 16), (277, 3, 4), (322, 4, 8192), (323, 4, 8192)]
     header = read_header(tiff_ifd("<", tiled))
     assert header.buffer_bytes == 8192 * 8192 * 4
+    grey16 = [(256, 3, 16), (257, 3, 16), (258, 3, 16), (277, 3, 1), (322, 4, 256), (323, 4, 256)]
+    assert read_header(tiff_ifd("<", grey16)).buffer_bytes == 256 * 256 * 2
     assert decode_working_bytes(header, SPEC) > 8192 * 8192 * 4
     with pytest.raises(ImageTooLarge, match="needs about 2684.* bytes to convert, more than max_decoded_bytes"):
         check_header(tiff_ifd("<", tiled), ImageSpec(height=8, width=8, max_decoded_bytes=100_000))

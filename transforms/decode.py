@@ -21,6 +21,7 @@ from transforms.image_header import (
     read_header,
     tiff_alpha_is_associated,
     tiff_grey_with_alpha,
+    tiff_progressive_jpeg,
 )
 from transforms.native_stderr import call_capturing_stderr, write_stderr
 from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall, UnsupportedImage
@@ -73,6 +74,9 @@ def check_header(data: bytes, spec: ImageSpec) -> ImageHeader:
             f"declared size {size} with {header.channels} channels of {8 * header.bytes_per_sample} bits "
             f"decodes to {header.decoded_bytes} bytes and needs about {working} bytes to convert, more than "
             f"max_decoded_bytes={spec.max_decoded_bytes}")
+    if header.format == "tiff" and tiff_progressive_jpeg(data):
+        raise UnsupportedImage("tiff holds progressive JPEG data, which libtiff calls not legal: its decode can take "
+                               "memory far beyond what its declared size needs")
     if min(header.width, header.height) < spec.min_side:
         raise ImageTooSmall(f"declared size {size} has a side shorter than min_side={spec.min_side}")
     return header
@@ -91,7 +95,7 @@ def to_uint8(img: np.ndarray) -> np.ndarray:
         return cv2.convertScaleAbs(img, alpha=1 / 257)
     if img.dtype.kind == "f":
         return np.rint(np.clip(np.nan_to_num(img), 0.0, 1.0) * 255.0).astype(np.uint8)
-    raise CorruptImage(f"unsupported pixel type {img.dtype}")
+    raise UnsupportedImage(f"unsupported pixel type {img.dtype}")
 
 
 def composite(rgb: np.ndarray, alpha: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:

@@ -39,7 +39,10 @@ _TIFF_EXTRA_SAMPLES, _ASSOCIATED_ALPHA = 338, 1
 _TIFF_ALPHA_SAMPLES = (1, 2)  # ExtraSamples: associated, unassociated alpha (0: not alpha)
 _TIFF_PHOTOMETRIC, _TIFF_GREY = 262, (0, 1)  # WhiteIsZero, BlackIsZero
 _TIFF_TILE_WIDTH, _TIFF_TILE_LENGTH = 322, 323
-_TIFF_TILE_SAMPLES = 4  # OpenCV reads a tile of up to 4 samples whole (8-bit: libtiff's RGBA interface)
+_TIFF_RGBA_SAMPLES = 4  # OpenCV reads 8-bit TIFFs through libtiff's RGBA interface
+_TIFF_COMPRESSION, _TIFF_JPEG_COMPRESSIONS = 259, (6, 7)  # old-style and new-style JPEG
+_TIFF_STRIP_OFFSETS, _TIFF_TILE_OFFSETS = 273, 324
+_JPEG_PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 _TIFF_SIZE_TAGS = {256: "ImageWidth", 257: "ImageLength", 258: "BitsPerSample", 277: "SamplesPerPixel"}
 # PNG colour type → channels as OpenCV decodes them (palettes may gain alpha from tRNS; grey+alpha is BGRA).
 _PNG_GREY = 0
@@ -254,6 +257,24 @@ def _ifd0_entries(tiff: bytes) -> Iterator[tuple[int, tuple[int, ...]]]:
         yield tag, struct.unpack_from(f"{order}{min(n, _TIFF_MAX_VALUES)}{code}", tiff, where)
 
 
+def _tiff_all_values(tiff: bytes, wanted: int) -> tuple[int, ...]:
+    """Every value of one tag of IFD0 (strip or tile offsets: as many as the file holds)."""
+    order = "<" if tiff[:2] == b"II" else ">"
+    (ifd,) = struct.unpack_from(order + "I", tiff, 4)
+    (count,) = struct.unpack_from(order + "H", tiff, ifd)
+    for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
+        tag, kind, n = struct.unpack_from(order + "HHI", tiff, entry)
+        code = _TIFF_INTEGERS.get(kind)
+        if tag != wanted or code is None or n < 1:
+            continue
+        size = struct.calcsize(code)
+        where = entry + 8 if n * size <= 4 else struct.unpack_from(order + "I", tiff, entry + 8)[0]
+        if where + n * size > len(tiff):
+            raise CorruptImage(f"tiff tag {tag} lists {n} values, more than the file's {len(tiff)} bytes hold")
+        return struct.unpack_from(f"{order}{n}{code}", tiff, where)
+    return ()
+
+
 def _ifd0(tiff: bytes) -> dict[int, tuple[int, ...]]:
     """Each integer tag's values in IFD0; a tag listed twice keeps its first entry, as libtiff does."""
     values: dict[int, tuple[int, ...]] = {}
@@ -277,11 +298,33 @@ def _tiff(data: bytes) -> _Size:
 
 def _tiff_tile_bytes(data: bytes) -> int:
     """The buffer OpenCV allocates for one tile of a tiled TIFF: a tile much larger than the image
-    (a 16x16 image in one 8192x8192 tile) costs its whole size, whatever the image's."""
+    (a 16x16 image in one 8192x8192 tile) costs its whole size, whatever the image's. 8-bit tiles
+    come through libtiff's RGBA interface (4 samples), deeper ones as stored."""
     tags = _ifd0(data)
     tile = max(0, tags.get(_TIFF_TILE_WIDTH, (0,))[0]) * max(0, tags.get(_TIFF_TILE_LENGTH, (0,))[0])
-    samples = max(_TIFF_TILE_SAMPLES, tags.get(_TIFF_SAMPLES_PER_PIXEL, (1,))[0])
-    return tile * samples * _bytes_per_sample(tags.get(_TIFF_BITS_PER_SAMPLE, (8,))[0])
+    depth = _bytes_per_sample(tags.get(_TIFF_BITS_PER_SAMPLE, (8,))[0])
+    samples = _TIFF_RGBA_SAMPLES if depth == 1 else max(1, tags.get(_TIFF_SAMPLES_PER_PIXEL, (1,))[0])
+    return tile * samples * depth
+
+
+def tiff_progressive_jpeg(data: bytes) -> bool:
+    """Whether a JPEG-compressed TIFF holds a progressive JPEG stream in a strip or tile. libtiff
+    calls that "normally not legal" and decodes it anyway, and a progressive stream taller than
+    its strip (libtiff accepts one in the last strip, with a warning) makes libjpeg buffer the
+    whole stream: a 1-row image took 257 MiB. Only the declared size is checked before decoding."""
+    tags = _ifd0(data)
+    if tags.get(_TIFF_COMPRESSION, (1,))[0] not in _TIFF_JPEG_COMPRESSIONS:
+        return False
+    offsets = _tiff_all_values(data, _TIFF_TILE_OFFSETS) or _tiff_all_values(data, _TIFF_STRIP_OFFSETS)
+    for offset in offsets:
+        if data[offset:offset + 2] != b"\xff\xd8":
+            continue
+        try:
+            if any(marker in _JPEG_PROGRESSIVE_SOF for marker, _ in _jpeg_markers(data, offset + 2)):
+                return True
+        except CorruptImage:
+            continue
+    return False
 
 
 def tiff_alpha_is_associated(data: bytes) -> bool:
