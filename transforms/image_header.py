@@ -233,9 +233,9 @@ def _webp(data: bytes) -> _Size:
     raise CorruptImage(f"webp first chunk is {chunk!r}, not VP8, VP8L or VP8X")
 
 
-def _ifd0_entries(tiff: bytes) -> Iterator[tuple[int, tuple[int, ...]]]:
+def _ifd0_entries(tiff: bytes, limit: Optional[int] = _TIFF_MAX_VALUES) -> Iterator[tuple[int, tuple[int, ...]]]:
     """(tag, values) of each integer entry of IFD0 in a TIFF-structured blob (TIFF files and EXIF
-    share this layout), in file order; at most `_TIFF_MAX_VALUES` values of each. Values that do
+    share this layout), in file order; at most `limit` values of each (None: all). Values that do
     not fit the entry are read at their offset."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None or struct.unpack_from(order + "H", tiff, 2)[0] != 42:
@@ -253,26 +253,16 @@ def _ifd0_entries(tiff: bytes) -> Iterator[tuple[int, tuple[int, ...]]]:
         code = _TIFF_INTEGERS.get(kind)
         if n < 1 or code is None:
             continue
-        where = entry + 8 if n * struct.calcsize(code) <= 4 else struct.unpack_from(order + "I", tiff, entry + 8)[0]
-        yield tag, struct.unpack_from(f"{order}{min(n, _TIFF_MAX_VALUES)}{code}", tiff, where)
+        size, values = struct.calcsize(code), n if limit is None else min(n, limit)
+        where = entry + 8 if n * size <= 4 else struct.unpack_from(order + "I", tiff, entry + 8)[0]
+        if where + values * size > len(tiff):
+            raise CorruptImage(f"tiff tag {tag} lists {n} values, more than the file's {len(tiff)} bytes hold")
+        yield tag, struct.unpack_from(f"{order}{values}{code}", tiff, where)
 
 
 def _tiff_all_values(tiff: bytes, wanted: int) -> tuple[int, ...]:
     """Every value of one tag of IFD0 (strip or tile offsets: as many as the file holds)."""
-    order = "<" if tiff[:2] == b"II" else ">"
-    (ifd,) = struct.unpack_from(order + "I", tiff, 4)
-    (count,) = struct.unpack_from(order + "H", tiff, ifd)
-    for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
-        tag, kind, n = struct.unpack_from(order + "HHI", tiff, entry)
-        code = _TIFF_INTEGERS.get(kind)
-        if tag != wanted or code is None or n < 1:
-            continue
-        size = struct.calcsize(code)
-        where = entry + 8 if n * size <= 4 else struct.unpack_from(order + "I", tiff, entry + 8)[0]
-        if where + n * size > len(tiff):
-            raise CorruptImage(f"tiff tag {tag} lists {n} values, more than the file's {len(tiff)} bytes hold")
-        return struct.unpack_from(f"{order}{n}{code}", tiff, where)
-    return ()
+    return next((values for tag, values in _ifd0_entries(tiff, limit=None) if tag == wanted), ())
 
 
 def _ifd0(tiff: bytes) -> dict[int, tuple[int, ...]]:
