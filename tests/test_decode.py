@@ -327,6 +327,29 @@ def tiff_ifd(order: str, entries: list[tuple[int, int, int]]) -> bytes:
     return head + body + b"\x00\x00\x00\x00" + after
 
 
+def exif_block(order: str, kind: int, orientation: int = 6) -> bytes:
+    """An EXIF block whose only entry is Orientation, stored with integer type `kind`."""
+    code = {1: "B", 3: "H", 4: "I", 8: "h", 9: "i", 16: "Q"}[kind]
+    value = struct.pack(order + code, orientation)
+    inline, after = (value.ljust(4, b"\x00"), b"") if len(value) <= 4 else (struct.pack(order + "I", 26), value)
+    head = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "IH", 8, 1)
+    return b"Exif\x00\x00" + head + struct.pack(order + "HHI", 0x0112, kind, 1) + inline + b"\x00" * 4 + after
+
+
+@pytest.mark.parametrize("kind", [1, 3, 4, 8, 9, 16], ids=["BYTE", "SHORT", "LONG", "SSHORT", "SLONG", "LONG8"])
+@pytest.mark.parametrize("order", ["<", ">"], ids=["II", "MM"])
+def test_every_format_turns_upright_alike_whatever_the_orientations_type(tmp_path, order, kind):
+    """OpenCV turns plain JPEGs itself and reads Orientation's first two bytes whatever its type;
+    imgrec turns CMYK JPEGs (and PNG, WebP) itself and must read it the same way."""
+    wide = np.zeros((8, 16, 3), np.uint8)
+    wide[:, :8] = 200
+    exif = exif_block(order, kind)
+    plain = decode_image(pillow_file(tmp_path, Image.fromarray(wide), "JPEG", exif=exif, quality=95), SPEC)
+    cmyk = decode_image(pillow_file(tmp_path, Image.fromarray(wide).convert("CMYK"), "JPEG", exif=exif), SPEC)
+    assert plain.shape == cmyk.shape
+    assert (plain.shape[0] > plain.shape[1]) == (kind in (3, 8) or (order == "<" and kind != 16))
+
+
 def test_exif_orientation_parsing():
     assert exif_orientation(tiff_ifd(">", [(0x0112, 3, 6)])) == 6
     assert exif_orientation(tiff_ifd("<", [(0x010F, 3, 1), (0x0112, 3, 8)])) == 8

@@ -233,10 +233,8 @@ def _webp(data: bytes) -> _Size:
     raise CorruptImage(f"webp first chunk is {chunk!r}, not VP8, VP8L or VP8X")
 
 
-def _ifd0_entries(tiff: bytes, limit: Optional[int] = _TIFF_MAX_VALUES) -> Iterator[tuple[int, tuple[int, ...]]]:
-    """(tag, values) of each integer entry of IFD0 in a TIFF-structured blob (TIFF files and EXIF
-    share this layout), in file order; at most `limit` values of each (None: all). Values that do
-    not fit the entry are read at their offset."""
+def _ifd0_span(tiff: bytes) -> tuple[str, range]:
+    """A TIFF-structured blob's byte order and where each of IFD0's 12-byte entries starts."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None or struct.unpack_from(order + "H", tiff, 2)[0] != 42:
         raise CorruptImage(f"tiff structure has no II*/MM* byte-order mark: {tiff[:4].hex(' ')}")
@@ -248,7 +246,15 @@ def _ifd0_entries(tiff: bytes, limit: Optional[int] = _TIFF_MAX_VALUES) -> Itera
     if ifd + 2 + 12 * count > len(tiff):
         raise CorruptImage(f"tiff IFD0 at byte {ifd} lists {count} entries, more than the file's {len(tiff)} bytes "
                            "hold")
-    for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
+    return order, range(ifd + 2, ifd + 2 + 12 * count, 12)
+
+
+def _ifd0_entries(tiff: bytes, limit: Optional[int] = _TIFF_MAX_VALUES) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """(tag, values) of each integer entry of IFD0 in a TIFF-structured blob (TIFF files and EXIF
+    share this layout), in file order; at most `limit` values of each (None: all). Values that do
+    not fit the entry are read at their offset."""
+    order, entries = _ifd0_span(tiff)
+    for entry in entries:
         tag, kind, n = struct.unpack_from(order + "HHI", tiff, entry)
         code = _TIFF_INTEGERS.get(kind)
         if n < 1 or code is None:
@@ -395,12 +401,16 @@ def read_header(data: bytes) -> ImageHeader:
 
 
 def exif_orientation(exif: bytes) -> int:
-    """EXIF orientation (1-8) from a TIFF-structured EXIF blob; 1 (upright) when the tag is absent,
-    out of range or the blob is malformed, because a bad EXIF block should not cost the image."""
+    """EXIF orientation (1-8) from a TIFF-structured EXIF blob, read as OpenCV reads it for the
+    JPEGs it turns upright itself: the first two bytes of the entry's value, whatever type the
+    entry declares (EXIF says SHORT), so that every format turns alike. 1 (upright) when the tag
+    is absent, out of range or the blob is malformed: a bad EXIF block should not cost the image."""
     if exif.startswith(_EXIF_PREFIX):
         exif = exif[len(_EXIF_PREFIX):]
     try:
-        orientation = _ifd0(exif).get(_EXIF_ORIENTATION, (1,))[0]
+        order, entries = _ifd0_span(exif)
+        orientation = next((struct.unpack_from(order + "H", exif, entry + 8)[0] for entry in entries
+                            if struct.unpack_from(order + "H", exif, entry)[0] == _EXIF_ORIENTATION), 1)
     except (CorruptImage, struct.error):
         return 1
     return orientation if 1 <= orientation <= 8 else 1
