@@ -17,7 +17,7 @@ from PIL import Image, ImageOps
 
 from tests.helpers import png_declaring
 from transforms.decode import apply_orientation, check_header, decode_image, decode_working_bytes, refuse_made_up_pixels
-from transforms.image_header import ImageHeader, exif_orientation, read_header
+from transforms.image_header import MAX_JPEG_SCANS, ImageHeader, exif_orientation, progressive_jpeg_problem, read_header
 from transforms.rejections import CorruptImage, EmptyFile, ImageTooLarge, ImageTooSmall, NotAnImage, UnsupportedImage
 from transforms.specs import ImageSpec
 
@@ -507,6 +507,22 @@ def test_jpeg_cut_inside_a_scan_with_an_end_marker_appended_is_corrupt(params, f
     with pytest.raises(CorruptImage, match="jpeg data is damaged|progressive jpeg ends before its last scans"):
         decode_image(cut, SPEC)
     assert "Corrupt JPEG data" not in capfd.readouterr().err  # the warning became the reason
+
+
+def test_a_progressive_jpeg_with_hundreds_of_scans_is_refused_before_decoding():
+    """libjpeg decodes a repeated scan again over the whole image, without a warning."""
+    ok, buf = cv2.imencode(".jpg", gradient(64, 48), [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
+    assert ok
+    data = buf.tobytes()
+    assert progressive_jpeg_problem(data) is None
+    last_scan = data[data.rindex(b"\xff\xda"):-2]
+    for scans in (MAX_JPEG_SCANS, MAX_JPEG_SCANS + 1):
+        repeated = data[:-2] + last_scan * (scans - data.count(b"\xff\xda")) + data[-2:]
+        assert repeated.count(b"\xff\xda") == scans
+        if scans == MAX_JPEG_SCANS:
+            assert progressive_jpeg_problem(repeated) is None
+    with pytest.raises(CorruptImage, match=f"progressive jpeg has more than {MAX_JPEG_SCANS} scans"):
+        decode_image(repeated, SPEC)
 
 
 def test_progressive_jpeg_cut_between_scans_is_corrupt():

@@ -12,12 +12,13 @@ import cv2
 import numpy as np
 
 from transforms.image_header import (
+    MAX_JPEG_SCANS,
     ImageHeader,
     exif_orientation,
     jpeg_has_eoi,
-    jpeg_progression_gap,
     jpeg_without_harmless_warnings,
     png_grey_key,
+    progressive_jpeg_problem,
     read_header,
     tiff_alpha_is_associated,
     tiff_grey_with_alpha,
@@ -46,7 +47,7 @@ LIBJPEG_LOST_PIXELS = ("premature end of data segment", "Premature end of JPEG f
 _LIBJPEG_MESSAGE_STARTS = ("Corrupt JPEG data", "Premature end of JPEG file", "Inconsistent progression sequence")
 # The checks that refuse damaged images OpenCV would decode. Part of the input fingerprint, so
 # --skip_unchanged converts again a dataset made without them, which may hold such an image.
-DAMAGE_CHECKS = "jpeg, tiff: no libjpeg lost-pixel warning; jpeg: progressive scans complete"
+DAMAGE_CHECKS = f"jpeg, tiff: no libjpeg lost-pixel warning; jpeg: progressive scans complete, at most {MAX_JPEG_SCANS}"
 
 
 def decode_working_bytes(header: ImageHeader, spec: ImageSpec) -> int:
@@ -283,9 +284,9 @@ def decode_image(data: bytes, spec: ImageSpec, source: str = "") -> np.ndarray:
     if header.format == "jpeg":
         if not jpeg_has_eoi(data):
             raise CorruptImage("jpeg is truncated: no end-of-image marker after the scan data")
-        gap = jpeg_progression_gap(data)
-        if gap:
-            raise CorruptImage(gap)
+        problem = progressive_jpeg_problem(data)
+        if problem:
+            raise CorruptImage(problem)
         data = jpeg_without_harmless_warnings(data)
     if spec.decoder == "imread":
         decode = functools.partial(decode_like_imread, data, header)
