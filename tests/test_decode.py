@@ -417,6 +417,26 @@ def test_progressive_jpeg_data_in_a_tiff_is_unsupported():
     assert check_header(jpeg_in_tiff(progressive=False), spec).height == 8
 
 
+def test_an_animations_frames_count_in_the_memory_a_decode_needs():
+    """OpenCV's APNG reader holds two more RGBA frames, its animated WebP reader an RGBA canvas."""
+    ok, png = cv2.imencode(".png", np.zeros((30, 50, 4), np.uint16))
+    assert ok
+    png = png.tobytes()
+    assert read_header(png).buffer_bytes == 0
+    body = struct.pack(">II", 3, 0)  # acTL: frames, plays
+    actl = struct.pack(">I", len(body)) + b"acTL" + body + struct.pack(">I", zlib.crc32(b"acTL" + body))
+    apng = png[:33] + actl + png[33:]  # after the signature and IHDR
+    assert read_header(apng).buffer_bytes == 2 * 50 * 30 * 4 * 2
+
+    def vp8x(flags: int) -> bytes:
+        chunk = b"VP8X" + struct.pack("<I", 10) + bytes([flags, 0, 0, 0]) + (49).to_bytes(3, "little") \
+            + (29).to_bytes(3, "little")
+        return b"RIFF" + struct.pack("<I", 4 + len(chunk)) + b"WEBP" + chunk
+
+    assert read_header(vp8x(0x02)).buffer_bytes == 50 * 30 * 4
+    assert read_header(vp8x(0x10)).buffer_bytes == 0  # alpha, not animated
+
+
 def test_a_tiff_directory_outside_the_file_is_corrupt():
     ifd = tiff_ifd("<", [(256, 3, 30), (257, 3, 20)])
     for offset in (0, 4, len(ifd)):
