@@ -17,7 +17,14 @@ from PIL import Image, ImageOps
 
 from tests.helpers import png_declaring
 from transforms.decode import apply_orientation, check_header, decode_image, decode_working_bytes, refuse_made_up_pixels
-from transforms.image_header import MAX_JPEG_SCANS, ImageHeader, exif_orientation, progressive_jpeg_problem, read_header
+from transforms.image_header import (
+    MAX_JPEG_SCANS,
+    ImageHeader,
+    exif_orientation,
+    jpeg_exif,
+    progressive_jpeg_problem,
+    read_header,
+)
 from transforms.rejections import CorruptImage, EmptyFile, ImageTooLarge, ImageTooSmall, NotAnImage, UnsupportedImage
 from transforms.specs import ImageSpec
 
@@ -350,13 +357,37 @@ def test_every_format_turns_upright_alike_whatever_the_orientations_type(tmp_pat
     assert (plain.shape[0] > plain.shape[1]) == (kind in (3, 8) or (order == "<" and kind != 16))
 
 
+def with_app1(jpeg: bytes, *payloads: bytes) -> bytes:
+    """A JPEG with APP1 segments of these payloads right after its SOI."""
+    return jpeg[:2] + b"".join(b"\xff\xe1" + struct.pack(">H", len(p) + 2) + p for p in payloads) + jpeg[2:]
+
+
+@pytest.mark.parametrize("payloads,turned", [
+    ((b"Exif\x00\x00" + tiff_ifd(">", [(0x0112, 3, 6)]), b"Exif\x00\x00" + tiff_ifd(">", [(0x0112, 3, 3)])), True),
+    ((b"Exif\x00\x00Exif\x00\x00" + tiff_ifd(">", [(0x0112, 3, 6)]),), False),
+], ids=["the first of two", "a doubled prefix"])
+def test_a_cmyk_jpeg_turns_by_the_exif_block_opencv_turns_plain_ones_by(tmp_path, payloads, turned):
+    wide = np.zeros((8, 16, 3), np.uint8)
+    wide[:, :8] = 200
+    plain = with_app1(pillow_file(tmp_path, Image.fromarray(wide), "JPEG", quality=95), *payloads)
+    cmyk = with_app1(pillow_file(tmp_path, Image.fromarray(wide).convert("CMYK"), "JPEG"), *payloads)
+    assert jpeg_exif(plain) == payloads[0][6:]
+    assert (decode_image(plain, SPEC).shape[0] > 8) == turned  # OpenCV turned it
+    assert decode_image(cmyk, SPEC).shape == decode_image(plain, SPEC).shape
+
+
 def test_exif_orientation_parsing():
     assert exif_orientation(tiff_ifd(">", [(0x0112, 3, 6)])) == 6
     assert exif_orientation(tiff_ifd("<", [(0x010F, 3, 1), (0x0112, 3, 8)])) == 8
-    assert exif_orientation(b"Exif\x00\x00" + tiff_ifd("<", [(0x0112, 3, 3)])) == 3
+    assert exif_orientation(b"Exif\x00\x00" + tiff_ifd("<", [(0x0112, 3, 3)])) == 1  # the prefix is the caller's
     assert exif_orientation(tiff_ifd("<", [(0x010F, 3, 1)])) == 1
     assert exif_orientation(tiff_ifd("<", [(0x0112, 3, 9)])) == 1
     assert exif_orientation(tiff_ifd("<", [(0x0112, 3, 6)])[:14]) == 1
+    # as OpenCV reads it: the entries that are there, whatever the count says
+    assert exif_orientation(tiff_ifd(">", [(0x0112, 3, 6)])[:20]) == 6
+    overlong = bytearray(tiff_ifd("<", [(0x010F, 3, 1), (0x0112, 3, 6)]))
+    overlong[8:10] = struct.pack("<H", 50)
+    assert exif_orientation(bytes(overlong)) == 6
     assert exif_orientation(b"") == 1
     assert exif_orientation(b"garbage!") == 1
 
@@ -543,6 +574,9 @@ def test_a_progressive_jpeg_with_hundreds_of_scans_is_refused_before_decoding():
             assert progressive_jpeg_problem(repeated) is None
     with pytest.raises(CorruptImage, match=f"progressive jpeg has more than {MAX_JPEG_SCANS} scans"):
         decode_image(repeated, SPEC)
+    # libjpeg skips a comment of length 1 (nothing to skip) and reads on: so must the count
+    behind_a_bogus_comment = data[:-2] + b"\xff\xfe\x00\x01" + last_scan * MAX_JPEG_SCANS + data[-2:]
+    assert progressive_jpeg_problem(behind_a_bogus_comment).startswith("progressive jpeg has more than")
 
 
 def test_progressive_jpeg_cut_between_scans_is_corrupt():

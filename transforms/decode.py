@@ -12,9 +12,11 @@ import cv2
 import numpy as np
 
 from transforms.image_header import (
+    EXIF_PREFIX,
     MAX_JPEG_SCANS,
     ImageHeader,
     exif_orientation,
+    jpeg_exif,
     jpeg_has_eoi,
     jpeg_without_harmless_warnings,
     png_grey_key,
@@ -52,7 +54,7 @@ DAMAGE_CHECKS = f"jpeg, tiff: no libjpeg lost-pixel warning; jpeg: progressive s
 
 def decode_working_bytes(header: ImageHeader, spec: ImageSpec) -> int:
     """Peak memory one decode takes: the decoded array, its 8-bit copy, RGB, compositing, and
-    the decoder's own buffer where it can be large (a TIFF's tile)."""
+    the decoder's own buffers where they can be large (a TIFF's tile, an animation's frames)."""
     per_pixel = header.channels * header.bytes_per_sample + _RGB_AND_UPRIGHT_BYTES
     if header.bytes_per_sample > 1:
         per_pixel += header.channels
@@ -178,9 +180,12 @@ def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
 
 
 def _orientation(types: Sequence[int], metadata: Sequence[np.ndarray]) -> int:
+    """From the EXIF block OpenCV hands over with a PNG or WebP (some WebP writers keep the
+    "Exif" prefix of JPEG's APP1 in it)."""
     for kind, blob in zip(types, metadata):
         if kind == cv2.IMAGE_METADATA_EXIF:
-            return exif_orientation(np.asarray(blob).tobytes())
+            exif = np.asarray(blob).tobytes()
+            return exif_orientation(exif[len(EXIF_PREFIX):] if exif.startswith(EXIF_PREFIX) else exif)
     return 1
 
 
@@ -267,7 +272,8 @@ def decode_any(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
         img = with_grey_key_transparent(img, key)
     rgb = to_rgb(to_uint8(img), spec, opencv_premultiplied(header, img, data))
     del img
-    return apply_orientation(rgb, _orientation(types, metadata))
+    orientation = exif_orientation(jpeg_exif(data)) if header.format == "jpeg" else _orientation(types, metadata)
+    return apply_orientation(rgb, orientation)
 
 
 def decode_image(data: bytes, spec: ImageSpec, source: str = "") -> np.ndarray:

@@ -32,7 +32,7 @@ class ImageHeader:
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_EXIF_PREFIX = b"Exif\x00\x00"
+EXIF_PREFIX = b"Exif\x00\x00"
 _TIFF_WIDTH, _TIFF_HEIGHT, _EXIF_ORIENTATION = 256, 257, 0x0112
 _TIFF_BITS_PER_SAMPLE, _TIFF_SAMPLES_PER_PIXEL = 258, 277
 _TIFF_EXTRA_SAMPLES, _ASSOCIATED_ALPHA = 338, 1
@@ -58,6 +58,9 @@ _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7,
 _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 _JPEG_SOS, _JPEG_EOI, _JPEG_APP0 = 0xDA, 0xD9, 0xE0
 _JPEG_PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+# Segments libjpeg parses, and refuses with a bogus length: frame, scan and table headers.
+_JPEG_PARSED = _JPEG_SOF | {0xC4, 0xCC, 0xDA, 0xDB, 0xDC, 0xDD}
+_JPEG_APP1 = 0xE1
 _ALL_COEFFICIENTS = (1 << 64) - 1
 MAX_JPEG_SCANS = 500  # libjpeg-turbo's fuzzers and djpeg -maxscans use limits of this order
 
@@ -85,7 +88,10 @@ def _jpeg_markers(data: bytes, pos: int = 2) -> Iterator[tuple[int, int]]:
             raise CorruptImage(f"jpeg header truncated inside marker 0x{marker:02X} at byte {pos - 2}")
         (length,) = struct.unpack_from(">H", data, pos)
         if length < 2:
-            raise CorruptImage(f"jpeg marker 0x{marker:02X} at byte {pos - 2} has length {length}")
+            if marker in _JPEG_PARSED:
+                raise CorruptImage(f"jpeg marker 0x{marker:02X} at byte {pos - 2} has length {length}")
+            pos += 2  # libjpeg skips a segment it does not parse by its length: here, nothing more
+            continue
         yield marker, pos + 2
         if marker == _JPEG_SOS:
             return
@@ -242,8 +248,10 @@ def _webp(data: bytes) -> _Size:
     raise CorruptImage(f"webp first chunk is {chunk!r}, not VP8, VP8L or VP8X")
 
 
-def _ifd0_span(tiff: bytes) -> tuple[str, range]:
-    """A TIFF-structured blob's byte order and where each of IFD0's 12-byte entries starts."""
+def _ifd0_span(tiff: bytes, clipped: bool = False) -> tuple[str, range]:
+    """A TIFF-structured blob's byte order and where each of IFD0's 12-byte entries starts.
+    `clipped`: only the entries whose tag, type, count and first value bytes are there, as
+    OpenCV reads EXIF; otherwise an entry count that runs past the end is corrupt."""
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
     if order is None or struct.unpack_from(order + "H", tiff, 2)[0] != 42:
         raise CorruptImage(f"tiff structure has no II*/MM* byte-order mark: {tiff[:4].hex(' ')}")
@@ -252,6 +260,8 @@ def _ifd0_span(tiff: bytes) -> tuple[str, range]:
         raise CorruptImage(f"tiff IFD0 offset {ifd} points into the header or past the end of the file "
                            f"({len(tiff)} bytes)")
     (count,) = struct.unpack_from(order + "H", tiff, ifd)
+    if clipped:
+        return order, range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 9), 12)
     if ifd + 2 + 12 * count > len(tiff):
         raise CorruptImage(f"tiff IFD0 at byte {ifd} lists {count} entries, more than the file's {len(tiff)} bytes "
                            "hold")
@@ -428,15 +438,26 @@ def read_header(data: bytes) -> ImageHeader:
     return ImageHeader(fmt, width, height, channels, bytes_per_sample, buffer_bytes)
 
 
+def jpeg_exif(data: bytes) -> bytes:
+    """The EXIF block of a JPEG's first Exif APP1 segment, after its prefix: the one OpenCV turns
+    plain JPEGs by (its metadata API hands over the last one). Empty when there is none."""
+    try:
+        for marker, payload in _jpeg_markers(data):
+            (length,) = struct.unpack_from(">H", data, payload - 2)
+            if marker == _JPEG_APP1 and data[payload:payload + len(EXIF_PREFIX)] == EXIF_PREFIX:
+                return data[payload + len(EXIF_PREFIX):payload - 2 + length]
+    except CorruptImage:
+        pass
+    return b""
+
+
 def exif_orientation(exif: bytes) -> int:
-    """EXIF orientation (1-8) from a TIFF-structured EXIF blob, read as OpenCV reads it for the
+    """EXIF orientation (1-8) from a TIFF-structured EXIF blob (no "Exif" prefix), read as OpenCV reads it for the
     JPEGs it turns upright itself: the first two bytes of the entry's value, whatever type the
     entry declares (EXIF says SHORT), so that every format turns alike. 1 (upright) when the tag
     is absent, out of range or the blob is malformed: a bad EXIF block should not cost the image."""
-    if exif.startswith(_EXIF_PREFIX):
-        exif = exif[len(_EXIF_PREFIX):]
     try:
-        order, entries = _ifd0_span(exif)
+        order, entries = _ifd0_span(exif, clipped=True)
         orientation = next((struct.unpack_from(order + "H", exif, entry + 8)[0] for entry in entries
                             if struct.unpack_from(order + "H", exif, entry)[0] == _EXIF_ORIENTATION), 1)
     except (CorruptImage, struct.error):
