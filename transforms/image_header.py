@@ -40,11 +40,11 @@ _TIFF_ALPHA_SAMPLES = (1, 2)  # ExtraSamples: associated, unassociated alpha (0:
 _TIFF_PHOTOMETRIC, _TIFF_GREY = 262, (0, 1)  # WhiteIsZero, BlackIsZero
 _TIFF_TILE_WIDTH, _TIFF_TILE_LENGTH = 322, 323
 _RGBA = 4
-_TIFF_RGBA_SAMPLES = _RGBA  # OpenCV reads 8-bit TIFFs through libtiff's RGBA interface
 _WEBP_ANIMATED = 0x02  # VP8X flags bit
 _TIFF_COMPRESSION, _TIFF_JPEG_COMPRESSIONS = 259, (6, 7)  # old-style and new-style JPEG
 _TIFF_STRIP_OFFSETS, _TIFF_TILE_OFFSETS = 273, 324
-_TIFF_SIZE_TAGS = {256: "ImageWidth", 257: "ImageLength", 258: "BitsPerSample", 277: "SamplesPerPixel"}
+_TIFF_SIZE_TAGS = {_TIFF_WIDTH: "ImageWidth", _TIFF_HEIGHT: "ImageLength", _TIFF_BITS_PER_SAMPLE: "BitsPerSample",
+                   _TIFF_SAMPLES_PER_PIXEL: "SamplesPerPixel"}
 # PNG colour type → channels as OpenCV decodes them (palettes may gain alpha from tRNS; grey+alpha is BGRA).
 _PNG_GREY = 0
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 4, 6: 4}
@@ -59,7 +59,7 @@ _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 _JPEG_SOS, _JPEG_EOI, _JPEG_APP0 = 0xDA, 0xD9, 0xE0
 _JPEG_PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
 # Segments libjpeg parses, and refuses with a bogus length: frame, scan and table headers.
-_JPEG_PARSED = _JPEG_SOF | {0xC4, 0xCC, 0xDA, 0xDB, 0xDC, 0xDD}
+_JPEG_PARSED = _JPEG_SOF | {0xC4, 0xCC, _JPEG_SOS, 0xDB, 0xDC, 0xDD}  # + DHT, DAC, SOS, DQT, DNL, DRI
 _JPEG_APP1 = 0xE1
 _ALL_COEFFICIENTS = (1 << 64) - 1
 MAX_JPEG_SCANS = 500  # libjpeg-turbo's fuzzers and djpeg -maxscans use limits of this order
@@ -299,9 +299,9 @@ def _ifd0(tiff: bytes) -> dict[int, tuple[int, ...]]:
 
 
 def _tiff(data: bytes) -> _Size:
-    tags = _ifd0(data)
+    tags: dict[int, tuple[int, ...]] = {}  # the size tags, each by its first entry (libtiff's)
     for tag, values in _ifd0_entries(data):
-        if tag in _TIFF_SIZE_TAGS and values != tags[tag]:
+        if tag in _TIFF_SIZE_TAGS and values != tags.setdefault(tag, values):
             raise CorruptImage(f"tiff IFD0 lists {_TIFF_SIZE_TAGS[tag]} twice, as {tags[tag][0]} and {values[0]}: "
                                "its size cannot be checked")
     if _TIFF_WIDTH not in tags or _TIFF_HEIGHT not in tags:
@@ -318,7 +318,7 @@ def _tiff_tile_bytes(data: bytes) -> int:
     tags = _ifd0(data)
     tile = max(0, tags.get(_TIFF_TILE_WIDTH, (0,))[0]) * max(0, tags.get(_TIFF_TILE_LENGTH, (0,))[0])
     depth = _bytes_per_sample(tags.get(_TIFF_BITS_PER_SAMPLE, (8,))[0])
-    samples = _TIFF_RGBA_SAMPLES if depth == 1 else max(1, tags.get(_TIFF_SAMPLES_PER_PIXEL, (1,))[0])
+    samples = _RGBA if depth == 1 else max(1, tags.get(_TIFF_SAMPLES_PER_PIXEL, (1,))[0])
     return tile * samples * depth
 
 

@@ -48,7 +48,8 @@ class CorruptImage(InputRejected):
 
 
 class UnsupportedImage(InputRejected):
-    """A valid image OpenCV cannot decode faithfully (it would drop the alpha of a grey TIFF)."""
+    """An image imgrec cannot convert faithfully or within its limits: a grey TIFF with alpha
+    (OpenCV drops it), a BigTIFF, progressive JPEG data in a TIFF, 32-bit integer samples."""
 
     stage = "decode"
 
