@@ -73,8 +73,7 @@ class DistinctFn(beam.CombineFn):
         return accumulator
 
 
-def attach_label_ids(batch: Iterable[SourceImage], label_map: Mapping[str, int]) -> Iterator[Union[
-        tuple[LabeledImage, ...], beam.pvalue.TaggedOutput]]:
+def attach_label_ids(batch: Batch, label_map: Mapping[str, int]):
     """A batch of images → the batch with label ids; unknown labels as rejections."""
     labeled = []
     for image in batch:
@@ -114,8 +113,7 @@ def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str,
             yield SplitUnit(member.source.path, member.source.label, (member,))
 
 
-def bucket_units(element: tuple[int, list[LabeledImage]], split_key: str,
-                 drop_duplicates: bool) -> Iterator[Union[tuple[SplitUnit, ...], beam.pvalue.TaggedOutput]]:
+def bucket_units(element: tuple[int, Batch], split_key: str, drop_duplicates: bool):
     """One bucket's images → batches of split units: `group_copies` per content hash."""
     _, images = element
     units = []

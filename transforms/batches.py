@@ -9,6 +9,9 @@ A grouping by a fine key (a content hash, a path) is done in `BUCKETS` buckets: 
 split by bucket, the runner groups the pieces by bucket, and the per-key grouping happens in
 memory inside one bucket. Every item of one key lands in the same bucket, so the result is the
 same as a GroupByKey on the key, and a bucket holds 1/BUCKETS of the references.
+
+Functions that Beam calls and that yield tagged outputs (rejections) have no return hint: Beam
+would take it for the main output's element type, and check every tagged value against it.
 """
 from __future__ import annotations
 

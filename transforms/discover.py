@@ -465,8 +465,7 @@ class _ReadManifest(beam.DoFn):
             yield from batched(manifest_rows(manifest_lines(handle), self._layout, manifest))
 
 
-def resolve_bucket(element: tuple[int, list[ManifestRow]]) -> Iterator[Union[tuple[Candidate, ...],
-                                                                            beam.pvalue.TaggedOutput]]:
+def resolve_bucket(element: tuple[int, Batch]):
     """One bucket's manifest rows → batches of candidates (`resolve_listings` per file)."""
     _, rows = element
     found = []
@@ -478,8 +477,7 @@ def resolve_bucket(element: tuple[int, list[ManifestRow]]) -> Iterator[Union[tup
 # --------------------------------------------------------------------------------------------
 
 
-def pass_over_own(batch: tuple[Candidate, ...], output: OutputFolder,
-                  listed: bool) -> Iterator[Union[Batch, beam.pvalue.TaggedOutput]]:
+def pass_over_own(batch: Batch, output: OutputFolder, listed: bool):
     """The batch without the files imgrec wrote into its output. A glob matching them passes
     over them as a folder walk does; a manifest listing them gets a row for each, since every
     manifest line is a record or a row."""
@@ -570,7 +568,7 @@ def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Fo
     return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_from_parent(path))
 
 
-def glob_candidates(pattern: str, extensions: tuple[str, ...]) -> Iterator[Union[Batch, beam.pvalue.TaggedOutput]]:
+def glob_candidates(pattern: str, extensions: tuple[str, ...]):
     root = glob_root(pattern)
     datasets: dict[str, Optional[OutputFolder]] = {}  # folder → the dataset it holds
     yield from batched(unambiguous(classify_glob_match(root, path, extensions) for path in match_glob(pattern)

@@ -17,7 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.batches import batched, bucket_of, flatten, split_by
 from transforms.dataset_format import RecordLocation, parse_index
-from transforms.refs import PlannedImage
+from transforms.refs import Batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +43,7 @@ def read_index(shard: str, index: str, image_key: str, run_id: str) -> Iterator[
     yield from split_by(locations, lambda loc: bucket_of(loc.entry.sha256)).items()
 
 
-def attach(element: tuple[int, dict[str, Iterable]]) -> Iterator[tuple[PlannedImage, ...]]:
+def attach(element: tuple[int, dict[str, Iterable]]) -> Iterator[Batch]:
     """One bucket's planned images, each with the first record of its content (if any)."""
     _, grouped = element
     first: dict[str, RecordLocation] = {}

@@ -24,7 +24,7 @@ def read_and_check(candidate: Candidate, spec: ImageSpec, max_file_bytes: int) -
     return describe_source(candidate, read_input(candidate.path, max_file_bytes), spec)
 
 
-def read_batch(batch: tuple[Candidate, ...], spec: ImageSpec,
+def read_batch(batch: Batch, spec: ImageSpec,
                max_file_bytes: int) -> tuple[Batch, tuple[Rejection, ...]]:
     images, rejections = [], []
     for candidate in batch:

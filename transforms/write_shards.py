@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Iterable, Iterator, Union
+from typing import Iterable, Union
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -49,7 +49,7 @@ from transforms.parts import (
     shard_keys,
     shard_order,
 )
-from transforms.refs import PlannedImage
+from transforms.refs import Batch, PlannedImage
 from transforms.rejections import InputRejected
 from transforms.split import num_shards_for, shard_for
 
@@ -59,7 +59,7 @@ def shard_of(image: PlannedImage, shard_counts: dict[str, int], seed: int) -> Sh
     return image.split, shard_for(image.source.path, seed, num_shards), num_shards
 
 
-def by_shard(batch: tuple[PlannedImage, ...], shard_counts: dict[str, int],
+def by_shard(batch: Batch, shard_counts: dict[str, int],
              seed: int) -> Iterable[tuple[ShardKey, tuple[PlannedImage, ...]]]:
     """A batch split by shard: (shard, its images in the batch)."""
     return split_by(batch, lambda image: shard_of(image, shard_counts, seed)).items()
@@ -79,7 +79,7 @@ class ShardOpening:
 
 
 def plan_shard(element: tuple[ShardKey, Iterable[Union[tuple[PlannedImage, ...], ShardOpening]]],
-               settings: WriterSettings) -> Iterator[Union[PartTask, beam.pvalue.TaggedOutput]]:
+               settings: WriterSettings):
     """A shard's opening and batches of images → its parts, plus its plan keyed by shard (PLANS)
     for the concatenation."""
     shard, pieces = element
