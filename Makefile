@@ -1,14 +1,22 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
+PYTHON ?= python3
+# Every venv is built by this uv (from PyPI) from requirements.lock: what CI tested, exactly.
+UV_VERSION := 0.13.9
+LOCK := requirements.lock
+LOCK_EXTRAS := --extra test --extra gcp --extra aws
 # Beam's worker pool (portable runner tests) spawns `python` from PATH: the venv must come first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: venv demo test test-fast lint engines test-engines bench clean
+.PHONY: venv demo test test-fast lint lock test-newest test-oldest engines test-engines bench clean
 
-$(VENV)/.installed: setup.py
-	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,gcp]"
+# A fresh venv holding exactly the locked versions, plus imgrec itself (editable, no dependencies).
+$(VENV)/.installed: $(LOCK) setup.py
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -r $(LOCK)
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
 venv: $(VENV)/.installed
@@ -27,6 +35,35 @@ test-fast: venv
 lint: venv
 	$(PY) -m ruff check pipeline transforms tests benchmarks data
 
+# Refresh the lock to the newest releases setup.py allows; then `make test` (and commit both).
+lock: venv
+	$(VENV)/bin/uv pip compile setup.py $(LOCK_EXTRAS) --python-version 3.11 --upgrade \
+		--custom-compile-command "make lock" --quiet -o $(LOCK)
+
+# Early warning: a separate venv with the newest releases setup.py allows (not the lock), the fast
+# suite and the demo on it. What moved since the lock is printed first, and again if it fails.
+NEWEST_VENV ?= .venv-newest
+test-newest:
+	$(MAKE) --no-print-directory check-range RANGE_VENV=$(NEWEST_VENV) RESOLUTION=highest
+
+# The oldest releases setup.py allows (its lower bounds, `uv --resolution=lowest-direct`).
+OLDEST_VENV ?= .venv-oldest
+test-oldest:
+	$(MAKE) --no-print-directory check-range RANGE_VENV=$(OLDEST_VENV) RESOLUTION=lowest-direct
+
+.PHONY: check-range
+check-range:
+	rm -rf $(RANGE_VENV)
+	$(PYTHON) -m venv $(RANGE_VENV)
+	$(RANGE_VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(RANGE_VENV)/bin/uv pip install --quiet --python $(RANGE_VENV)/bin/python --resolution=$(RESOLUTION) \
+		-e ".[test,gcp,aws]"
+	$(RANGE_VENV)/bin/python -m tests.lock_drift $(LOCK)
+	PATH="$(abspath $(RANGE_VENV))/bin:$$PATH" $(RANGE_VENV)/bin/python -m pytest -q -m "unit or beam" tests \
+		&& PATH="$(abspath $(RANGE_VENV))/bin:$$PATH" $(RANGE_VENV)/bin/python -m pipeline.run \
+			--config=configs/local.yaml --output=out/$(RANGE_VENV) --overwrite \
+		|| { $(RANGE_VENV)/bin/python -m tests.lock_drift --failed $(LOCK); exit 1; }
+
 # Real engines (Prism, a Flink session cluster, a Spark standalone cluster): fetch whatever is not
 # cached yet (Go module cache, pip's cache, ~/.m2, ~/.cache/imgrec-engines), then run their tests.
 engines: venv
@@ -36,12 +73,13 @@ test-engines: engines
 	$(PY) -m pytest -q -rsxXfE --force-short-summary -m engines tests/engines
 
 # The contenders run with imgrec's default install (no extras), as a user converting local files
-# has it; the harness (corpora, timing) runs in $(VENV).
+# has it, at the locked versions; the harness (corpora, timing) runs in $(VENV).
 BENCH_VENV ?= .venv-bench
-$(BENCH_VENV)/.installed: setup.py
-	python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e .
+$(BENCH_VENV)/.installed: $(LOCK) setup.py
+	rm -rf $(BENCH_VENV)
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(BENCH_VENV)/bin/uv pip install --quiet --python $(BENCH_VENV)/bin/python -c $(LOCK) -e .
 	touch $@
 
 # Issue 10's large-photo target is measured against this revision (main when the issue was filed).
