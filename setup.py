@@ -13,25 +13,30 @@ setup(
     version=VERSION,
     description="Apache Beam pipeline that turns image files + labels into sharded TFRecords.",
     python_requires=">=3.10",
-    packages=[*find_packages(include=["pipeline", "pipeline.*", "transforms", "transforms.*"]), "imgrec_configs"],
-    # configs/ ships as the imgrec_configs package, so `--config=local` names configs/local.yaml anywhere.
-    package_dir={"imgrec_configs": "configs"},
-    package_data={"imgrec_configs": ["*.yaml"]},
+    packages=[*find_packages(include=["imgrec", "pipeline", "pipeline.*", "transforms", "transforms.*"]),
+              "imgrec.configs"],
+    # configs/ ships as imgrec.configs, so `--config=seed` names configs/seed.yaml anywhere.
+    package_dir={"imgrec.configs": "configs"},
+    package_data={"imgrec.configs": ["*.yaml"]},
     entry_points={"console_scripts": ["imgrec = pipeline.cli:entry_point"]},
+    # Lower bounds: the oldest releases `make test-oldest` passed on (OpenCV 5 needs numpy 2, which
+    # rules out older Beam and TensorFlow). Upper bounds: the next major version, not the newest
+    # tested one (requirements.lock pins that): `make test-newest` runs the newest releases inside
+    # these ranges at every landing, so a release that breaks imgrec is caught and named.
     install_requires=[
-        "apache-beam>=2.60,<3",
+        "apache-beam>=2.61,<3",
         "crc32c>=2.4",  # TFRecord checksums (transforms/tfrecord.py)
-        "tensorflow-cpu>=2.16,<3",
+        "tensorflow-cpu>=2.18,<3",
         # imdecodeWithMetadata (EXIF orientation without a second decode) needs OpenCV 5.
         "opencv-python-headless>=5.0,<6",
-        "numpy>=1.26,<3",
+        "numpy>=2.0,<3",
         "pyyaml>=6,<7",
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "pillow>=10", "scikit-image>=0.22", "tifffile>=2023.1",
                  "tensorflow-datasets>=4.9", "ruff>=0.6", "moto[server]>=5"],
-        "gcp": ["apache-beam[gcp]>=2.60,<3"],
-        "aws": ["apache-beam[aws]>=2.60,<3"],
+        "gcp": ["apache-beam[gcp]>=2.61,<3"],
+        "aws": ["apache-beam[aws]>=2.61,<3"],
         "tfds": ["tensorflow-datasets>=4.9"],
     },
 )

@@ -1,1 +1,1 @@
-"""The shipped configs, installed as the `imgrec_configs` package so `--config=local` works from any folder."""
+"""The shipped configs, installed as the `imgrec.configs` package so `--config=seed` works from any folder."""

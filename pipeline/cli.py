@@ -23,6 +23,12 @@ commands:
 
 
 def _run(argv: Sequence[str]) -> int:
+    from pipeline.flags import help_requested
+
+    text = help_requested(list(argv))
+    if text:  # before Beam's imports, which take a second or more
+        print(text, end="")
+        return 0
     exit_until_handled()
     from pipeline.run import main
 

@@ -11,172 +11,28 @@ import argparse
 import collections.abc
 import dataclasses
 import difflib
-import importlib.resources
 import math
 import os
 import re
 import stat
 import typing
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
 from pipeline.errors import CommandLineParser, UsageError
+from pipeline.flags import FLAGS, SECTIONS, add_imgrec_flags, comma_separated, shipped_configs
 from transforms import files
-from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
-
-SECTIONS = {"input": InputSpec, "output": OutputSpec, "image": ImageSpec, "features": FeatureKeys,
-            "splits": SplitSpec}
-CONFIG_PACKAGE = "imgrec_configs"  # configs/ as installed, so --config=local works anywhere
-MAX_CONVERT_PROCESSES = 64  # at least; or 4 per core on bigger machines
-
-
-def comma_separated(text: str) -> list[str]:
-    """`a, b` → [a, b], for flags and config strings alike: `` is none and a trailing comma is
-    allowed, but an empty entry (`cat,,dog`) is a ValueError, as it is in a config's list:
-    dropping it would move every later entry (a class's id)."""
-    parts = [part.strip() for part in text.split(",")] if text.strip() else []
-    if parts and not parts[-1]:
-        parts.pop()
-    if "" in parts:
-        raise ValueError(f"an empty entry in {text!r}")
-    return parts
-
-
-def _csv_of(kind: Callable[[str], Any]) -> Callable[[str], tuple]:
-    """A comma-separated flag's parser (`comma_separated`), each entry made a `kind`."""
-    def parse(text: str) -> tuple:
-        try:
-            parts = comma_separated(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        try:
-            return tuple(kind(part) for part in parts)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {kind.__name__}") from None
-    return parse
-
-
-def _mebibytes(text: str) -> int:
-    try:
-        return int(float(text) * 2**20)
-    except OverflowError:  # inf: like nan, a bad value (argparse reports ValueErrors), not a crash
-        raise ValueError(f"{text} MiB is not a finite size") from None
-
-
-@dataclasses.dataclass(frozen=True)
-class Flag:
-    name: str
-    section: str
-    field: str
-    type: Optional[Callable[[str], Any]]
-    help: str
-
-
-FLAGS = (
-    Flag("input", "input", "path", str, "Class-folder root, glob, or CSV/JSONL manifest (any Beam filesystem)."),
-    Flag("input_kind", "input", "kind", str, "auto | folders | glob | csv | jsonl."),
-    Flag("class_names", "input", "class_names", _csv_of(str),
-         "Fixed label map, comma-separated; other labels are rejected."),
-    Flag("max_file_bytes", "input", "max_file_bytes", int, "Reject larger files without reading them."),
-    Flag("manifest_columns", "input", "manifest_columns", _csv_of(str),
-         "PATH_COLUMN,LABEL_COLUMN: manifest column (CSV header) or key (JSONL) names."),
-    Flag("output", "output", "path", str, "Output folder ({date} and {timestamp} expand, UTC)."),
-    Flag("num_shards", "output", "num_shards", int, "Shards per split; 0 picks them from --target_shard_mb."),
-    Flag("target_shard_mb", "output", "target_shard_bytes", _mebibytes,
-         "Target shard size in MiB when num_shards is 0."),
-    Flag("compression", "output", "compression", str, "none | gzip."),
-    Flag("shuffle_seed", "output", "shuffle_seed", int, "Seed of the record order inside and across shards."),
-    Flag("overwrite", "output", "overwrite", None,
-         "Replace a finished dataset in --output (files imgrec did not write stay)."),
-    Flag("skip_unchanged", "output", "skip_unchanged", None,
-         "Keep the dataset if inputs and config are unchanged (see --compare_to), else replace it."),
-    Flag("compare_to", "output", "compare_to", str,
-         "Dataset --skip_unchanged compares with: a path, or 'latest' (newest sibling of a dated output)."),
-    Flag("reuse_from", "output", "reuse_from", str,
-         "Incremental run: take unchanged images from this dataset (a path, or 'latest')."),
-    Flag("max_error_fraction", "output", "max_error_fraction", float,
-         "Fail when a larger fraction of the images are errors."),
-    Flag("drop_duplicates", "output", "drop_duplicates", None, "Write one copy of identical images."),
-    Flag("allow_empty", "output", "allow_empty", None, "Publish a dataset even when no image was written."),
-    Flag("height", "image", "height", int, "Output height in pixels."),
-    Flag("width", "image", "width", int, "Output width in pixels."),
-    Flag("resize_mode", "image", "resize_mode", str, "stretch | center_crop | pad."),
-    Flag("interpolation", "image", "interpolation", str, "nearest | linear | area | cubic | lanczos."),
-    Flag("normalize", "image", "normalize", str, "none (uint8) | unit (float32 0..1) | mean_std."),
-    Flag("encoding", "image", "encoding", str, "raw | jpeg | png."),
-    Flag("quality", "image", "quality", int, "JPEG quality 1..100."),
-    Flag("alpha", "image", "alpha", str, "composite (over background) | drop."),
-    Flag("decoder", "image", "decoder", str, "imgrec (exact alpha, 16-bit, EXIF handling) | imread (as cv2.imread)."),
-    Flag("reduced_decode", "image", "reduced_decode", str, "auto (JPEG DCT scaling where invisible) | off."),
-    Flag("min_side", "image", "min_side", int, "Reject images whose short side is smaller."),
-    Flag("max_pixels", "image", "max_pixels", int, "Reject images declaring more pixels (decompression bombs)."),
-    Flag("max_decoded_bytes", "image", "max_decoded_bytes", int, "Reject images whose decode needs more memory."),
-    Flag("split_method", "splits", "method", str, "hash | stratified."),
-    Flag("split_key", "splits", "key", str, "content | path: what the split hash is computed from."),
-    Flag("split_names", "splits", "names", _csv_of(str), "Split names, comma-separated (letters, digits, _ and -)."),
-    Flag("split_ratios", "splits", "ratios", _csv_of(float), "Split ratios, comma-separated, summing to 1."),
-    Flag("split_salt", "splits", "salt", str, "Salt of the split hash; change it to re-draw splits."),
-)
-
-
-def _defaults() -> dict[str, str]:
-    """Each flag's default as --help shows it (as the flag would be written), from the spec
-    dataclasses; flags without one, and switches (off by default), are left out."""
-    defaults = {}
-    for flag in FLAGS:
-        default = {f.name: f for f in dataclasses.fields(SECTIONS[flag.section])}[flag.field].default
-        if default is dataclasses.MISSING or default is None or default is False or default == "":
-            continue
-        if flag.type is _mebibytes:
-            defaults[flag.name] = f"{default / 2**20:g}"
-        elif isinstance(default, (tuple, list)):
-            defaults[flag.name] = ",".join(map(str, default))
-        else:
-            defaults[flag.name] = str(default)
-    return defaults
-
-
-def _processes(text: str) -> int:
-    """Each converter process holds a decoder and its buffers: far more of them than cores only
-    takes memory (999 took 16 GB and kept starting processes)."""
-    count = 0 if text == "auto" else int(text)
-    limit = max(MAX_CONVERT_PROCESSES, 4 * (os.cpu_count() or 1))
-    if not 0 <= count <= limit:
-        raise argparse.ArgumentTypeError(f"must be auto or a number up to {limit}, got {text}")
-    return count
-
-
-def _seconds(text: str) -> float:
-    seconds = float(text)
-    if not 0 <= seconds < math.inf:
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
-    return seconds
+from transforms.specs import ConversionSpec
 
 
 class ImgrecOptions(PipelineOptions):
-    """imgrec's options; every other flag is passed to Beam."""
+    """imgrec's options (pipeline/flags.py); every other flag is passed to Beam."""
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--config", default=None,
-                            help="YAML config: a file, or a shipped one by name (local, seed, imagenet, flink, spark).")
-        defaults = _defaults()
-        for flag in FLAGS:
-            shown = f" (default: {defaults[flag.name]})" if flag.name in defaults else ""
-            if flag.type is None:
-                parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=flag.help + shown)
-                # A config's `overwrite: true` is the default of every run using it: one run can say otherwise.
-                parser.add_argument(f"--no_{flag.name}", dest=flag.name, action="store_false", default=None,
-                                    help=f"Turns --{flag.name} off where a config turns it on.")
-            else:
-                parser.add_argument(f"--{flag.name}", type=flag.type, default=None, help=flag.help + shown)
-        parser.add_argument("--convert_processes", type=_processes, default=None,
-                            help="Processes converting images inside each worker: auto (every core when the "
-                                 "runner runs the job in one process, else 1) or a number.")
-        parser.add_argument("--progress_interval", type=_seconds, default=None,
-                            help="Seconds between progress lines (default: 5 on a terminal, 30 otherwise; 0: off).")
+        add_imgrec_flags(parser)
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,17 +118,15 @@ ConfigLoader.add_implicit_resolver(
 
 
 def config_path(name: str) -> str:
-    """A config file path, or the name of a shipped config (`local` → configs/local.yaml)."""
+    """A config file path, or the name of a shipped config (`seed` → configs/seed.yaml); a name
+    that is neither is a usage error listing the shipped ones."""
     if os.path.exists(name) or name.endswith((".yaml", ".yml")) or os.sep in name:
         return name
-    try:
-        shipped = importlib.resources.files(CONFIG_PACKAGE) / f"{name}.yaml"
-    except ModuleNotFoundError:
-        shipped = None
-    if shipped is not None and shipped.is_file():
-        return str(shipped)
-    local = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", f"{name}.yaml")
-    return local if os.path.exists(local) else name
+    shipped = shipped_configs()
+    if name in shipped:
+        return shipped[name]
+    raise UsageError(f"--config={name}: no such file, nor a shipped config{_closest(name, shipped)} (shipped: "
+                     f"{', '.join(sorted(shipped))})")
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

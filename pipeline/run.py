@@ -5,7 +5,6 @@ an exit code (see pipeline/errors.py) and prints the summary. Schedulers rely on
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime
@@ -20,10 +19,14 @@ import uuid
 from typing import Iterator, Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
+from pipeline.flags import help_requested
 from pipeline.standard_streams import open_closed_standard_streams, say
 
 if __name__ == "__main__":
     open_closed_standard_streams()
+    if help_requested(sys.argv[1:]):  # before Beam's imports, which take a second or more
+        print(help_requested(sys.argv[1:]), end="")
+        sys.exit(0)
     interrupts.exit_until_handled()
 
 import apache_beam as beam  # noqa: E402
@@ -348,8 +351,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         for folder in (this_run, parts_dir(output)):
             if not FileSystems.exists(folder):
                 FileSystems.mkdirs(folder)
-        (_LOG.info if not sys.stderr.isatty() else _LOG.debug)(
-            "effective config: %s", json.dumps(spec.to_dict(), sort_keys=True))
+        _LOG.info("effective config: %s", json.dumps(spec.to_dict(), sort_keys=True))
         say(format_header(spec, runner, parsed.config_file))
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
@@ -445,36 +447,30 @@ def run(argv: Optional[Sequence[str]] = None) -> PipelineResult:
     return convert(list(sys.argv[1:] if argv is None else argv)).result
 
 
-def print_help() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.run", description="Convert image files + labels into sharded TFRecords.",
-        epilog="Every other flag is a Beam pipeline option and passes straight to Beam, e.g. --runner, "
-               "--direct_running_mode, --direct_num_workers, --job_endpoint, --project, --temp_location. "
-               "A config's beam: section holds the same options. Exit codes: 0 dataset published or kept, "
-               "1 run failed, 2 usage error, 3 output locked by another run, 130 interrupted (SIGINT, SIGTERM).")
-    ImgrecOptions._add_argparse_args(parser)  # pylint: disable=protected-access
-    parser.print_help()
+VERBOSE_FLAGS = ("-v", "--verbose")
 
 
-def configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
-    # Keep the job-submission lines schedulers parse (Airflow reads "Created job with id: [...]").
+def configure_logging(verbose: bool) -> None:
+    """Quiet unless asked: warnings and errors; `-v` adds imgrec's and Beam's INFO (the effective
+    config, job submission, worker start-up). The job-submission lines schedulers parse on
+    Dataflow (Airflow reads "Created job with id: [...]") are kept either way."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.ERROR)
     logging.getLogger("apache_beam.runners.dataflow").setLevel(logging.INFO)
-    # Worker start-up chatter relayed by the DirectRunner's in-process job service.
-    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
     # A DoFn's exception reaches `main`, which logs it with its whole chain: Beam's copy repeats it.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in argv or "-h" in argv:
-        print_help()
+    text = help_requested(argv)
+    if text:
+        print(text, end="")
         return 0
-    configure_logging()
+    configure_logging(verbose=any(flag in argv for flag in VERBOSE_FLAGS))
     with interrupts.handled(), imports_frozen():
-        return _convert_and_report(argv)
+        return _convert_and_report([arg for arg in argv if arg not in VERBOSE_FLAGS])
 
 
 def _convert_and_report(argv: Sequence[str]) -> int:

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from pipeline.errors import ImgrecError, OutputLocked, RunFailed, UsageError
+from pipeline.flags import help_text
 from pipeline.options import (
     FLAGS,
     SECTIONS,
@@ -276,6 +277,12 @@ def test_a_missing_config_is_a_usage_error(tmp_path):
         read_config(str(tmp_path / "nothing.yaml"))
 
 
+def test_a_misspelled_config_name_suggests_the_closest_and_lists_the_shipped_ones():
+    with pytest.raises(UsageError, match=r"--config=sede: no such file, nor a shipped config; did you mean seed\? "
+                                         r"\(shipped: .*imagenet.*seed"):
+        read_config("sede")
+
+
 @pytest.mark.parametrize("name", ["local", "seed", "imagenet"])
 def test_shipped_configs_by_name_and_path(name):
     assert config_path(name) == str(REPO / "configs" / f"{name}.yaml")
@@ -366,13 +373,16 @@ def test_usage_errors_exit_2_with_one_line(argv, message, capsys):
     assert "Traceback" not in captured.err and captured.out == ""
 
 
-def test_help_lists_every_flag_and_the_exit_codes(capsys):
-    from pipeline.run import main
-
-    assert main(["--help"]) == 0
-    out = capsys.readouterr().out
-    assert all(f"--{flag.name}" in out for flag in FLAGS)
-    assert "--config" in out and "3 output locked" in " ".join(out.split())
+def test_help_groups_everyday_flags_with_defaults_and_help_all_lists_every_flag():
+    everyday, every = help_text(all_flags=False), help_text(all_flags=True)
+    assert all(f"--{flag.name} " in every for flag in FLAGS)
+    assert {f"--{flag.name} " in everyday for flag in FLAGS} == {True, False}
+    text = " ".join(everyday.split())
+    assert text.startswith("usage: imgrec run") and "3 output locked" in text and "passes straight to Beam" in text
+    for shown in ("input (", "output (", "image (", "splits (", "runner (", "--config CONFIG", "(default: 224)",
+                  "(default: 0)", "(default: train,val,test)", "(default: 0.7,0.2,0.1)"):
+        assert shown in text, shown
+    assert max(len(group.splitlines()) for group in everyday.split("\n\n")) <= 24  # a screen per group
 
 
 def test_exit_codes():
