@@ -44,6 +44,7 @@ class Gathered:
     planned_counts: dict = dataclasses.field(default_factory=dict)
     duplicate_groups: int = 0
     extra_copies: int = 0
+    label_conflicts: int = 0  # duplicate groups whose copies carry different labels
     duplicate_examples: list = dataclasses.field(default_factory=list)  # DuplicateGroup, smallest hashes
     label_map: dict = dataclasses.field(default_factory=dict)
     fingerprint: str = ""
@@ -63,6 +64,7 @@ class Gathered:
         elif kind == DUPLICATE:
             self.duplicate_groups += 1
             self.extra_copies += len(value.paths) - 1
+            self.label_conflicts += len(set(value.labels)) > 1
             self._keep_examples([value])
         elif kind == LABEL_MAP:
             self.label_map.update(value)
@@ -84,6 +86,7 @@ class Gathered:
         self.planned_counts.update(other.planned_counts)
         self.duplicate_groups += other.duplicate_groups
         self.extra_copies += other.extra_copies
+        self.label_conflicts += other.label_conflicts
         self._keep_examples(other.duplicate_examples)
         self.label_map.update(other.label_map)
         self.fingerprint = self.fingerprint or other.fingerprint
@@ -91,7 +94,7 @@ class Gathered:
     def duplicates(self, dropped: bool) -> DuplicateSummary:
         examples = tuple({"sha256": g.content_hash, "paths": list(g.paths), "labels": list(g.labels)}
                          for g in self.duplicate_examples)
-        return DuplicateSummary(self.duplicate_groups, self.extra_copies, dropped, examples)
+        return DuplicateSummary(self.duplicate_groups, self.extra_copies, dropped, examples, self.label_conflicts)
 
     def totals(self, dropped_duplicates: bool, error_files: Sequence[str]) -> RunTotals:
         return RunTotals(label_map=self.label_map, shards=tuple(self.shards), planned_counts=self.planned_counts,

@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import hashlib
 import json
+import math
 import platform
 from typing import Mapping, Optional
 
@@ -130,10 +131,17 @@ def rejections_by_error(inputs: InputAccounting, errors_only: bool = False) -> s
     return ", ".join(f"{error}: {n}" for error, n in by_count)
 
 
+def _budget_that_passes(fraction: float) -> str:
+    """The smallest budget in hundredths that `fraction` does not exceed (0.0164 → 0.02)."""
+    budget = math.ceil(fraction * 100) / 100
+    return "1" if budget >= 1 else f"{budget + (0.01 if budget < fraction else 0):.2f}"
+
+
 def check_error_budget(metadata: DatasetMetadata, max_error_fraction: float, dead_letters: str) -> None:
     inputs = metadata.inputs
     if inputs.error_fraction > max_error_fraction:
         raise TooManyErrors(
             f"{inputs.errors} of {inputs.written + inputs.errors} images were rejected "
             f"({inputs.error_fraction:.2%} > max_error_fraction {max_error_fraction:.2%}; "
-            f"{rejections_by_error(inputs, errors_only=True)}). Nothing was published. Dead letters: {dead_letters}")
+            f"{rejections_by_error(inputs, errors_only=True)}). Nothing was published. Dead letters: {dead_letters}. "
+            f"To publish anyway, pass --max_error_fraction={_budget_that_passes(inputs.error_fraction)}")

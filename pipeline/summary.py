@@ -6,6 +6,7 @@ from typing import Optional
 from pipeline.tables import counted, format_bytes, format_table
 from transforms.dataset_format import DatasetMetadata
 from transforms.manifests import excerpt
+from transforms.rejections import SkippedFile, is_error_class
 from transforms.specs import ConversionSpec
 
 # Beyond this many classes (ImageNet has 1,000) the table shows the spread, not a column each.
@@ -35,6 +36,38 @@ def classes_without_examples(metadata: DatasetMetadata) -> list[str]:
     return [name for name in metadata.class_names() if name not in written]
 
 
+def inputs_line(metadata: DatasetMetadata) -> str:
+    """`inputs: 40 = 36 written + 2 skipped + 2 rejected`: skipped files are not images (by name or
+    kind) and were never meant to be converted; rejected ones are images that failed."""
+    inputs = metadata.inputs
+    skipped = inputs.rejected_by_error.get(SkippedFile.__name__, 0)
+    dropped = inputs.rejected - inputs.errors - skipped  # copies of an image or listing, dropped
+    parts = [f"{inputs.written} written", f"{skipped} skipped (not images)"]
+    if dropped:
+        parts.append(f"{dropped} duplicates dropped")
+    return f"inputs: {inputs.total} = {' + '.join([*parts, f'{inputs.errors} rejected'])}"
+
+
+def duplicate_lines(metadata: DatasetMetadata) -> list[str]:
+    """Identical images, and plainly the ones filed under different labels (a labelling mistake
+    more often than not)."""
+    duplicates = metadata.duplicates
+    if not duplicates.groups:
+        return []
+    action = "dropped" if duplicates.dropped else "kept"
+    lines = [f"duplicates: {counted(duplicates.groups, 'image')} stored more than once, "
+             f"{duplicates.extra_copies} extra copies ({action})"]
+    if metadata.config.get("splits", {}).get("key") == "path":
+        lines[-1] += "; split by path, so copies can be in different splits"
+    if duplicates.label_conflicts:
+        first = next((e for e in duplicates.examples if len(set(e["labels"])) > 1), None)
+        example = (": " + ", ".join(f"{excerpt(p)} is {excerpt(label)}" for p, label in
+                                    zip(first["paths"][:2], first["labels"][:2])) if first else "")
+        lines.append(f"warning: label conflicts: {counted(duplicates.label_conflicts, 'image')} filed under "
+                     f"different labels{example} (all in metadata.json duplicates.examples)")
+    return lines
+
+
 def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[float] = None,
                    engine: Optional[str] = None) -> str:
     classes = metadata.class_names()
@@ -43,15 +76,12 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
     rows = [[name, s.num_examples, *_class_cells(dict(s.label_counts), classes), s.num_shards,
              format_bytes(s.num_bytes), s.rejected] for name, s in metadata.splits.items()]
     inputs = metadata.inputs
-    rows.append(["total", inputs.written, *("" for _ in class_header), "", "", inputs.rejected])
-    lines = [format_table(header, rows), ""]
-    lines.append(f"inputs: {inputs.total} = {inputs.written} written + {inputs.rejected} rejected")
+    rows.append(["total", inputs.written, *("" for _ in class_header), "", "", inputs.errors])
+    lines = [format_table(header, rows), "", inputs_line(metadata)]
     for error, n in sorted(inputs.rejected_by_error.items()):
-        lines.append(f"  rejected {error}: {n}")
-    duplicates = metadata.duplicates
-    if duplicates.groups:
-        action = "dropped" if duplicates.dropped else "kept"
-        lines.append(f"duplicates: {duplicates.groups} groups, {duplicates.extra_copies} extra copies ({action})")
+        if is_error_class(error):
+            lines.append(f"  rejected {error}: {n}")
+    lines.extend(duplicate_lines(metadata))
     if metadata.reuse:
         lines.append(f"reused: {metadata.reuse.reused} images from {metadata.reuse.source}, "
                      f"converted {metadata.reuse.converted}")

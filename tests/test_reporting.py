@@ -19,6 +19,7 @@ from pipeline.progress import (
 from pipeline.summary import format_header, format_summary
 from pipeline.tables import format_bytes, format_table
 from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAccounting, ReuseSummary, SplitInfo
+from transforms.rejections import is_error_class
 from transforms.specs import ConversionSpec, ImageSpec, InputSpec, OutputSpec
 
 pytestmark = pytest.mark.unit
@@ -59,19 +60,21 @@ def test_format_bytes(num_bytes, text):
 
 # ----------------------------------------------------------------------------- summary
 
-def summary_metadata(classes: list[str], rejected_by_error=None, duplicates=None, reuse=None) -> DatasetMetadata:
+def summary_metadata(classes: list[str], rejected_by_error=None, duplicates=None, reuse=None,
+                     config=None) -> DatasetMetadata:
     rejected_by_error = rejected_by_error or {}
     rejected = sum(rejected_by_error.values())
+    errors = sum(n for error, n in rejected_by_error.items() if is_error_class(error))
     n = 2 * len(classes)
     split = SplitInfo(num_examples=n, num_bytes=2048, files=("train-00000-of-00001.tfrecord",), shard_lengths=(n,),
                       label_counts={c: 2 for c in classes}, rejected=0)
     return DatasetMetadata(
         splits={"train": split}, features={}, image={}, compression="none",
         label_map={c: i for i, c in enumerate(classes)},
-        inputs=InputAccounting(n + rejected, n, rejected, rejected, rejected_by_error, {}),
+        inputs=InputAccounting(n + rejected, n, rejected, errors, rejected_by_error, {}),
         duplicates=duplicates or DuplicateSummary(), error_files=("errors-00000-of-00001.jsonl",), fingerprint="",
         pixel_fingerprint="",
-        config={}, run={}, versions={}, reuse=reuse)
+        config=config or {}, run={}, versions={}, reuse=reuse)
 
 
 def test_summary_has_a_column_per_class_when_there_are_few():
@@ -80,7 +83,7 @@ def test_summary_has_a_column_per_class_when_there_are_few():
     assert lines[0].split() == ["split", "examples", "cat", "dog", "shards", "bytes", "rejected"]
     assert lines[2].split() == ["train", "4", "2", "2", "1", "2.0", "KiB", "0"]
     assert lines[3].split() == ["total", "4", "0"]
-    assert "inputs: 4 = 4 written + 0 rejected" in lines
+    assert "inputs: 4 = 4 written + 0 skipped (not images) + 0 rejected" in lines
     assert lines[-1] == "output: out (metadata.json, 1 shard)"
     assert not any(line.startswith(("dead letters", "duplicates", "reused", "time")) for line in lines)
 
@@ -107,18 +110,29 @@ def test_summary_shows_the_class_spread_when_there_are_many():
     assert max(len(line) for line in text.splitlines()) < 120
 
 
-def test_summary_reports_rejections_duplicates_reuse_and_time():
-    metadata = summary_metadata(["cat"], rejected_by_error={"SkippedFile": 2, "CorruptImage": 1},
+def test_summary_reports_skipped_rejected_duplicates_reuse_and_time():
+    metadata = summary_metadata(["cat"], rejected_by_error={"SkippedFile": 2, "CorruptImage": 1, "DuplicateImage": 3},
                                 duplicates=DuplicateSummary(groups=2, extra_copies=3, dropped=True),
                                 reuse=ReuseSummary("/data/old", reused=1, converted=1))
     lines = format_summary(metadata, "out", elapsed=2.5, engine="DirectRunner (FnApiRunner)").splitlines()
-    assert "inputs: 5 = 2 written + 3 rejected" in lines
-    assert lines[lines.index("inputs: 5 = 2 written + 3 rejected") + 1:][:2] == [
-        "  rejected CorruptImage: 1", "  rejected SkippedFile: 2"]
-    assert "duplicates: 2 groups, 3 extra copies (dropped)" in lines
+    inputs = "inputs: 8 = 2 written + 2 skipped (not images) + 3 duplicates dropped + 1 rejected"
+    assert lines[lines.index(inputs) + 1:][:2] == ["  rejected CorruptImage: 1", "duplicates: 2 images stored more "
+                                                   "than once, 3 extra copies (dropped)"]
     assert "reused: 1 images from /data/old, converted 1" in lines
     assert "dead letters: errors-00000-of-00001.jsonl" in lines
-    assert "time: 2.5 s, 2 images/s on DirectRunner (FnApiRunner)" in lines
+    assert "time: 2.5 s, 3 images/s on DirectRunner (FnApiRunner)" in lines
+
+
+def test_summary_names_label_conflicts_and_copies_split_by_path():
+    conflict = {"sha256": "ab", "paths": ["in/cat/x.jpg", "in/dog/x.jpg"], "labels": ["cat", "dog"]}
+    metadata = summary_metadata(["cat", "dog"], config={"splits": {"key": "path"}}, duplicates=DuplicateSummary(
+        groups=2, extra_copies=2, examples=({"sha256": "aa", "paths": ["a", "b"], "labels": ["cat", "cat"]}, conflict),
+        label_conflicts=1))
+    lines = format_summary(metadata, "out").splitlines()
+    assert ("duplicates: 2 images stored more than once, 2 extra copies (kept); split by path, so copies can be in "
+            "different splits") in lines
+    assert ("warning: label conflicts: 1 image filed under different labels: 'in/cat/x.jpg' is 'cat', 'in/dog/x.jpg' "
+            "is 'dog' (all in metadata.json duplicates.examples)") in lines
 
 
 def test_header_names_input_output_and_pixels():

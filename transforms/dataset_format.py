@@ -243,21 +243,23 @@ class InputAccounting:
 
 @dataclasses.dataclass(frozen=True)
 class DuplicateSummary:
-    """Identical images (same SHA-256): how many groups, extra copies, and the first groups."""
+    """Identical images (same SHA-256): how many groups, extra copies, how many groups hold copies
+    with different labels (label conflicts), and the first groups."""
 
     groups: int = 0
     extra_copies: int = 0
     dropped: bool = False
     examples: tuple[Mapping[str, Any], ...] = ()
+    label_conflicts: int = 0
 
     def to_json(self) -> dict:
         return {"groups": self.groups, "extra_copies": self.extra_copies, "dropped": self.dropped,
-                "examples": [dict(e) for e in self.examples]}
+                "label_conflicts": self.label_conflicts, "examples": [dict(e) for e in self.examples]}
 
     @classmethod
     def from_json(cls, value: Mapping) -> "DuplicateSummary":
         return cls(int(value.get("groups", 0)), int(value.get("extra_copies", 0)), bool(value.get("dropped")),
-                   tuple(value.get("examples", ())))
+                   tuple(value.get("examples", ())), int(value.get("label_conflicts", 0)))
 
 
 @dataclasses.dataclass(frozen=True)
