@@ -125,24 +125,26 @@ def box_problem(box: tuple[float, float, float, float], width: int, height: int)
 
 def object_rejection(path: str, obj: ObjectAnnotation, problem: AnnotationRejected) -> Rejection:
     """A dropped object's dead-letter row: the image's path, the object named in the message."""
-    return Rejection.from_exception(path, type(problem)(f"{obj.ref} ({obj.text!r}): {problem}"))
+    named = f"{obj.ref} ({obj.text!r})" if obj.text else obj.ref
+    return Rejection.from_exception(path, type(problem)(f"{named}: {problem}"))
 
 
 def finished_image(image: AnnotatedImage, objects: Iterable[ObjectAnnotation],
-                   labelled: Callable[[ObjectAnnotation], Optional[ObjectAnnotation]], unknown: str,
+                   labelled: Callable[[ObjectAnnotation], Optional[ObjectAnnotation]],
+                   unknown: Callable[[ObjectAnnotation], str],
                    keep_empty: bool) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
     """The image with those of `objects` that `labelled` gives a label id and whose boxes fit
-    it, and a rejection naming each other object (`unknown` says why a label is unknown). An
+    it, and a rejection naming each other object (`unknown` says why its label is unknown). An
     image left without objects is kept (a negative example) or skipped as asked: a skipped one
     is a NoAnnotations rejection, so the counts still add up."""
     kept, rejected = [], []
     for obj in objects:
         known = labelled(obj)
-        problem = UnknownCategory(unknown) if known is None else box_problem(obj.box, image.width, image.height)
+        problem = UnknownCategory(unknown(obj)) if known is None else box_problem(known.box, image.width, image.height)
         if problem is None:
             kept.append(known)
         else:
-            rejected.append(object_rejection(image.path, obj, problem))
+            rejected.append(object_rejection(image.path, known or obj, problem))
     if not kept and not keep_empty:
         rejected.append(Rejection.from_exception(image.path, NoAnnotations("no objects (kept with keep_empty_images)")))
         return None, tuple(rejected)

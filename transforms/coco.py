@@ -8,7 +8,7 @@ the file: COCO's train2017 instances file is 448 MB of JSON, several GB as Pytho
 groups the rows by image id is the caller's: the pipeline's GroupByKey, or `annotated_images`
 in memory for small files. A file that is not JSON, or whose categories cannot be a label map,
 is an `AnnotationFileError` (a usage error); a bad image or annotation entry is a rejection
-naming its place in the file (`instances.json#annotations[17]`).
+naming its place in the file (`ann/instances.json#annotations[17]`).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class CocoAnnotation:
     """An annotation entry; its object's `label` is the category id, its `text` filled in when joined."""
 
     image_id: int
-    place: str  # where in the file: "instances.json#annotations[17]"
+    place: str  # where in the file: "ann/instances.json#annotations[17]"
     obj: ObjectAnnotation
 
 
@@ -200,9 +200,8 @@ def coco_annotation(element: object, place: str, with_masks: bool) -> CocoAnnota
 def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = False) -> Iterator[CocoRow]:
     """Every element of the file as a category (id, name), a CocoImage, a CocoAnnotation, or the
     Rejection of an entry that is none of these. A bad category raises AnnotationFileError."""
-    name = posixpath.basename(path)
     for array, index, element in coco_elements(path):
-        place = f"{name}#{array}[{index}]"
+        place = f"{path}#{array}[{index}]"
         try:
             if isinstance(element, InputRejected):
                 raise element
@@ -215,7 +214,7 @@ def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = F
         except InputRejected as exc:
             if array == "categories":
                 raise AnnotationFileError(f"categories[{index}]: {exc}") from None
-            yield Rejection.from_exception(posixpath.join(posixpath.dirname(path), place), exc)
+            yield Rejection.from_exception(place, exc)
 
 
 def one_listing_per_file(listings: Iterable[CocoImage]) -> tuple[Optional[CocoImage], tuple[Rejection, ...]]:
@@ -255,7 +254,8 @@ def coco_image_group(listings: Iterable[CocoImage], annotations: Iterable[CocoAn
 
     return finished_image(AnnotatedImage(image.path, str(image.id), image.file_name, image.width, image.height, ()),
                           (a.obj for a in annotations), labelled,
-                          f"its category id is not one of the file's {len(names)} categories", keep_empty)
+                          lambda obj: f"category id {obj.label} is not one of the file's {len(names)} categories",
+                          keep_empty)
 
 
 def annotated_images(path: str, images_root: Optional[str] = None, with_masks: bool = False,

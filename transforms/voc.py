@@ -99,4 +99,5 @@ def labelled_voc_image(image: AnnotatedImage, label_map: dict[str, int],
         return dataclasses.replace(obj, label=label_map[obj.text]) if obj.text in label_map else None
 
     return finished_image(image, image.objects, labelled,
-                          f"its class is not one of the {len(label_map)} configured classes", keep_empty)
+                          lambda obj: f"class {obj.text!r} is not one of the {len(label_map)} configured classes",
+                          keep_empty)
