@@ -122,8 +122,9 @@ def voc_xml(stem: str, width: int, height: int, objects) -> str:
     parts = [f"<annotation>\n  <folder>JPEGImages</folder>\n  <filename>{stem}.jpg</filename>\n"
              f"  <size><width>{width}</width><height>{height}</height><depth>3</depth></size>\n"]
     for kind, (x, y, w, h) in objects:
-        parts.append(f"  <object>\n    <name>{kind}</name>\n    <pose>Unspecified</pose>\n    <truncated>0</truncated>\n"
-                     f"    <difficult>0</difficult>\n    <bndbox><xmin>{x + 1}</xmin><ymin>{y + 1}</ymin>"
+        parts.append(f"  <object>\n    <name>{kind}</name>\n    <pose>Unspecified</pose>\n"
+                     f"    <truncated>0</truncated>\n    <difficult>0</difficult>\n"
+                     f"    <bndbox><xmin>{x + 1}</xmin><ymin>{y + 1}</ymin>"
                      f"<xmax>{x + w}</xmax><ymax>{y + h}</ymax></bndbox>\n  </object>\n")
     return "".join(parts) + "</annotation>\n"
 
