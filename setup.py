@@ -32,7 +32,7 @@ setup(
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "pillow>=10", "scikit-image>=0.22", "tifffile>=2023.1",
                  "tensorflow-datasets>=4.9", "ruff>=0.6", "moto[server]>=5",
-                 "pycocotools>=2.0.7"],  # the reference reader of COCO annotations in tests
+                 "pycocotools>=2.0.8"],  # the reference reader of COCO annotations in tests
         "gcp": ["apache-beam[gcp]>=2.60,<3"],
         "aws": ["apache-beam[aws]>=2.60,<3"],
         "tfds": ["tensorflow-datasets>=4.9"],
