@@ -8,7 +8,8 @@ LOCK_EXTRAS := --extra test --extra gcp --extra aws
 # Beam's worker pool (portable runner tests) spawns `python` from PATH: the venv must come first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: venv demo test test-fast lint lock test-newest test-oldest engines test-engines bench clean
+.PHONY: venv demo test test-fast lint lock test-newest test-oldest engines test-engines bench clean \
+	test-detection-readers lock-modelgarden
 
 # A fresh venv holding exactly the locked versions, plus imgrec itself (editable, no dependencies).
 $(VENV)/.installed: $(LOCK) setup.py
@@ -24,9 +25,10 @@ venv: $(VENV)/.installed
 demo: venv
 	$(PY) -m pipeline.run --config=configs/local.yaml --overwrite
 
-# The whole suite CI runs (.ci/run): unit, Beam, end to end and slow tests; not the real engines.
+# The whole suite CI runs (.ci/run): unit, Beam, end to end and slow tests; not the real engines,
+# nor Model Garden's reader (make test-detection-readers).
 test: venv
-	$(PY) -m pytest -q -m "not engines" tests
+	$(PY) -m pytest -q -m "not engines and not modelgarden" tests
 
 # Unit tests and TestPipeline tests only: under a minute, for every edit.
 test-fast: venv
@@ -63,6 +65,24 @@ check-range:
 		&& PATH="$(abspath $(RANGE_VENV))/bin:$$PATH" $(RANGE_VENV)/bin/python -m pipeline.run \
 			--config=configs/local.yaml --output=out/$(RANGE_VENV) --overwrite \
 		|| { $(RANGE_VENV)/bin/python -m tests.lock_drift --failed $(LOCK); exit 1; }
+
+# Model Garden's TfExampleDecoder reads imgrec's detection records (tests/test_detection_readers.py).
+# tf-models-official pins its own TensorFlow, so it gets its own venv from its own lock.
+MODELGARDEN_VENV ?= .venv-modelgarden
+MODELGARDEN_LOCK := requirements-modelgarden.lock
+$(MODELGARDEN_VENV)/.installed: $(MODELGARDEN_LOCK)
+	rm -rf $(MODELGARDEN_VENV)
+	$(PYTHON) -m venv $(MODELGARDEN_VENV)
+	$(MODELGARDEN_VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(MODELGARDEN_VENV)/bin/uv pip install --quiet --python $(MODELGARDEN_VENV)/bin/python -r $(MODELGARDEN_LOCK)
+	touch $@
+
+test-detection-readers: venv $(MODELGARDEN_VENV)/.installed
+	MODELGARDEN_PYTHON=$(abspath $(MODELGARDEN_VENV))/bin/python $(PY) -m pytest -q -m modelgarden tests
+
+lock-modelgarden: venv
+	$(VENV)/bin/uv pip compile requirements-modelgarden.in --python-version 3.11 --upgrade \
+		--custom-compile-command "make lock-modelgarden" --quiet -o $(MODELGARDEN_LOCK)
 
 # Real engines (Prism, a Flink session cluster, a Spark standalone cluster): fetch whatever is not
 # cached yet (Go module cache, pip's cache, ~/.m2, ~/.cache/imgrec-engines), then run their tests.

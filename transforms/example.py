@@ -18,7 +18,21 @@ import numpy as np
 
 from transforms.specs import FeatureKeys, ImageSpec
 
-FeatureValue = Union[bytes, int, float]
+
+@dataclasses.dataclass(frozen=True)
+class ListFeature:
+    """A list-valued feature (a box coordinate per object, several labels): `kind` is bytes,
+    int64 or float, stated, since an empty list has no values to tell it by."""
+
+    kind: str
+    values: tuple
+
+    def __post_init__(self) -> None:
+        if self.kind not in _LIST_KINDS:
+            raise ValueError(f"list feature kind must be one of {', '.join(_LIST_KINDS)}; got {self.kind!r}")
+
+
+FeatureValue = Union[bytes, int, float, ListFeature]
 
 # Field numbers and wire types from example.proto / feature.proto.
 _LENGTH_DELIMITED = 2
@@ -27,6 +41,7 @@ _FEATURES_MAP = 1
 _MAP_KEY, _MAP_VALUE = 1, 2
 _FEATURE_BYTES, _FEATURE_FLOAT, _FEATURE_INT64 = 1, 2, 3
 _LIST_VALUE = 1
+_LIST_KINDS = ("bytes", "int64", "float")
 
 
 def _varint(value: int) -> bytes:
@@ -61,6 +76,20 @@ def _scalar_feature(value: Union[int, float]) -> bytes:
     raise TypeError(f"unsupported feature value type {type(value).__name__}")
 
 
+def _list_feature(feature: ListFeature) -> bytes:
+    """Int64List and FloatList are packed (one length-delimited run), BytesList one field per
+    value, as protobuf serializes them; an empty list is an empty list message."""
+    if feature.kind == "bytes":
+        return _field(_FEATURE_BYTES, b"".join(_field(_LIST_VALUE, bytes(value)) for value in feature.values))
+    if any(isinstance(value, (bool, np.bool_)) for value in feature.values):
+        raise TypeError("booleans are not a tf.train.Example feature type")
+    if feature.kind == "int64":
+        number, packed = _FEATURE_INT64, b"".join(_varint(int(value)) for value in feature.values)
+    else:
+        number, packed = _FEATURE_FLOAT, np.asarray(feature.values, "<f4").tobytes()
+    return _field(number, _field(_LIST_VALUE, packed) if packed else b"")
+
+
 @functools.lru_cache(maxsize=None)
 def _key_field(key: str) -> bytes:
     return _field(_MAP_KEY, key.encode("utf-8"))
@@ -91,6 +120,11 @@ def _bytes_entry(key: str, value: Union[bytes, bytearray, memoryview]) -> list:
     return [head + key_field + value_tag + feature_tag + list_tag, value]
 
 
+def _list_entry(key: str, value: ListFeature) -> bytes:
+    key_field, value_field = _key_field(key), _field(_MAP_VALUE, _list_feature(value))
+    return _tag(_FEATURES_MAP, len(key_field) + len(value_field)) + key_field + value_field
+
+
 def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
     """Serializes `{key: value}` as a `tf.train.Example`, deterministically (keys sorted)."""
     return b"".join(_example_chunks(features)[0])
@@ -110,7 +144,8 @@ def _example_chunks(features: Mapping[str, FeatureValue], locate: str = "") -> t
             chunks += (head, payload)
             size += len(head) + memoryview(payload).nbytes
         else:
-            entry = _scalar_entry(key, type(value), value)
+            entry = (_list_entry(key, value) if isinstance(value, ListFeature)
+                     else _scalar_entry(key, type(value), value))
             chunks.append(entry)
             size += len(entry)
     head = _tag(_EXAMPLE_FEATURES, size)
@@ -184,8 +219,13 @@ def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: Fe
         keys.source_path: fields.source_path.encode("utf-8", "surrogateescape"),
         keys.content_hash: fields.content_hash.encode("ascii"),
     }
-    chunks, image_offset = _example_chunks({key: value for key, value in values.items() if key}, keys.image)
-    return EncodedRecord(b"".join(chunks), image_offset, memoryview(pixels).nbytes)
+    return encode_record({key: value for key, value in values.items() if key}, keys.image)
+
+
+def encode_record(features: Mapping[str, FeatureValue], image_key: str) -> EncodedRecord:
+    """The serialized Example and where the bytes value of `image_key` sits in it."""
+    chunks, image_offset = _example_chunks(features, image_key)
+    return EncodedRecord(b"".join(chunks), image_offset, memoryview(features[image_key]).nbytes)
 
 
 def image_description(spec: ImageSpec) -> dict:

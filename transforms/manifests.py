@@ -322,3 +322,54 @@ def canonical_path(path: str) -> str:
     a symlinked folder are recognised as the same listing."""
     local = local_path(path)
     return os.path.realpath(local) if local is not None else path
+
+
+# Multi-label manifests: a path and a list of labels per line. A CSV cell holds the labels
+# joined by LABEL_SEPARATOR (`cat|dog`); a JSONL line a list (`"labels": ["cat", "dog"]`).
+MULTI_LABEL_COLUMNS = ("labels", "tags", "classes", "categories")
+LABEL_SEPARATOR = "|"
+
+
+def multilabel_layout(first_line: Optional[str], kind: str) -> ManifestLayout:
+    """The path column as in single-label manifests, the labels column the first of
+    MULTI_LABEL_COLUMNS the header (CSV) or first line (JSONL) names."""
+    try:
+        if kind == "csv":
+            names = _cells(first_line.lstrip("\ufeff")) if first_line else []
+        else:
+            row = json.loads(first_line.lstrip("\ufeff"), object_pairs_hook=_JsonObject.from_pairs) if first_line else 0
+            names = list(row.given) if isinstance(row, _JsonObject) else []
+    except (csv.Error, ValueError, RecursionError):
+        names = []
+    found = [next((name for preferred in preferences for name in names if same_name(name, preferred)), None)
+             for preferences in (PATH_COLUMNS, MULTI_LABEL_COLUMNS)]
+    if None in found:
+        raise ManifestError(f"multi-label manifest's first line {excerpt(first_line or '')} names no path column "
+                            f"({', '.join(PATH_COLUMNS)}) and labels column ({', '.join(MULTI_LABEL_COLUMNS)})")
+    columns = (found[0], found[1])
+    return csv_layout(first_line, columns, ()) if kind == "csv" else jsonl_layout(first_line, columns)
+
+
+def parse_labels_line(line: str, layout: ManifestLayout, manifest: str) -> tuple[Candidate, tuple[str, ...]]:
+    """One multi-label line → (its Candidate, whose label is the sorted labels joined by
+    LABEL_SEPARATOR, and those labels). A CSV line's cell must name a label; a JSONL line may
+    give an empty list (an image with none of the classes)."""
+    if layout.kind == "csv":
+        return _with_labels(parse_manifest_line(line, layout, manifest))
+    try:
+        row = json.loads(line, object_pairs_hook=_JsonObject.from_pairs)
+    except (ValueError, RecursionError) as exc:
+        raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
+    path, given = (_pick(row, layout.path), _pick(row, layout.label)) if isinstance(row, dict) else (None, None)
+    if not isinstance(path, str) or not path or not isinstance(given, list) or not all(map(_is_label, given)):
+        raise BadManifestLine(f"expected {{{json.dumps(layout.path)}: text, {json.dumps(layout.label)}: [text or "
+                              f"integer, ...]}}, got {excerpt(line)}")
+    if any(LABEL_SEPARATOR in str(label) for label in given):
+        raise BadManifestLine(f"a label holds {LABEL_SEPARATOR!r}, which joins labels: {excerpt(line)}")
+    return _with_labels(listed_candidate(path, LABEL_SEPARATOR.join(map(str, given)), manifest))
+
+
+def _with_labels(candidate: Candidate) -> tuple[Candidate, tuple[str, ...]]:
+    """The labels joined in a candidate's label: stripped, blank ones dropped, each once, sorted."""
+    labels = tuple(sorted({label.strip() for label in candidate.label.split(LABEL_SEPARATOR)} - {""}))
+    return Candidate(candidate.path, LABEL_SEPARATOR.join(labels)), labels

@@ -1,0 +1,203 @@
+"""Reading COCO instances files, Pascal VOC folders and multi-label manifests: what becomes an
+object, and the reason for everything that does not."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from tests.helpers import REPO
+from transforms import coco
+from transforms.coco import AnnotationFileError, annotated_images, coco_rows
+from transforms.manifests import ManifestError, multilabel_layout, parse_labels_line
+from transforms.rejections import BadManifestLine
+from transforms.voc import labelled_voc_image, parse_voc, voc_label_map
+
+pytestmark = pytest.mark.unit
+
+SAMPLE = REPO / "data" / "detection"
+CATEGORIES = [{"id": 1, "name": "cat"}, {"id": 18, "name": "dog"}]
+
+
+def write_coco(folder: pathlib.Path, images, annotations, categories=CATEGORIES) -> str:
+    path = folder / "ann" / "instances.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    return str(path)
+
+
+def image(image_id: int, name: str = "", width: int = 100, height: int = 80) -> dict:
+    return {"id": image_id, "file_name": name or f"{image_id}.jpg", "width": width, "height": height}
+
+
+def annotation(ann_id: int, image_id: int, bbox, category: int = 1, **extra) -> dict:
+    return {"id": ann_id, "image_id": image_id, "category_id": category, "bbox": bbox, "area": 10.0, "iscrowd": 0,
+            **extra}
+
+
+def reasons(rejections) -> list[tuple[str, str]]:
+    return sorted((r.error, r.message) for r in rejections)
+
+
+def test_the_coco_sample_reads_as_generated():
+    label_map, images, rejections = annotated_images(str(SAMPLE / "coco" / "instances.json"), with_masks=True)
+    assert label_map == {"disc": 1, "square": 3, "triangle": 7}  # COCO's category ids are the labels
+    assert rejections == []
+    by_name = {im.file_name: im for im in images}
+    assert by_name["images/street.jpg"].path == str(SAMPLE / "coco" / "images" / "street.jpg")
+    assert by_name["images/street.jpg"].source_id == "1"
+    assert [(o.label, o.text, o.box) for o in by_name["images/street.jpg"].objects] == [
+        (3, "square", (8.0, 10.0, 38.0, 34.0)), (7, "triangle", (50.0, 9.0, 90.0, 56.0))]
+    assert [o.is_crowd for o in by_name["images/pond.png"].objects] == [0, 1]
+    assert by_name["images/empty.jpg"].objects == ()
+
+
+def test_every_annotation_problem_is_a_rejection_with_its_reason(tmp_path):
+    listed = [image(1), image(2), image(3, "3.jpg"), image(4, "3.jpg"), image(5), image(5, "x.jpg")]
+    path = write_coco(tmp_path, listed, [
+        annotation(10, 1, [10, 10, 20, 20]),             # kept
+        annotation(11, 1, [90, 10, 20, 20]),             # past the right edge
+        annotation(12, 1, [10, 10, 0, 20]),              # no width
+        annotation(13, 1, [10, 10, 5, 5], category=2),   # unknown category
+        annotation(14, 9, [10, 10, 5, 5]),               # image 9 is not listed
+        annotation(15, 3, [10, 10, 5, 5]),               # 3.jpg is listed as images 3 and 4
+        annotation(16, 5, [10, 10, 5, 5]),               # image id 5 is listed twice
+        annotation(17, 1, [1, 2, 3]),                    # not a box
+        {"id": 18, "image_id": 1},                       # no category, no box
+    ])
+    _, images, rejections = annotated_images(path)
+    assert [(im.source_id, [o.ref for o in im.objects]) for im in images] == [("1", ["annotation 10"]), ("2", [])]
+    assert reasons(rejections) == [
+        ("AnnotationFileProblem", "annotation 17 (image 1) needs a bbox of 4 numbers [x, y, width, height]; "
+                                  "got [1, 2, 3]"),
+        ("AnnotationFileProblem", "annotation 18 needs an integer image_id and category_id; "
+                                  "got {'id': 18, 'image_id': 1}"),
+        ("BoxOutsideImage", "annotation 11 ('cat'): box x 90..110, y 10..30 reaches past the 100x80 image"),
+        ("EmptyBox", "annotation 12 ('cat'): box x 10..10, y 10..30 has no area"),
+        ("ImageListedTwice", "3.jpg is listed 2 times (image ids 3, 4)"),
+        ("ImageListedTwice", "3.jpg is listed 2 times (image ids 3, 4)"),
+        ("ImageListedTwice", "5.jpg is listed 2 times (image ids 5, 5)"),
+        ("ImageListedTwice", "annotation 15 refers to image id 3, whose file is listed twice"),
+        ("ImageListedTwice", "annotation 16 refers to image id 5, which is listed twice"),
+        ("ImageListedTwice", "x.jpg is listed 2 times (image ids 5, 5)"),
+        ("MissingImage", "annotation 14 refers to image id 9, which the file does not list"),
+        ("UnknownCategory", "annotation 13: category id 2 is not one of the file's 2 categories"),
+    ]
+    paths = {r.path for r in rejections if r.error == "MissingImage"}
+    assert paths == {str(tmp_path / "ann" / "instances.json#annotations[4]")}
+
+
+def test_images_without_objects_are_kept_or_skipped_and_counted(tmp_path):
+    path = write_coco(tmp_path, [image(1), image(2)], [annotation(1, 1, [0, 0, 100, 80]),
+                                                       annotation(2, 2, [0, 0, 101, 80])])
+    _, kept, rejected = annotated_images(path, keep_empty=True)
+    assert [len(im.objects) for im in kept] == [1, 0] and reasons(rejected)[0][0] == "BoxOutsideImage"
+    _, kept, rejected = annotated_images(path, keep_empty=False)
+    assert [im.source_id for im in kept] == ["1"]
+    assert [r.error for r in rejected] == ["BoxOutsideImage", "NoAnnotations"]
+
+
+def test_file_names_resolve_against_the_file_or_the_images_root(tmp_path):
+    path = write_coco(tmp_path, [image(1, "a/1.jpg"), image(2, "/abs/2.jpg")], [])
+    assert [im.path for im in annotated_images(path)[1]] == [str(tmp_path / "ann" / "a" / "1.jpg"), "/abs/2.jpg"]
+    assert [im.path for im in annotated_images(path, images_root=str(tmp_path / "imgs"))[1]] == [
+        str(tmp_path / "imgs" / "a" / "1.jpg"), "/abs/2.jpg"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"images": [', "is not valid JSON"),
+    ('{"images": [], "categories": [{"id": 0, "name": "bg"}]}', "ids start at 1"),
+    ('{"images": [], "categories": [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]}', "named both 'a' and 'b'"),
+    ('{"images": [], "categories": [{"id": 1, "name": "a"}, {"id": 2, "name": "a"}]}', "has ids 1 and 2"),
+    ('{"images": [], "categories": []}', "lists no categories"),
+    ('[1, 2]', "lists no categories"),
+])
+def test_a_file_that_is_not_coco_is_a_clear_error(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(AnnotationFileError, match=message):
+        annotated_images(str(path))
+
+
+def test_an_oversized_element_is_skipped_not_built(tmp_path, monkeypatch):
+    monkeypatch.setattr(coco, "MAX_ELEMENT_VALUES", 50)
+    big = annotation(2, 1, [1, 1, 5, 5], segmentation=[list(range(60))])
+    path = write_coco(tmp_path, [image(1)], [annotation(1, 1, [1, 1, 5, 5]), big, annotation(3, 1, [2, 2, 5, 5])])
+    rows = list(coco_rows(path))
+    assert [r.obj.ref for r in rows if isinstance(r, coco.CocoAnnotation)] == ["annotation 1", "annotation 3"]
+    (rejected,) = [r for r in rows if not isinstance(r, (tuple, coco.CocoImage, coco.CocoAnnotation))]
+    assert (rejected.error, rejected.message) == ("ElementTooLarge", "annotations[1] holds more than 50 values")
+
+
+def test_segmentations_are_read_only_for_masks(tmp_path):
+    path = write_coco(tmp_path, [image(1)], [
+        annotation(1, 1, [1, 1, 5, 5], segmentation=[[1, 1, 6, 1, 6, 6]]),
+        annotation(2, 1, [1, 1, 5, 5], segmentation={"size": [80, 100], "counts": "abc"}),
+        annotation(3, 1, [1, 1, 5, 5], segmentation={"size": [80, 100], "counts": [8000]}),
+        annotation(4, 1, [1, 1, 5, 5], segmentation="nonsense"),
+    ])
+    assert [o.segmentation for o in annotated_images(path)[1][0].objects] == [None] * 4
+    _, (img,), rejected = annotated_images(path, with_masks=True)
+    assert [type(o.segmentation).__name__ for o in img.objects] == ["Polygons", "RunLengths", "RunLengths"]
+    assert reasons(rejected) == [("BadSegmentation", "annotation 4 (image 1): segmentation is neither polygons "
+                                                     "nor an RLE: 'nonsense'")]
+
+
+def voc_file(tmp_path, text: str) -> tuple[bytes, str]:
+    path = tmp_path / "VOC" / "Annotations" / "x1.xml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path.read_bytes(), str(path)
+
+
+def test_voc_boxes_are_one_based_and_inclusive():
+    xml = SAMPLE / "voc" / "Annotations" / "000003.xml"
+    parsed, names = parse_voc(xml.read_bytes(), str(xml))
+    assert names == ["square", "triangle"]
+    assert parsed.path == str(SAMPLE / "voc" / "JPEGImages" / "000003.jpg") and parsed.source_id == "000003"
+    assert [(o.text, o.box) for o in parsed.objects] == [("triangle", (20.0, 12.0, 60.0, 52.0)),
+                                                          ("square", (62.0, 2.0, 78.0, 18.0))]
+    label_map = voc_label_map(["triangle", "square", "square"])
+    assert label_map == {"square": 1, "triangle": 2}
+    labelled, rejected = labelled_voc_image(parsed, {"triangle": 2})
+    assert [(o.label, o.text) for o in labelled.objects] == [(2, "triangle")]
+    assert reasons(rejected) == [("UnknownCategory", "object 2 ('square'): class 'square' is not one of the 1 "
+                                                     "configured classes")]
+
+
+BOMB = """<?xml version="1.0"?>
+<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>
+<annotation><filename>&lol2;</filename></annotation>"""
+EXTERNAL = """<?xml version="1.0"?><!DOCTYPE a [<!ENTITY e SYSTEM "file:///etc/passwd">]><annotation>&e;</annotation>"""
+
+
+@pytest.mark.parametrize("text, message", [
+    (BOMB, "DTDForbidden"),
+    (EXTERNAL, "DTDForbidden"),
+    ("<annotation><size>", "not readable XML: ParseError"),
+    ("<notvoc/>", "the root element is <notvoc>"),
+    ("<annotation><size><width>10</width></size></annotation>", "no <size/height>"),
+    ("<annotation><size><width>10</width><height>8</height></size><object><name>a</name><bndbox><xmin>x</xmin>"
+     "</bndbox></object></annotation>", "object 1: <bndbox/xmin> is 'x', not a number"),
+])
+def test_a_voc_file_that_cannot_be_read_is_refused_with_its_reason(tmp_path, text, message):
+    from transforms.annotations import AnnotationFileProblem
+
+    with pytest.raises(AnnotationFileProblem, match=message):
+        parse_voc(*voc_file(tmp_path, text))
+
+
+def test_multilabel_csv_and_jsonl_lines(tmp_path):
+    manifest = str(tmp_path / "m.csv")
+    layout = multilabel_layout("path,tags", "csv")
+    candidate, labels = parse_labels_line("a.jpg, dog | cat|dog", layout, manifest)
+    assert (candidate.path, candidate.label, labels) == (str(tmp_path / "a.jpg"), "cat|dog", ("cat", "dog"))
+    layout = multilabel_layout('{"image": "a.jpg", "labels": ["x"]}', "jsonl")
+    assert parse_labels_line('{"image": "b.jpg", "labels": ["y", 3, "y"]}', layout, manifest)[1] == ("3", "y")
+    assert parse_labels_line('{"image": "b.jpg", "labels": []}', layout, manifest)[1] == ()
+    for bad in ('{"image": "b.jpg", "labels": "y"}', '{"image": "b.jpg", "labels": ["a|b"]}', "{"):
+        with pytest.raises(BadManifestLine):
+            parse_labels_line(bad, layout, manifest)
+    with pytest.raises(ManifestError, match="names no path column"):
+        multilabel_layout("path,label", "csv")
