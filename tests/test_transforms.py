@@ -201,7 +201,7 @@ def test_read_and_check(tmp_path):
     candidates = [Candidate(path, "cat") for path in (good, empty, missing, text, large, tiny, fifo)]
     expected = SourceImage(good, "cat", content_hash(pathlib.Path(good).read_bytes()), "png", width=10, height=6)
     with test_pipeline() as p:
-        read = (p | beam.Create([tuple(candidates)])
+        read = (p | beam.Create([Batch(candidates)])
                 | beam.ParDo(ReadAndCheck(ImageSpec(min_side=2), max_file_bytes=20_000)).with_outputs(
                     REJECTED, main="images"))
         assert_that(read.images, equal_to([(expected,)]), label="images")
@@ -490,7 +490,7 @@ def test_write_shards_rejects_a_file_changed_after_planning(tmp_path):
     changed = planned_image(changed_path, "cat", "train")
     write_image(tmp_path / "cat" / "changed.png", color=(1, 2, 3))  # rewritten after planning
     with test_pipeline() as p:
-        written = p | beam.Create([(kept, changed)]) | WriteShards(writer_settings(tmp_path, num_shards=1))
+        written = p | beam.Create([Batch([kept, changed])]) | WriteShards(writer_settings(tmp_path, num_shards=1))
         assert_that(written[REJECTED] | beam.Map(lambda r: (*rejection_tuple(r), r.split)),
                     equal_to([(changed_path, "read", "FileChanged", "train")]), label="rejected")
         assert_that(written["shards"] | "S" >> beam.Map(lambda s: (s.num_examples, s.label_counts)),
