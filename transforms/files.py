@@ -95,6 +95,13 @@ def _object_stores():
     return object_stores
 
 
+def own_s3_client(path: str) -> bool:
+    """S3 through imgrec's kept client (object_stores.s3io) where this process was given the
+    filesystem options; in a Beam worker that was not, through Beam's FileSystems, which Beam
+    configured."""
+    return path.startswith("s3://") and _options is not None
+
+
 _WILDCARDS = re.compile(r"([\[*?])")
 
 
@@ -134,7 +141,7 @@ def open_read(path: str) -> BinaryIO:
     local = local_path(path)
     if local is not None:
         return _open_regular(local)
-    if path.startswith("s3://"):
+    if own_s3_client(path):
         return _object_stores().s3io().open(path, "rb")
     return _filesystems().open(path, compression_type="uncompressed")
 
@@ -190,7 +197,7 @@ class _ObjectWriter(io.BufferedIOBase):
     def _create(self) -> BinaryIO:
         from apache_beam.io.filesystem import CompressionTypes
 
-        if self._path.startswith("s3://"):
+        if own_s3_client(self._path):
             return _object_stores().s3io().open(self._path, "wb")
 
         return _filesystems().create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -224,7 +231,7 @@ def exists(path: str) -> bool:
     local = local_path(path)
     if local is not None:
         return os.path.exists(local)
-    return _object_stores().s3io().exists(path) if path.startswith("s3://") else _filesystems().exists(path)
+    return _object_stores().s3io().exists(path) if own_s3_client(path) else _filesystems().exists(path)
 
 
 def present(path: str) -> bool:

@@ -123,7 +123,7 @@ def _deletes_one_at_a_time(path: str) -> bool:
 def objects_under(folder: str) -> list[str]:
     """Every object whose name starts with `folder/`."""
     prefix = folder.rstrip("/") + "/"
-    if scheme(folder) == "s3":
+    if files.own_s3_client(folder):
         return [path for path, _ in s3io().list_files(prefix)]
     from apache_beam.io.filesystems import FileSystems
 
@@ -139,10 +139,14 @@ def delete(paths: Iterable[str]) -> None:
         targets.extend([path, *objects_under(path)])
     if not targets:
         return
-    if scheme(targets[0]) == "s3":
+    if files.own_s3_client(targets[0]):
         failed = {path: error for path, error in s3io().delete_files(targets) if error is not None}
         if failed:
             raise OSError(f"cannot delete {', '.join(sorted(failed)[:3])}: {next(iter(failed.values()))}")
+    elif scheme(targets[0]) == "s3":  # Beam's S3 filesystem takes names literally
+        from apache_beam.io.filesystems import FileSystems
+
+        FileSystems.delete(targets)
     elif _deletes_one_at_a_time(targets[0]):
         _delete_each(targets)
     else:
@@ -165,7 +169,7 @@ def _delete_each(paths: Iterable[str]) -> None:
 def rename(sources: list[str], destinations: list[str]) -> None:
     """Renames objects: a copy and a delete each, which Beam batches (on a GCS emulator, which
     takes no batches, copied and then deleted one at a time)."""
-    if scheme(sources[0]) == "s3":
+    if files.own_s3_client(sources[0]):
         failed = [(source, error) for source, _, error in s3io().rename_files(list(zip(sources, destinations)))
                   if error is not None]
         if failed:

@@ -38,6 +38,10 @@ class ReadAndCheck(InflightDoFn):
     def pool_initializer(self):
         return self._setup
 
+    def setup(self) -> None:
+        super().setup()
+        self._setup.filesystems.use()  # for the batches read on threads, in this worker
+
     def emit(self, batch: tuple[Candidate, ...], result):
         images, rejections = result
         self._read.inc(len(images))
