@@ -8,7 +8,7 @@ LOCK_EXTRAS := --extra test --extra gcp --extra aws
 # Beam's worker pool (portable runner tests) spawns `python` from PATH: the venv must come first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: venv demo test test-fast lint lock test-newest test-oldest engines test-engines bench clean \
+.PHONY: venv demo test test-fast lint lock test-newest test-oldest engines test-engines stores test-stores bench clean \
 	test-detection-readers lock-modelgarden
 
 # A fresh venv holding exactly the locked versions, plus imgrec itself (editable, no dependencies).
@@ -26,9 +26,9 @@ demo: venv
 	$(PY) -m pipeline.run --config=configs/local.yaml --overwrite
 
 # The whole suite CI runs (.ci/run): unit, Beam, end to end and slow tests; not the real engines,
-# nor Model Garden's reader (make test-detection-readers).
+# nor the object stores (make test-stores), nor Model Garden's reader (make test-detection-readers).
 test: venv
-	$(PY) -m pytest -q -m "not engines and not modelgarden" tests
+	$(PY) -m pytest -q -m "not engines and not stores and not modelgarden" tests
 
 # Unit tests and TestPipeline tests only: under a minute, for every edit.
 test-fast: venv
@@ -91,6 +91,14 @@ engines: venv
 
 test-engines: engines
 	$(PY) -m pytest -q -rsxXfE --force-short-summary -m engines tests/engines
+
+# Object stores: moto's S3 server (test extra) and fake-gcs-server (go install, cached in
+# ~/.cache/imgrec-stores, sources in the Go module cache), which the tests start on loopback.
+stores: venv
+	$(PY) -m tests.stores.servers
+
+test-stores: stores
+	$(PY) -m pytest -q -rsxXfE -m stores tests/stores
 
 # The contenders run with imgrec's default install (no extras), as a user converting local files
 # has it, at the locked versions; the harness (corpora, timing) runs in $(VENV).

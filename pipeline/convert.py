@@ -78,6 +78,7 @@ def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> O
 
     Returns metadata.json's text, which is ASCII: a dict would carry file names that are not
     UTF-8 (as surrogates), which Beam's coders cannot encode, after the dataset was published."""
+    context.writer.filesystems.use()  # an empty dead-letter file is written through the store's client (S3)
     if gathered.fingerprint == context.previous_fingerprint:
         files.write_atomically(join(context.run_dir, UNCHANGED_MARKER), gathered.fingerprint.encode("ascii"))
         return None
@@ -114,7 +115,8 @@ class ConvertToTFRecords(beam.PTransform):
             candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()
         read = (candidates
                 | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(
-                    spec.image, spec.input.max_file_bytes, context.writer.local_processes)).with_outputs(
+                    spec.image, spec.input.max_file_bytes, context.writer.local_processes,
+                    context.writer.converter_setup)).with_outputs(
                     REJECTED, main="images"))
         label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
             spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))

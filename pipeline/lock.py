@@ -7,12 +7,16 @@ that the lock is still this run's and, on the driver's host, that the driver is 
 (`check_publisher`).
 
 On a local (or NFS) folder the lock is an exclusive `flock` on the file: the kernel releases it
-when the driver dies, however it dies, so a killed run never blocks the next one. Object stores
-(gs://, s3://) have neither locks nor an exclusive create through Beam's FileSystems: there the
-lock is written, read back after a pause and must still be ours, and a lock whose heartbeat is
-older than `STALE_AFTER` is taken over. Two runs starting within the same second could then
-both proceed; the check before publishing still stops the second one from replacing a dataset
-published meanwhile. To clear a lock by hand, delete the file (only when no run is alive).
+when the driver dies, however it dies, so a killed run never blocks the next one. On S3 and GCS
+the lock file is created with the store's own atomic create-if-absent (S3's conditional write
+`If-None-Match: *`, GCS's precondition `ifGenerationMatch=0`: transforms/object_stores.py), so
+of two runs starting together exactly one gets it. A lock whose owner is known dead is taken
+over: its driver ran on this host and its process is gone, or its heartbeat is older than
+`STALE_AFTER` (a driver on another host, which this one cannot see). Taking over (and any store
+without an atomic create) writes the lock, reads it back after a pause and must still find it
+ours: two runs taking over the same dead lock within that pause could both proceed; the check
+before publishing still stops the second one from replacing a dataset published meanwhile. To
+clear a lock by hand, delete the file (only when no run is alive).
 """
 from __future__ import annotations
 
@@ -26,11 +30,9 @@ import threading
 import time
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
-
 from pipeline.errors import OutputLocked, RunFailed
 from pipeline.reaper import driver_alive, driver_marker, process_started_at
-from transforms import files
+from transforms import files, object_stores
 from transforms.dataset_format import LOCK_FILE, join
 from transforms.files import local_path
 
@@ -77,7 +79,7 @@ class LockOwner:
 
 def _read(path: str) -> Optional[LockOwner]:
     try:
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
+        with files.open_read(path) as handle:
             return LockOwner.from_json(handle.read().decode("utf-8"))
     except Exception:  # gone, or half-written by a dying run: treat as absent / unreadable
         return None
@@ -170,12 +172,21 @@ class OutputLock:
 
     def _lock_remote(self) -> bool:
         owner = _read(self.path)
-        if owner is not None and not owner.is_stale(_now()):
+        if owner is None:
+            created = object_stores.create_exclusive(self.path, self._owner().to_json().encode("utf-8"))
+            if created is not None:
+                return created
+        elif not self._dead(owner):
             return False
         self._write()
         time.sleep(_SETTLE_SECONDS)
         current = _read(self.path)
         return current is not None and current.run_id == self._run_id
+
+    def _dead(self, owner: LockOwner) -> bool:
+        """The owner can no longer be running: on this host its process is gone, elsewhere its
+        heartbeat stopped long ago."""
+        return owner.is_stale(_now()) or (owner.host == self._host and not owner.alive_here())
 
     def _write(self) -> None:
         text = self._owner().to_json().encode("utf-8")
@@ -188,7 +199,7 @@ class OutputLock:
             os.ftruncate(self._descriptor, len(text))
             self._written = len(text)
             return
-        with FileSystems.create(self.path) as handle:
+        with files.create(self.path) as handle:
             handle.write(text)
 
     def acquire(self) -> "OutputLock":

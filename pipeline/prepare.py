@@ -89,7 +89,7 @@ class OutputState:
 def journal_files(output: str) -> list[str]:
     """Files an interrupted publish was moving (both the old and the new dataset's)."""
     path = journal_path(output)
-    if not FileSystems.exists(path):
+    if not files.exists(path):
         return []
     journal = read_json(path)
     return [*journal.get("old", []), *journal.get("new", [])]
@@ -98,7 +98,7 @@ def journal_files(output: str) -> list[str]:
 def inspect_output(output: str) -> OutputState:
     previous = None
     metadata_path = join(output, METADATA_FILE)
-    if FileSystems.exists(metadata_path):
+    if files.exists(metadata_path):
         try:
             previous = read_json(metadata_path)
         except (OSError, ValueError, UnicodeDecodeError) as exc:  # OSError: a folder named metadata.json
@@ -281,7 +281,7 @@ def _is_dataset(folder: str) -> bool:
     """A finished imgrec dataset: a sibling whose metadata.json is somebody else's is none."""
     path = join(folder, METADATA_FILE)
     try:
-        return FileSystems.exists(path) and is_dataset_metadata(read_json(path))
+        return files.exists(path) and is_dataset_metadata(read_json(path))
     except (OSError, ValueError, UnicodeDecodeError):
         return False
 
@@ -319,7 +319,7 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
         dataset, previous = named
     else:
         return None
-    missing = tuple(f for f in listed_files(previous) if not FileSystems.exists(join(dataset, f)))
+    missing = tuple(f for f in listed_files(previous) if not files.exists(join(dataset, f)))
     damaged = () if missing else not_whole(dataset, previous)
     # allow_empty is no part of the fingerprint, so a dataset published empty with it matches.
     splits = (previous.get("splits") or {}).values()
@@ -444,7 +444,7 @@ def _serving(dataset: str, pixel_fingerprint: str) -> Union[ReuseSource, str]:
         return f"its shards are {metadata.compression}-compressed, so records cannot be read at their offsets"
     shards = tuple((join(dataset, f), join(dataset, i)) for info in metadata.splits.values()
                    for f, i in zip(info.files, info.index_files))
-    missing = [i for _, i in shards if not FileSystems.exists(i)]
+    missing = [i for _, i in shards if not files.exists(i)]
     if missing:
         return f"record index files are missing ({missing[0]}, ...)"
     run_id = metadata.run.get("run_id")

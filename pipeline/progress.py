@@ -1,7 +1,8 @@
 """Progress of a long run: images done / total, rate and ETA, on every runner.
 
 The pipeline leaves small markers in the run's staging folder (the planned total once known,
-then one empty file per finished part, named with its image count); the driver polls them.
+then one file per finished part, named with its image count, which it also holds: no marker is
+an empty object, which Beam cannot write on S3); the driver polls them.
 That works the same on the DirectRunner, Prism, Flink, Spark and Dataflow (Beam counters,
 `images_converted` and `parts_done`, carry the same numbers to Dataflow's UI).
 """
@@ -16,6 +17,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.standard_streams import say
+from transforms import files
 from transforms.dataset_format import join
 from transforms.files import list_names
 
@@ -23,8 +25,8 @@ PROGRESS_DIR = "progress"
 TOTAL_FILE = "total"
 
 
-def _touch(path: str, text: str = "") -> None:
-    with FileSystems.create(path) as handle:
+def _touch(path: str, text: str) -> None:
+    with files.create(path) as handle:
         handle.write(text.encode("ascii"))
 
 
@@ -40,7 +42,8 @@ class RecordProgress(beam.PTransform):
         directory = self._dir
         _ = planned_counts | "Total" >> beam.Map(
             lambda counts: _touch(join(directory, TOTAL_FILE), str(sum(counts.values()))))
-        _ = parts | "PartDone" >> beam.Map(lambda part: _touch(join(directory, f"{part.digest}-{part.images}")))
+        _ = parts | "PartDone" >> beam.Map(
+            lambda part: _touch(join(directory, f"{part.digest}-{part.images}"), str(part.images)))
         return beam.pvalue.PDone(parts.pipeline)
 
 

@@ -53,14 +53,14 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
     replacing only `previous_files` (what the dataset there consisted of)."""
     check_publisher(output, metadata.run["run_id"])
     metadata_path = join(output, METADATA_FILE)
-    current = read_json(metadata_path) if FileSystems.exists(metadata_path) else None
+    current = read_json(metadata_path) if files.exists(metadata_path) else None
     if run_id_of(current) != previous_run_id or (current is not None and not is_dataset_metadata(current)):
         raise RunFailed(f"the dataset in {output} changed while this run converted (now run "
                         f"{run_id_of(current)}); nothing was published")
     new = [f for f in metadata.owned_files() if f != METADATA_FILE]
     replaced, ours = set(new), set(previous_files)
     old = [f for f in previous_files if f != METADATA_FILE and f not in replaced]
-    foreign = [f for f in new if f not in ours and FileSystems.exists(join(output, f))]
+    foreign = [f for f in new if f not in ours and files.exists(join(output, f))]
     if foreign:
         raise RunFailed(f"{output} holds {', '.join(foreign[:5])}, which imgrec did not write and would have to "
                         "replace; nothing was published: move them away and run again")
@@ -70,16 +70,16 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
         # removal; what follows are removals and renames on the output's filesystem.
         files.write_atomically(staged_metadata, metadata.dumps().encode("utf-8"))
         index_dir = join(output, INDEX_DIR)
-        if not FileSystems.exists(index_dir):
+        if not files.exists(index_dir):
             FileSystems.mkdirs(index_dir)
         files.write_atomically(journal_path(output),
                                json.dumps({"old": list(previous_files), "new": new}).encode("utf-8"))
         if current is not None:
             files.delete([metadata_path])
-        stale = [join(output, f) for f in old if FileSystems.exists(join(output, f))]
+        stale = [join(output, f) for f in old if files.exists(join(output, f))]
         if stale:
             files.delete(stale)
-        FileSystems.rename([join(run_dir, f) for f in new], [join(output, f) for f in new])
+        files.rename_all([join(run_dir, f) for f in new], [join(output, f) for f in new])
         files.rename(staged_metadata, metadata_path)
         discard_staging(output)
 
@@ -95,18 +95,18 @@ def interrupted_outcome(output: str, run_id: str) -> Optional[str]:
     staging left to remove: that is done here."""
     metadata_path = join(output, METADATA_FILE)
     try:
-        current = read_json(metadata_path) if FileSystems.exists(metadata_path) else None
+        current = read_json(metadata_path) if files.exists(metadata_path) else None
     except (OSError, ValueError):
         current = None
     if run_id_of(current) == run_id:
         discard_staging(output)
         return None
-    if current is None and FileSystems.exists(journal_path(output)):
+    if current is None and files.exists(journal_path(output)):
         return (f"interrupted while publishing: {output} holds no finished dataset until a run publishes "
                 "one; run the same command again (it resumes from the finished parts)")
     return "interrupted; nothing was published" + (f" ({output} still holds the dataset it held)" if current else "")
 
 
 def discard_staging(output: str) -> None:
-    if FileSystems.exists(staging_dir(output)):
+    if files.present(staging_dir(output)):
         files.delete([staging_dir(output)])

@@ -38,6 +38,7 @@ from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState, create_runner
 from apache_beam.runners.worker import statesampler
 
+from pipeline import stores
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.errors import ImgrecError, Interrupted, OutOfSpace, RunFailed, UsageError
 from pipeline.heap import imports_frozen
@@ -64,7 +65,7 @@ from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
 from transforms.files import list_names, local_path
 from transforms.manifests import ManifestError, manifest_layout
-from transforms.parts import WriterSettings, record_digest, setup_converter
+from transforms.parts import WriterSettings, record_digest
 from transforms.specs import ConversionSpec
 
 _LOG = logging.getLogger("imgrec")
@@ -214,7 +215,7 @@ def reachable(flag: str, path: str) -> bool:
     """Whether `path` exists; a filesystem Beam cannot use here (no filesystem for the scheme, or
     its client library not installed: s3:// without apache-beam[aws]) is a usage error."""
     try:
-        return FileSystems.exists(path)
+        return files.exists(path)
     except Exception as exc:  # ValueError for the scheme, BeamIOError around the client's error
         raise UsageError(f"{flag}={path}: {exc}") from None
 
@@ -246,7 +247,7 @@ def _remove_if_empty(folders: Sequence[str]) -> None:
         if local is not None:
             with contextlib.suppress(OSError):  # not empty: another run's output, say
                 os.rmdir(local)
-        elif FileSystems.exists(folder) and not list_names(folder):
+        elif files.present(folder) and not list_names(folder):
             files.delete([folder])
 
 
@@ -273,12 +274,12 @@ def out_of_space(exc: BaseException) -> bool:
 def _cleanup(output: str, this_run: str, keep_run: bool, keep_parts: bool = True) -> None:
     """Nothing of a run that did not publish stays in the output but finished parts (for a
     restart) and, when the error message points at them, its dead letters."""
-    if not keep_run and FileSystems.exists(this_run):
+    if not keep_run and files.present(this_run):
         files.delete([this_run])
     parts = parts_dir(output)
-    if FileSystems.exists(parts) and not (keep_parts and list_names(parts)):
+    if files.present(parts) and not (keep_parts and list_names(parts)):
         files.delete([parts])
-    if FileSystems.exists(staging_dir(output)) and not list_names(staging_dir(output)):
+    if files.present(staging_dir(output)) and not list_names(staging_dir(output)):
         files.delete([staging_dir(output)])
 
 
@@ -286,6 +287,7 @@ def convert(argv: Sequence[str]) -> Conversion:
     """Builds the pipeline from config + flags, runs it, and publishes what it staged."""
     parsed = parse_arguments(argv)
     options = parsed.options
+    filesystems = stores.use_filesystem_options(options)
     runner = runner_name(options)
     if runner in UNSUPPORTED_RUNNERS:
         raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
@@ -304,7 +306,7 @@ def convert(argv: Sequence[str]) -> Conversion:
                             max_file_bytes=spec.input.max_file_bytes, run_dir=this_run,
                             parts_dir=parts_dir(output),
                             record_digest=record_digest(spec.image, spec.features, library_versions),
-                            local_processes=convert_processes(options))
+                            local_processes=convert_processes(options), filesystems=filesystems)
     run_info = {"run_id": run_id, "started": started.isoformat(timespec="seconds"), "runner": runner}
     if _dry_run(options):  # DataflowRunner --dry_run=True only builds the job: leave the output alone
         context = RunContext(run_info, output, this_run, writer, library_versions)
@@ -313,6 +315,10 @@ def convert(argv: Sequence[str]) -> Conversion:
         result = pipeline.run()
         return Conversion(result, spec, run_id, runner, dry_run=True)
 
+    for flag, path in (("--input", spec.input.path), ("--output", output), ("--reuse_from", spec.output.reuse_from),
+                       ("--compare_to", spec.output.compare_to)):
+        if path:
+            stores.check_store(flag, path)
     check_input(spec)
     created = _ensure_folder(output)
     try:
@@ -349,7 +355,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             previous_files=state.owned,
             fail_job_on_refusal=runner == "DataflowRunner", in_one_process=runs_in_one_process(options))
         for folder in (this_run, parts_dir(output)):
-            if not FileSystems.exists(folder):
+            if not files.exists(folder):
                 FileSystems.mkdirs(folder)
         _LOG.info("effective config: %s", json.dumps(spec.to_dict(), sort_keys=True))
         say(format_header(spec, runner, parsed.config_file))
@@ -360,7 +366,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             try:
                 if context.in_one_process:
                     # The converters start (a Python and OpenCV's import each) while Beam builds the job.
-                    shared_process_pool(writer.local_processes, setup_converter)
+                    shared_process_pool(writer.local_processes, writer.converter_setup)
                 pipeline = beam.Pipeline(runner=direct_runner(options), options=options)
                 _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
                 clock = time.monotonic()
@@ -370,7 +376,7 @@ def convert(argv: Sequence[str]) -> Conversion:
                 close_shared_pools()
         elapsed = time.monotonic() - clock
         engine = engine_of(runner)
-        if FileSystems.exists(join(this_run, UNCHANGED_MARKER)):
+        if files.exists(join(this_run, UNCHANGED_MARKER)):
             _cleanup(output, this_run, keep_run=False, keep_parts=False)
             return Conversion(result, spec, run_id, engine, elapsed, unchanged_from=compared.dataset)
         metadata = read_published(output, run_id)
@@ -416,7 +422,7 @@ def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: s
 def _check_verdict(this_run: str) -> None:
     """A refusal by the pipeline's last step becomes a RunFailed with the step's reason."""
     verdict = join(this_run, VERDICT_FILE)
-    if FileSystems.exists(verdict):
+    if files.exists(verdict):
         reason = files.read_bytes(verdict).decode("utf-8")
         raise (TooManyErrors if "max_error_fraction" in reason else RunFailed)(reason)
 

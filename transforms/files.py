@@ -2,18 +2,23 @@
 
 Worker processes that convert images import this module, not Beam: importing Beam costs a
 process about 1.3 s, so a local pool of converters starts in a fraction of that. Paths with a
-scheme (gs://, s3://, ...) load Beam's FileSystems on first use.
+scheme (gs://, s3://, ...) load Beam's FileSystems on first use, configured with the run's
+filesystem options (`use_filesystem_options`): endpoint, credentials, project.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
+import io
+import json
 import os
 import re
 import shutil
 import stat
+import sys
 import uuid
-from typing import BinaryIO, Iterable, Optional
+from typing import Any, BinaryIO, Iterable, Mapping, Optional
 
 from transforms.rejections import EmptyFile, FileTooLarge, UnreadableFile
 
@@ -32,10 +37,69 @@ def beam_path(path: str) -> str:
     return local if local is not None else path
 
 
+_options: Optional[dict[str, Any]] = None  # this process's filesystem options, once given
+_options_applied = False
+
+
+def use_filesystem_options(values: Mapping[str, Any]) -> None:
+    """The options of the object stores' clients (Beam's S3Options, AwsOptions,
+    GoogleCloudOptions... by option name) for every remote path this process opens: Beam's
+    FileSystems get them (now, if Beam is loaded here already, else on first use) and so do
+    imgrec's own store requests (transforms/object_stores.py)."""
+    global _options, _options_applied
+    _options, _options_applied = dict(values), False
+    if "apache_beam.io.filesystems" in sys.modules:
+        _filesystems()
+
+
+def filesystem_options():
+    """This process's filesystem options as Beam's PipelineOptions (none given: Beam's defaults)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return PipelineOptions(flags=[], **(_options or {}))
+
+
+def filesystem_options_key() -> str:
+    """This process's filesystem options as text: what a store client made with them is kept by."""
+    return json.dumps(_options or {}, sort_keys=True, default=str)
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesystemOptions:
+    """The run's filesystem options, travelling with the work (as JSON, so the value is
+    hashable) to processes Beam does not configure: imgrec's converter processes."""
+
+    values: str = "{}"
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> "FilesystemOptions":
+        return cls(json.dumps(dict(values), sort_keys=True, default=str))
+
+    def use(self) -> None:
+        use_filesystem_options(json.loads(self.values))
+
+
 def _filesystems():
     from apache_beam.io.filesystems import FileSystems
 
+    global _options_applied
+    if _options is not None and not _options_applied:
+        FileSystems.set_options(filesystem_options())
+        _options_applied = True
     return FileSystems
+
+
+def _object_stores():
+    from transforms import object_stores
+
+    return object_stores
+
+
+def own_s3_client(path: str) -> bool:
+    """S3 through imgrec's kept client (object_stores.s3io) where this process was given the
+    filesystem options; in a Beam worker that was not, through Beam's FileSystems, which Beam
+    configured."""
+    return path.startswith("s3://") and _options is not None
 
 
 _WILDCARDS = re.compile(r"([\[*?])")
@@ -54,13 +118,13 @@ def delete(paths: Iterable[str]) -> None:
     for path in paths:
         local = local_path(path)
         if local is None:
-            remote.append(as_pattern(path))
+            remote.append(path)
         elif os.path.isdir(local) and not os.path.islink(local):
             shutil.rmtree(local)
         else:
             os.remove(local)
     if remote:
-        _filesystems().delete(remote)
+        _object_stores().delete(remote)
 
 
 def list_names(folder: str) -> list[str]:
@@ -68,15 +132,17 @@ def list_names(folder: str) -> list[str]:
     local = local_path(folder)
     if local is not None:
         return sorted(os.listdir(local)) if os.path.isdir(local) else []
-    matched = _filesystems().match([f"{as_pattern(folder.rstrip('/'))}/**"])[0].metadata_list
     prefix = folder.rstrip("/") + "/"
-    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in matched if m.path.startswith(prefix)})
+    return sorted({path[len(prefix):].split("/", 1)[0] for path in _object_stores().objects_under(folder)
+                   if path.startswith(prefix)})
 
 
 def open_read(path: str) -> BinaryIO:
     local = local_path(path)
     if local is not None:
         return _open_regular(local)
+    if own_s3_client(path):
+        return _object_stores().s3io().open(path, "rb")
     return _filesystems().open(path, compression_type="uncompressed")
 
 
@@ -108,10 +174,51 @@ def create(path: str, gzip: bool = False) -> BinaryIO:
     if local is not None and not gzip:
         os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
         return open(local, "wb")
+    if not gzip:
+        return _ObjectWriter(path)
     from apache_beam.io.filesystem import CompressionTypes
 
-    compression = CompressionTypes.GZIP if gzip else CompressionTypes.UNCOMPRESSED
-    return _filesystems().create(path, compression_type=compression)
+    return _filesystems().create(path, compression_type=CompressionTypes.GZIP)
+
+
+class _ObjectWriter(io.BufferedIOBase):
+    """Beam's writer of an object, opened at the first byte written: an object closed without
+    any is written whole where Beam's writer cannot make an empty one (S3, whose uploads in
+    parts need at least one part)."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self._path = path
+        self._handle: Optional[BinaryIO] = None
+
+    def writable(self) -> bool:
+        return True
+
+    def _create(self) -> BinaryIO:
+        from apache_beam.io.filesystem import CompressionTypes
+
+        if own_s3_client(self._path):
+            return _object_stores().s3io().open(self._path, "wb")
+
+        return _filesystems().create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+    def write(self, data) -> int:
+        if self._handle is None:
+            if not len(data):
+                return 0
+            self._handle = self._create()
+        return self._handle.write(data)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._handle is not None:
+                self._handle.close()
+            elif not _object_stores().put_empty(self._path):
+                self._create().close()
+        finally:
+            super().close()
 
 
 def is_folder(path: str) -> bool:
@@ -122,7 +229,18 @@ def is_folder(path: str) -> bool:
 
 def exists(path: str) -> bool:
     local = local_path(path)
-    return os.path.exists(local) if local is not None else _filesystems().exists(path)
+    if local is not None:
+        return os.path.exists(local)
+    return _object_stores().s3io().exists(path) if own_s3_client(path) else _filesystems().exists(path)
+
+
+def present(path: str) -> bool:
+    """A file or folder; on an object store, which has no folders, an object of that name or
+    any object under it."""
+    local = local_path(path)
+    if local is not None:
+        return os.path.lexists(local)
+    return exists(path) or bool(_object_stores().objects_under(path))
 
 
 def size(path: str) -> int:
@@ -137,7 +255,18 @@ def rename(source: str, destination: str) -> None:
     if local_source is not None and local_destination is not None:
         os.replace(local_source, local_destination)
     else:
-        _filesystems().rename([source], [destination])
+        _object_stores().rename([source], [destination])
+
+
+def rename_all(sources: list[str], destinations: list[str]) -> None:
+    """Renames files, or objects (a copy and a delete each: object_stores.rename)."""
+    if not sources:
+        return
+    if local_path(sources[0]) is not None and local_path(destinations[0]) is not None:
+        for source, destination in zip(sources, destinations):
+            rename(source, destination)
+    else:
+        _object_stores().rename(sources, destinations)
 
 
 def link(source: str, destination: str) -> bool:
@@ -251,6 +380,9 @@ def read_input(path: str, max_bytes: int) -> bytes:
         try:
             data = _read_capped(path, max_bytes)
         except Exception as exc:  # each filesystem raises its own error types
+            fault = _object_stores().store_fault(exc)
+            if fault:  # the store, not this object: a setup fault fails the run
+                raise _object_stores().StoreUnavailable(f"cannot read {path}: {fault}") from None
             raise UnreadableFile(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
     if len(data) > max_bytes:
         raise FileTooLarge(f"{path} has more than max_file_bytes={max_bytes} bytes")

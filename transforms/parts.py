@@ -60,6 +60,11 @@ class WriterSettings:
     record_digest: str
     part_images: int = PART_IMAGES
     local_processes: int = 0  # > 0: convert parts on a pool of this many processes
+    filesystems: files.FilesystemOptions = files.FilesystemOptions()  # the run's, for converter processes
+
+    @property
+    def converter_setup(self) -> "ConverterSetup":
+        return ConverterSetup(self.filesystems)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -545,6 +550,20 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+@dataclasses.dataclass(frozen=True)
+class ConverterSetup:
+    """What runs once in every process that converts or reads images (imgrec's converter
+    processes: fresh interpreters, which have none of the run's settings): `setup_converter`,
+    and the run's filesystem options (endpoint, credentials, project) for remote paths. A value,
+    so the pool started before the pipeline is the one its steps find (`shared_process_pool`)."""
+
+    filesystems: files.FilesystemOptions = files.FilesystemOptions()
+
+    def __call__(self) -> None:
+        setup_converter()
+        self.filesystems.use()
 
 
 def setup_converter() -> None:

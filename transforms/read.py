@@ -2,12 +2,14 @@
 (transforms/source.py) on a few threads or the converter processes."""
 from __future__ import annotations
 
+from typing import Optional
+
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.concurrency import InflightDoFn
 from transforms.discover import REJECTED
-from transforms.parts import setup_converter
+from transforms.parts import ConverterSetup
 from transforms.refs import Candidate
 from transforms.source import read_batch
 from transforms.specs import ImageSpec
@@ -24,16 +26,21 @@ class ReadAndCheck(InflightDoFn):
     Either way this first pass keeps the cores busy.
     """
 
-    def __init__(self, spec: ImageSpec, max_file_bytes: int, processes: int = 0):
+    def __init__(self, spec: ImageSpec, max_file_bytes: int, processes: int = 0,
+                 setup: Optional[ConverterSetup] = None):
         super().__init__(processes or READ_THREADS, processes=processes > 0)
-        self._spec, self._max_file_bytes = spec, max_file_bytes
+        self._spec, self._max_file_bytes, self._setup = spec, max_file_bytes, setup or ConverterSetup()
         self._read = Metrics.counter("imgrec", "files_read")
 
     def task(self, batch: tuple[Candidate, ...]):
         return read_batch, (batch, self._spec, self._max_file_bytes)
 
     def pool_initializer(self):
-        return setup_converter
+        return self._setup
+
+    def setup(self) -> None:
+        super().setup()
+        self._setup.filesystems.use()  # for the batches read on threads, in this worker
 
     def emit(self, batch: tuple[Candidate, ...], result):
         images, rejections = result

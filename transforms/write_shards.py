@@ -45,7 +45,6 @@ from transforms.parts import (
     concat_shard,
     convert_part,
     cut_into_parts,
-    setup_converter,
     shard_keys,
     shard_order,
 )
@@ -127,11 +126,11 @@ class _ConvertParts(InflightDoFn):
         return len(part.images)
 
     def pool_initializer(self):
-        return setup_converter
+        return self._settings.converter_setup
 
     def setup(self) -> None:
         super().setup()
-        setup_converter()
+        self._settings.converter_setup()  # for the parts converted inline, in this worker
 
     def emit(self, part: PartTask, outcome: PartOutcome):
         self._converted.inc(outcome.records - outcome.reused)
@@ -161,7 +160,11 @@ class _ConcatShards(InflightDoFn):
         return concat_shard, (plan, [v for v in values if isinstance(v, PartResult)], self._settings)
 
     def pool_initializer(self):
-        return setup_converter  # the converters' own pool: a pool of its own would start 2 more processes
+        return self._settings.converter_setup  # the converters' own pool: one of its own would start 2 more processes
+
+    def setup(self) -> None:
+        super().setup()
+        self._settings.filesystems.use()  # empty shards, written inline in this worker
 
     def emit(self, element, result: ShardResult):
         yield result

@@ -1,0 +1,77 @@
+"""Object stores from the command line: the filesystem options every imgrec command takes, and
+the check that each store a run names can be used before any work starts.
+
+The options are Beam's own (S3Options and AwsOptions for s3://, GoogleCloudOptions for gs://,
+AzureOptions, HadoopFileSystemOptions), so they travel with the pipeline options to every Beam
+worker (Beam's SDK harness gives them to its FileSystems) on every runner. Where they go besides:
+
+- the driver: `use_filesystem_options` (Beam's FileSystems, and imgrec's own store requests);
+- imgrec's converter processes: `WriterSettings.filesystems` → `ConverterSetup` (transforms/parts.py),
+  their initializer; the same value also configures imgrec's own store requests in the Beam
+  workers that convert, concatenate and publish.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Optional
+
+from apache_beam.options.pipeline_options import (
+    AwsOptions,
+    AzureOptions,
+    GoogleCloudOptions,
+    HadoopFileSystemOptions,
+    PipelineOptions,
+    S3Options,
+)
+
+from pipeline.errors import UsageError
+from transforms import files, object_stores
+
+FILESYSTEM_OPTIONS = (AwsOptions, S3Options, GoogleCloudOptions, AzureOptions, HadoopFileSystemOptions)
+
+
+def _option_names() -> set[str]:
+    parser = argparse.ArgumentParser(add_help=False)
+    add_filesystem_flags(parser)
+    return {action.dest for action in parser._actions}  # pylint: disable=protected-access
+
+
+def add_filesystem_flags(parser: argparse.ArgumentParser) -> None:
+    """The filesystem options as flags of a command that is not a pipeline (verify, export-tfds)."""
+    for cls in FILESYSTEM_OPTIONS:
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+
+
+def filesystem_values(options: PipelineOptions) -> dict[str, Any]:
+    """The filesystem options a user set (flags or config), by option name."""
+    names = _option_names()
+    return {name: value for name, value in options.get_all_options(drop_default=True).items() if name in names}
+
+
+def from_namespace(namespace: argparse.Namespace) -> PipelineOptions:
+    """A command's parsed filesystem flags as pipeline options."""
+    names = _option_names()
+    return PipelineOptions(flags=[], **{k: v for k, v in vars(namespace).items() if k in names and v is not None})
+
+
+def use_filesystem_options(options: PipelineOptions) -> files.FilesystemOptions:
+    """This process opens remote paths with `options`' filesystem options; returns them as the
+    value that carries them to converter processes."""
+    values = filesystem_values(options)
+    files.use_filesystem_options(values)
+    return files.FilesystemOptions.of(values)
+
+
+def check_store(flag: str, path: str) -> None:
+    """The store of a remote `path` answers, takes the credentials and has the bucket; else a
+    usage error naming the flag, before any work."""
+    if object_stores.scheme(path) not in ("s3", "gs"):
+        return
+    fault = object_stores.probe(path)
+    if fault:
+        raise UsageError(f"{flag}={path}: {fault}")
+
+
+def fault_message(exc: BaseException) -> Optional[str]:
+    """One line for an error that says the store cannot be used (`object_stores.store_fault`)."""
+    return object_stores.store_fault(exc)

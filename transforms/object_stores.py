@@ -1,0 +1,244 @@
+"""What imgrec asks of S3 and GCS that Beam's FileSystems API does not offer, through the stores'
+own client libraries (boto3, google-cloud-storage), built by Beam's public helpers from the same
+filesystem options Beam's filesystems use (transforms/files.py `filesystem_options`):
+
+- `create_exclusive`: create an object only if no object has that name, atomically (S3's
+  conditional write `If-None-Match: *`, GCS's precondition `ifGenerationMatch=0`); the output
+  lock (pipeline/lock.py) is taken this way;
+- `put_empty`: a zero-byte object on S3, which Beam's S3 writer cannot make (it always uploads
+  in parts, and S3 refuses to complete an upload of no parts: MalformedXML);
+- `delete_each`: single-object deletes on a GCS emulator (`STORAGE_EMULATOR_HOST`), which does
+  not take the batch requests Beam's GCS filesystem deletes and renames with;
+- `s3io`: Beam's S3IO on a client kept per thread: Beam's S3 filesystem makes a new boto3 client
+  (~0.15 s of CPU) for every call, which made reading and writing each image cost more than
+  converting it;
+- `store_fault`: whether an error says the store itself cannot be used (unreachable, credentials
+  refused, no such bucket), as opposed to one object being unreadable.
+
+Imported only for paths with a scheme, so converter processes of a local run never load it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Iterable, Optional
+
+from transforms import files
+
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own switch to a GCS emulator
+# HTTP statuses and S3 error codes that say the store, not one object, is the problem.
+_REFUSED_STATUSES = (401, 403)
+_STORE_ERROR_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket",
+                      "InvalidBucketName", "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"}
+
+
+class StoreUnavailable(RuntimeError):
+    """The object store cannot be used as configured: a setup fault, which fails the run, never
+    a dead letter for the object that happened to be read first."""
+
+
+def scheme(path: str) -> Optional[str]:
+    return path.split("://", 1)[0] if "://" in path else None
+
+
+def _bucket_and_key(path: str) -> tuple[str, str]:
+    bucket, _, key = path.split("://", 1)[1].partition("/")
+    return bucket, key
+
+
+_per_thread = threading.local()
+
+
+def s3io():
+    """Beam's S3IO with this thread's client for the current filesystem options (a client holds
+    one download stream, so threads must not share it)."""
+    from apache_beam.io.aws.clients.s3.boto3_client import Client
+    from apache_beam.io.aws.s3io import S3IO
+
+    clients = _per_thread.__dict__.setdefault("s3", {})
+    key = files.filesystem_options_key()
+    if key not in clients:
+        clients[key] = S3IO(client=Client(files.filesystem_options()))
+    return clients[key]
+
+
+def _s3_client():
+    """The boto3 client under this thread's S3IO."""
+    return s3io().client.client
+
+
+_gcs_clients: dict[str, Any] = {}  # by the options they were made with (the client is thread-safe)
+
+
+def _gcs_bucket(name: str):
+    from apache_beam.io.gcp.gcsio import create_storage_client
+
+    key = files.filesystem_options_key()
+    if key not in _gcs_clients:
+        _gcs_clients[key] = create_storage_client(files.filesystem_options())
+    return _gcs_clients[key].bucket(name)
+
+
+def create_exclusive(path: str, data: bytes) -> Optional[bool]:
+    """Writes `data` to `path` only if no object is there, in one atomic request: True if this
+    call created it, False if an object was there; None on stores without such a request
+    (the caller then falls back to writing and reading back)."""
+    bucket, key = _bucket_and_key(path)
+    if scheme(path) == "s3":
+        from botocore.exceptions import ClientError
+
+        try:
+            _s3_client().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+                return False
+            raise
+        return True
+    if scheme(path) == "gs":
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            _gcs_bucket(bucket).blob(key).upload_from_string(data, if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+    return None
+
+
+def put_empty(path: str) -> bool:
+    """Writes a zero-byte object at `path` where Beam's writer cannot (S3): True if done here."""
+    if scheme(path) != "s3":
+        return False
+    bucket, key = _bucket_and_key(path)
+    _s3_client().put_object(Bucket=bucket, Key=key, Body=b"")
+    return True
+
+
+def _deletes_one_at_a_time(path: str) -> bool:
+    """A GCS emulator takes no batch requests (fake-gcs-server's issue #2019); on real GCS,
+    Beam's batched deletes (100 objects a request) are kept."""
+    return scheme(path) == "gs" and bool(os.environ.get(EMULATOR_ENV))
+
+
+def objects_under(folder: str) -> list[str]:
+    """Every object whose name starts with `folder/`."""
+    prefix = folder.rstrip("/") + "/"
+    if files.own_s3_client(folder):
+        return [path for path, _ in s3io().list_files(prefix)]
+    from apache_beam.io.filesystems import FileSystems
+
+    return [m.path for m in FileSystems.match([f"{files.as_pattern(prefix)}**"])[0].metadata_list]
+
+
+def delete(paths: Iterable[str]) -> None:
+    """Removes each path taken literally: the object of that name, and every object under it as
+    a folder (Beam's filesystems delete a folder's objects only for a name ending in `/` on S3,
+    and never on GCS); what is not there is skipped."""
+    targets = []
+    for path in paths:
+        targets.extend([path, *objects_under(path)])
+    if not targets:
+        return
+    if files.own_s3_client(targets[0]):
+        failed = {path: error for path, error in s3io().delete_files(targets) if error is not None}
+        if failed:
+            raise OSError(f"cannot delete {', '.join(sorted(failed)[:3])}: {next(iter(failed.values()))}")
+    elif scheme(targets[0]) == "s3":  # Beam's S3 filesystem takes names literally
+        from apache_beam.io.filesystems import FileSystems
+
+        FileSystems.delete(targets)
+    elif _deletes_one_at_a_time(targets[0]):
+        _delete_each(targets)
+    else:
+        from apache_beam.io.filesystems import FileSystems
+
+        FileSystems.delete([files.as_pattern(path) for path in targets if FileSystems.exists(path)])
+
+
+def _delete_each(paths: Iterable[str]) -> None:
+    from google.api_core.exceptions import NotFound
+
+    for path in paths:
+        bucket, key = _bucket_and_key(path)
+        try:
+            _gcs_bucket(bucket).delete_blob(key)
+        except NotFound:
+            continue
+
+
+def rename(sources: list[str], destinations: list[str]) -> None:
+    """Renames objects: a copy and a delete each, which Beam batches (on a GCS emulator, which
+    takes no batches, copied and then deleted one at a time)."""
+    if files.own_s3_client(sources[0]):
+        failed = [(source, error) for source, _, error in s3io().rename_files(list(zip(sources, destinations)))
+                  if error is not None]
+        if failed:
+            raise OSError(f"cannot rename {failed[0][0]}: {failed[0][1]}")
+        return
+    from apache_beam.io.filesystems import FileSystems
+
+    if _deletes_one_at_a_time(sources[0]):
+        FileSystems.copy(sources, destinations)
+        _delete_each(sources)
+    else:
+        FileSystems.rename(sources, destinations)
+
+
+def probe(path: str) -> Optional[str]:
+    """Why the store of `path` (s3:// or gs://) cannot be used, or None: one request about its
+    bucket, which fails the same way every later request would (unreachable, refused, missing)."""
+    bucket, _ = _bucket_and_key(path)
+    try:
+        if scheme(path) == "s3":
+            _s3_client().head_bucket(Bucket=bucket)
+        elif not _gcs_bucket(bucket).exists():
+            return f"no such bucket {bucket!r}"
+    except Exception as exc:  # each client raises its own error types
+        response = getattr(exc, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code") in ("404", "NoSuchBucket"):
+            return f"no such bucket {bucket!r}"
+        return store_fault(exc) or f"{type(exc).__name__}: {_first_line(str(exc))}"
+    return None
+
+
+def _causes(exc: BaseException) -> Iterable[BaseException]:
+    """The error, what it wraps (causes, contexts) and, for Beam's BeamIOError, each error it
+    collected."""
+    seen, pending = set(), [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        yield error
+        pending.extend([error.__cause__, error.__context__])
+        details = getattr(error, "exception_details", None)
+        if isinstance(details, dict):
+            pending.extend(value for value in details.values() if isinstance(value, BaseException))
+
+
+def store_fault(exc: BaseException) -> Optional[str]:
+    """Why the store itself cannot be used (a connection that fails, credentials or access
+    refused, a bucket that does not exist), read from the error and what it wraps; None for an
+    error about one object (missing, changed)."""
+    for error in _causes(exc):
+        name = type(error).__name__
+        code = getattr(error, "code", None)
+        response = getattr(error, "response", None)
+        error_code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+        status = (response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict)
+                  else code if isinstance(code, int) else None)
+        text = str(getattr(error, "message", None) or error)
+        if error_code in _STORE_ERROR_CODES or any(code in text for code in _STORE_ERROR_CODES):
+            return f"{error_code or name}: {_first_line(text)}"
+        if status in _REFUSED_STATUSES:
+            return f"access refused ({status}): {_first_line(text)}"
+        if name in ("EndpointConnectionError", "ConnectionError", "ConnectTimeoutError", "NewConnectionError",
+                    "ConnectionRefusedError", "DefaultCredentialsError", "RefreshError", "NoCredentialsError",
+                    "TransportError", "NameResolutionError"):
+            return f"cannot connect ({name}): {_first_line(text)}"
+    return None
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]
