@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -132,7 +132,7 @@ class GatherTotals(beam.PTransform):
     "planned_counts": {split: n}, "duplicates": DuplicateGroup, "label_map": {label: id},
     "fingerprint": str, "dead_letter_runs": path} → one Gathered."""
 
-    def expand(self, facts: Mapping[str, beam.PCollection]) -> beam.PCollection:
+    def expand(self, facts) -> beam.PCollection:
         tags = {"inputs": INPUT, "shards": SHARD, "planned_counts": PLANNED, "duplicates": DUPLICATE,
                 "label_map": LABEL_MAP, "fingerprint": FINGERPRINT, "dead_letter_runs": DEAD_LETTER_RUN}
         tagged = [facts["rejected"] | "TagRejected" >> beam.Map(_count_rejection)]

@@ -115,6 +115,8 @@ FLAGS = (
          "Dataset --skip_unchanged compares with: a path, or 'latest' (newest sibling of a dated output)."),
     Flag("reuse_from", "output", "reuse_from", str,
          "Incremental run: take unchanged images from this dataset (a path, or 'latest')."),
+    Flag("keep_last", "output", "keep_last", int,
+         "A dated output ({date}, {timestamp}): after a successful run keep only the newest N datasets (0: all)."),
     Flag("max_error_fraction", "output", "max_error_fraction", float,
          "Fail when a larger fraction of the images are errors."),
     Flag("drop_duplicates", "output", "drop_duplicates", None, "Write one copy of identical images.", False),

@@ -18,7 +18,7 @@ import os
 import posixpath
 import re
 import string
-from typing import Mapping, Optional, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -265,16 +265,21 @@ def _literal(template: str) -> Optional[str]:
     return "".join(text for text, _, _, _ in parsed)
 
 
+def finished_siblings(template: str) -> Iterator[str]:
+    """The finished datasets among the folders a dated output template produces, newest first,
+    this run's output included."""
+    parent, pattern = sibling_pattern(template)
+    names = [n for n in list_names(parent) if pattern.fullmatch(n)]
+    return (join(parent, n) for n in sorted(names, reverse=True) if _is_dataset(join(parent, n)))
+
+
 def latest_sibling(template: str) -> Optional[str]:
-    """The newest finished dataset among the folders a dated output template produces, this
-    run's output included: a second run on the same {date} reuses what the first wrote there."""
-    found = sibling_pattern(template)
-    if found is None:
+    """The newest finished dataset of a dated output template: a second run on the same {date}
+    reuses what the first wrote there."""
+    if sibling_pattern(template) is None:
         raise UsageError(f"'latest' needs an output template with {{date}} or {{timestamp}} in its last "
                          f"folder, got --output={template}")
-    parent, pattern = found
-    names = [n for n in list_names(parent) if pattern.fullmatch(n)]
-    return next((join(parent, n) for n in sorted(names, reverse=True) if _is_dataset(join(parent, n))), None)
+    return next(finished_siblings(template), None)
 
 
 def _is_dataset(folder: str) -> bool:

@@ -37,7 +37,7 @@ class RecordProgress(beam.PTransform):
         super().__init__()
         self._dir = join(run_dir, PROGRESS_DIR)
 
-    def expand(self, inputs: tuple) -> beam.pvalue.PDone:
+    def expand(self, inputs) -> beam.pvalue.PDone:
         planned_counts, parts = inputs
         directory = self._dir
         _ = planned_counts | "Total" >> beam.Map(

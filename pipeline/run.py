@@ -46,6 +46,7 @@ from pipeline.lock import OutputLock
 from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
 from pipeline.options import ImgrecOptions, parse_arguments
 from pipeline.prepare import (
+    LATEST,
     check_layout,
     check_output,
     clear_dead_runs,
@@ -59,6 +60,7 @@ from pipeline.prepare import (
 from pipeline.progress import ProgressReporter, default_interval
 from pipeline.publish import interrupted_outcome
 from pipeline.reaper import reaped
+from pipeline.retention import check_retention, datasets_to_remove, remove_dataset
 from pipeline.summary import format_header, format_summary
 from transforms import files
 from transforms.concurrency import close_shared_pools, shared_process_pool
@@ -320,6 +322,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         if path:
             stores.check_store(flag, path)
     check_input(spec)
+    check_retention(template, spec.output.keep_last)
     created = _ensure_folder(output)
     try:
         lock = OutputLock(output, run_id).acquire()
@@ -337,7 +340,10 @@ def convert(argv: Sequence[str]) -> Conversion:
         if len(stopped) > 3:
             say(f"imgrec: warning: and {len(stopped) - 3} more folders beside it")
         compared = comparison(spec.output, template, state)
-        if compared and compared.missing:
+        if spec.output.compare_to == LATEST and compared is None:
+            say(f"imgrec: --compare_to=latest: no finished dataset in the folders {template} names (was the template "
+                "changed?); converting everything")
+        elif compared and compared.missing:
             say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
                 f"({', '.join(compared.missing[:3])}); converting again")
         elif compared and compared.not_whole:
@@ -378,12 +384,15 @@ def convert(argv: Sequence[str]) -> Conversion:
         engine = engine_of(runner)
         if files.exists(join(this_run, UNCHANGED_MARKER)):
             _cleanup(output, this_run, keep_run=False, keep_parts=False)
-            return Conversion(result, spec, run_id, engine, elapsed, unchanged_from=compared.dataset)
-        metadata = read_published(output, run_id)
-        reporter.finish(metadata.planned)
-        if interrupts.received():  # it came while this process published, which finished first
-            say(PUBLISHED_BEFORE_SIGNAL)
-        return Conversion(result, spec, run_id, engine, elapsed, metadata)
+            conversion = Conversion(result, spec, run_id, engine, elapsed, unchanged_from=compared.dataset)
+        else:
+            metadata = read_published(output, run_id)
+            reporter.finish(metadata.planned)
+            if interrupts.received():  # it came while this process published, which finished first
+                say(PUBLISHED_BEFORE_SIGNAL)
+            conversion = Conversion(result, spec, run_id, engine, elapsed, metadata)
+        _apply_retention(template, spec.output.keep_last)
+        return conversion
     except BaseException as exc:
         if interrupts.received() is not None:  # Beam may have wrapped the KeyboardInterrupt
             return _after_interrupt(spec, run_id, runner, this_run, started)
@@ -400,6 +409,15 @@ def convert(argv: Sequence[str]) -> Conversion:
     finally:
         lock.release()
         _remove_if_empty(created)
+
+
+def _apply_retention(template: str, keep_last: int) -> None:
+    """--keep_last: the older datasets of a dated output go once this run succeeded."""
+    for folder in datasets_to_remove(template, keep_last):
+        if remove_dataset(folder):
+            say(f"imgrec: removed {folder} (--keep_last={keep_last})")
+        else:
+            say(f"imgrec: warning: {folder} is locked by a run; not removed (--keep_last={keep_last})")
 
 
 def _after_interrupt(spec: ConversionSpec, run_id: str, runner: str, this_run: str,

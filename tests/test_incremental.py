@@ -284,31 +284,42 @@ def test_an_older_format_is_refused(changed_inputs, tmp_path):
         convert(images, tmp_path / "out", f"--reuse_from={first}")
 
 
-def test_skip_unchanged_compares_with_the_newest_sibling(tmp_path):
+def test_the_documented_schedule_is_safe_to_retry_and_keeps_the_last_datasets(tmp_path):
+    """The README's daily command: a retry the same day exits 0 without converting when nothing
+    changed, and converts when something did; --keep_last removes the oldest datasets (only the
+    files imgrec wrote); a template that finds no dataset says so."""
     images = tmp_path / "images"
     make_images(images, 12)
     root = tmp_path / "datasets"
     convert(images, root / "2026-01-01")
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS,
-         "--skip_unchanged", "--compare_to=latest"], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    for older in ("2025-12-30", "2025-12-31"):
+        shutil.copytree(root / "2026-01-01", root / older)
+    (root / "2025-12-30" / "notes.txt").write_text("mine")
+
+    def scheduled(template: str = "{date}") -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{template}",
+             *FLAGS, "--skip_unchanged", "--compare_to=latest", "--reuse_from=latest", "--keep_last=2"],
+            capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done
+
+    done = scheduled()
     assert f"match the dataset in {root / '2026-01-01'}" in done.stdout
-    assert sorted(p.name for p in root.iterdir()) == ["2026-01-01"]  # nothing new was written
+    assert sorted(p.name for p in root.iterdir()) == ["2025-12-30", "2025-12-31", "2026-01-01"]
+    assert sorted(p.name for p in (root / "2025-12-30").iterdir()) == ["notes.txt"]  # removed but the user's file
     photo(images / "ant" / "new.jpg", 99)
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS,
-         "--skip_unchanged", "--compare_to=latest"], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    (today,) = set(root.iterdir()) - {root / "2026-01-01"}
+    scheduled()
+    (today,) = set(root.iterdir()) - {root / "2025-12-30", root / "2025-12-31", root / "2026-01-01"}
+    assert not (root / "2025-12-31").exists()
+    assert json.loads((today / "metadata.json").read_text())["inputs"]["written"] == 13
+    assert "unchanged" in scheduled().stdout  # a retry the same day
     # The same day, the new image withdrawn: compared with today's dataset, the newest, which
     # is rebuilt; the day before's, which the inputs match again, must not make it look unchanged.
     (images / "ant" / "new.jpg").unlink()
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS,
-         "--skip_unchanged", "--compare_to=latest"], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    scheduled()
     assert json.loads((today / "metadata.json").read_text())["inputs"]["written"] == 12
+    assert "--compare_to=latest: no finished dataset in the folders" in scheduled("{timestamp}").stderr
 
 
 def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_to_names(tmp_path):

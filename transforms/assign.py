@@ -152,7 +152,7 @@ class PlanSplits(beam.PTransform):
         self._label_map = label_map
         self._drop_duplicates = drop_duplicates
 
-    def expand(self, images: beam.PCollection) -> dict[str, beam.PCollection]:
+    def expand(self, images: beam.PCollection):
         splits = self._splits
         labeled = images | "AttachLabelIds" >> beam.FlatMap(
             attach_label_ids, self._label_map).with_outputs(REJECTED, main="labeled")

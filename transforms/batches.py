@@ -11,7 +11,9 @@ memory inside one bucket. Every item of one key lands in the same bucket, so the
 same as a GroupByKey on the key, and a bucket holds 1/BUCKETS of the references.
 
 Functions that Beam calls and that yield tagged outputs (rejections) have no return hint: Beam
-would take it for the main output's element type, and check every tagged value against it.
+would take it for the main output's element type, and check every tagged value against it. For
+the same reason an `expand` that takes or returns several PCollections (a tuple, a dict) has no
+hint for them: Beam reads it as a PCollection's type, and warns that it ignores it.
 """
 from __future__ import annotations
 

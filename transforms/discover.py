@@ -625,7 +625,7 @@ class DiscoverImages(beam.PTransform):
         super().__init__()
         self._spec, self._output, self._spread = spec, output, spread
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+    def expand(self, pbegin: beam.pvalue.PBegin):
         spec, kind = self._spec, self._spec.resolved_kind()
         extensions = tuple(e.lower() for e in spec.extensions)
         if kind == "folders":

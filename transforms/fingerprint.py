@@ -19,7 +19,7 @@ from transforms.split import STRATIFIED_ROUNDING
 _MODULUS = 2**256
 # Output settings that say where to write and what to do with an existing dataset, not what
 # the records hold.
-POLICY_FIELDS = ("path", "overwrite", "skip_unchanged", "allow_empty", "compare_to", "reuse_from")
+POLICY_FIELDS = ("path", "overwrite", "skip_unchanged", "allow_empty", "compare_to", "reuse_from", "keep_last")
 # The libraries whose versions can change an image's stored bytes (pipeline.metadata.versions).
 PIXEL_LIBRARIES = ("imgrec", "opencv", "numpy")
 
@@ -117,7 +117,7 @@ class InputFingerprint(beam.PTransform):
         super().__init__()
         self._config = config_fingerprint(spec, library_versions)
 
-    def expand(self, inputs: tuple) -> beam.PCollection:
+    def expand(self, inputs) -> beam.PCollection:
         images, rejections, label_map = inputs
         return ((images | "ImageRows" >> beam.Map(
                     lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label) for i in batch)),

@@ -202,9 +202,12 @@ class OutputSpec:
     allow_empty: bool = False  # publish a dataset with no examples instead of failing
     compare_to: Optional[str] = None  # skip_unchanged: compare with this dataset ("latest": newest sibling)
     reuse_from: Optional[str] = None  # take unchanged images' bytes from this dataset ("latest": newest sibling)
+    keep_last: int = 0  # a dated output: after a successful run, keep this many datasets of the template (0: all)
 
     def __post_init__(self) -> None:
         _check_choice("compression", self.compression, COMPRESSIONS)
+        if self.keep_last < 0:
+            raise ValueError(f"keep_last must be 0 (keep every dataset) or more; got {self.keep_last}")
         if not 0 <= self.num_shards <= MAX_SHARDS or self.target_shard_bytes <= 0:
             raise ValueError(f"num_shards must be in 0..{MAX_SHARDS} and target_shard_bytes > 0")
         if not 0 <= self.max_error_fraction <= 1:

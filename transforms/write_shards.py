@@ -182,7 +182,7 @@ class WriteShards(beam.PTransform):
         super().__init__()
         self._settings, self._spread = settings, spread
 
-    def expand(self, planned: beam.PCollection) -> dict[str, beam.PCollection]:
+    def expand(self, planned: beam.PCollection):
         settings = self._settings
         image, output = settings.image, settings.output
         planned_counts = planned | "PlannedCounts" >> beam.CombineGlobally(CountPerSplitFn())
