@@ -36,10 +36,11 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "pillow>=10", "scikit-image>=0.22", "tifffile>=2023.1",
-                 "tensorflow-datasets>=4.9", "ruff>=0.6", "moto[server]>=5",
+                 "tensorflow-datasets>=4.9.6", "ruff>=0.6", "moto[server]>=5",
                  "pycocotools>=2.0.8"],  # the reference reader of COCO annotations in tests
-        "gcp": ["apache-beam[gcp]>=2.61,<3"],
+        # Beam stages --setup_file with `python -m build --no-isolation` (setuptools from this venv).
+        "gcp": ["apache-beam[gcp]>=2.61,<3", "build>=1", "setuptools>=68"],
         "aws": ["apache-beam[aws]>=2.61,<3"],
-        "tfds": ["tensorflow-datasets>=4.9"],
+        "tfds": ["tensorflow-datasets>=4.9.6"],
     },
 )

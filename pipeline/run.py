@@ -481,7 +481,7 @@ def configure_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.ERROR)
-    logging.getLogger("apache_beam.runners.dataflow").setLevel(logging.INFO)
+    logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
     # A DoFn's exception reaches `main`, which logs it with its whole chain: Beam's copy repeats it.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
 

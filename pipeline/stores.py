@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Optional
 
+from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import (
-    AwsOptions,
     AzureOptions,
     GoogleCloudOptions,
     HadoopFileSystemOptions,
@@ -27,7 +27,9 @@ from apache_beam.options.pipeline_options import (
 from pipeline.errors import UsageError
 from transforms import files, object_stores
 
-FILESYSTEM_OPTIONS = (AwsOptions, S3Options, GoogleCloudOptions, AzureOptions, HadoopFileSystemOptions)
+# Beam 2.78 added AwsOptions (--aws_access_key_id, ...), which S3Options falls back on.
+FILESYSTEM_OPTIONS = tuple(cls for cls in (getattr(pipeline_options, "AwsOptions", None), S3Options,
+                                           GoogleCloudOptions, AzureOptions, HadoopFileSystemOptions) if cls)
 
 
 def _option_names() -> set[str]:

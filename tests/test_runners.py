@@ -311,7 +311,7 @@ def assert_dataflow_job(result, output: pathlib.Path) -> tuple[str, object]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("config", ["local.yaml", "imagenet.yaml"])
-def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_network):
+def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_network, capfd):
     import apache_beam as beam
 
     if config == "imagenet.yaml":
@@ -327,6 +327,7 @@ def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_netw
 
     staged = staged_files(environment)
     assert "workflow.tar.gz" in staged, staged  # the sdist of setup.py, installed on every worker
+    assert "No module named build" not in capfd.readouterr().err  # the gcp extra has what Beam's stager runs
     sdist = staged["workflow.tar.gz"]
     root = f"imgrec-{__version__}"
     assert sdist.is_relative_to(scratch) and sdist.name == f"{root}.tar.gz"
