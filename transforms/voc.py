@@ -67,7 +67,7 @@ def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str]]:
         raise AnnotationFileProblem(f"{len(data)} bytes, more than a VOC annotation's {MAX_XML_BYTES}")
     try:
         root = defusedxml.ElementTree.fromstring(data, forbid_dtd=True)
-    except (ElementTree.ParseError, defusedxml.DefusedXmlException) as exc:
+    except (defusedxml.ElementTree.ParseError, defusedxml.DefusedXmlException) as exc:  # its own ParseError class
         raise AnnotationFileProblem(f"not readable XML: {type(exc).__name__}: {exc}") from None
     if root.tag != "annotation":
         raise AnnotationFileProblem(f"the root element is <{root.tag}>, not <annotation>")
