@@ -47,7 +47,7 @@ def test_display_pixels_undo_write_time_normalization():
     rng = np.random.default_rng(1)
     image = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
     for method in ("unit", "mean_std"):
-        stored = normalize_image(image, ImageSpec(normalize=method))
+        stored = normalize_image(image, ImageSpec(normalize=method, encoding="raw"))
         shown = drawing.to_display_uint8(stored, method)
         assert np.abs(shown.astype(int) - image.astype(int)).max() <= 1
     assert drawing.to_display_uint8(image) is image

@@ -47,8 +47,8 @@ def record_for(image: np.ndarray, spec: ImageSpec, fields: RecordFields = FIELDS
 
 
 @pytest.mark.parametrize("spec,dtype", [
-    (ImageSpec(height=5, width=7, normalize="none"), tf.uint8),
-    (ImageSpec(height=5, width=7, normalize="unit"), tf.float32),
+    (ImageSpec(height=5, width=7, normalize="none", encoding="raw"), tf.uint8),
+    (ImageSpec(height=5, width=7, normalize="unit", encoding="raw"), tf.float32),
 ], ids=["uint8", "float32"])
 def test_raw_records_parse_with_tensorflow(spec, dtype):
     pixels = normalize_image(random_image(), spec)
@@ -152,7 +152,7 @@ def test_empty_feature_keys_are_omitted():
     assert parse(record, spec, keys)["label"] == 3
 
 
-@pytest.mark.parametrize("spec", [ImageSpec(normalize="none"), ImageSpec(normalize="unit"),
+@pytest.mark.parametrize("spec", [ImageSpec(normalize="none"), ImageSpec(normalize="unit", encoding="raw"),
                                   ImageSpec(normalize="none", encoding="png")], ids=["uint8", "float32", "png"])
 def test_feature_spec_matches_what_build_example_writes(spec):
     record = build_example(b"pixels", FIELDS, spec, FeatureKeys()).data
@@ -180,7 +180,7 @@ KEY_LAYOUTS = {
 @pytest.mark.parametrize("fields", FIELD_CASES.values(), ids=FIELD_CASES.keys())
 def test_image_offset_and_length_locate_the_pixels(keys, fields):
     """The record index stores where the image bytes sit, so an incremental run can copy them."""
-    spec = ImageSpec(height=5, width=7, normalize="unit")
+    spec = ImageSpec(height=5, width=7, normalize="unit", encoding="raw")
     pixels = encode_pixels(normalize_image(random_image(), spec), spec)
     record = build_example(pixels, fields, spec, keys)
     assert isinstance(record, EncodedRecord)
@@ -218,7 +218,7 @@ def test_a_record_index_entry_is_checked_against_the_record(keys):
 
 def test_image_location_with_a_large_image():
     """Length prefixes of 1-3 varint bytes shift the offset; 224x224 float32 needs 3."""
-    spec = ImageSpec(normalize="unit")
+    spec = ImageSpec(normalize="unit", encoding="raw")
     pixels = np.random.default_rng(2).random(spec.shape, dtype=np.float32).tobytes()
     record = build_example(memoryview(pixels), FIELDS, spec, FeatureKeys())
     assert record.data[record.image_offset:record.image_offset + record.image_length] == pixels
@@ -226,9 +226,9 @@ def test_image_location_with_a_large_image():
 
 def test_encode_pixels():
     image = random_image()
-    raw = ImageSpec(height=5, width=7, normalize="none")
+    raw = ImageSpec(height=5, width=7, normalize="none", encoding="raw")
     assert encode_pixels(image, raw) == image.tobytes()
-    unit = ImageSpec(height=5, width=7, normalize="unit")
+    unit = ImageSpec(height=5, width=7, normalize="unit", encoding="raw")
     as_float = normalize_image(image, unit)
     assert encode_pixels(as_float, unit) == as_float.astype("<f4").tobytes()
     big_endian = as_float.astype(">f4")

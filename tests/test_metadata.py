@@ -86,7 +86,7 @@ def test_build_metadata_counts():
     assert meta.class_names() == ["cat", "dog"]
     assert meta.duplicates == DUPLICATES and meta.error_files == ("errors-00000-of-00001.jsonl",)
     assert meta.features == feature_spec(SPEC.image, SPEC.features)
-    assert meta.image == {"height": 224, "width": 224, "channels": 3, "dtype": "float32", "encoding": "raw"}
+    assert meta.image == {"height": 224, "width": 224, "channels": 3, "dtype": "uint8", "encoding": "jpeg"}
     assert meta.config == json.loads(json.dumps(SPEC.to_dict())) and meta.versions == VERSIONS
     assert meta.run == {"run_id": "x", "runner": "DirectRunner", "converter_processes": 3, "resumed_records": 1}
     assert meta.fingerprint == "f" * 64 and meta.pixel_fingerprint == pixel_fingerprint(SPEC, VERSIONS)
@@ -184,8 +184,8 @@ def with_output(**changes) -> ConversionSpec:
 
 def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
     base = pixel_fingerprint(SPEC, VERSIONS)
-    for changed in (with_image(height=100), with_image(interpolation="area"), with_image(decoder="imread"),
-                    with_image(alpha="drop"), with_image(normalize="mean_std")):
+    for changed in (with_image(height=100), with_image(interpolation="cubic"), with_image(decoder="imread"),
+                    with_image(alpha="drop"), with_image(normalize="mean_std", encoding="raw")):
         assert pixel_fingerprint(changed, VERSIONS) != base
     for version in ("imgrec", "opencv", "numpy"):
         assert pixel_fingerprint(SPEC, {**VERSIONS, version: "other"}) != base
@@ -196,8 +196,10 @@ def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
         assert pixel_fingerprint(same, VERSIONS) == base
     assert pixel_fingerprint(SPEC, {**VERSIONS, "apache_beam": "3", "python": "3.12"}) == base
     # Settings of an encoding, a normalization, a resize or an alpha mode the records do not use.
-    assert pixel_fingerprint(with_image(quality=50, mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2), pad_value=9,
-                                        reduced_decode="off"), VERSIONS) == base
+    png = with_image(encoding="png", interpolation="cubic")
+    assert pixel_fingerprint(with_image(encoding="png", interpolation="cubic", quality=50, mean=(0.5, 0.5, 0.5),
+                                        std=(0.2, 0.2, 0.2), pad_value=9, reduced_decode="off"),
+                             VERSIONS) == pixel_fingerprint(png, VERSIONS)
     assert pixel_fingerprint(with_image(alpha="drop", background=(0, 0, 0)), VERSIONS) == pixel_fingerprint(
         with_image(alpha="drop"), VERSIONS)
     # ... and where they are used.
@@ -209,8 +211,8 @@ def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
     jpeg = with_image(encoding="jpeg", normalize="none")
     assert pixel_fingerprint(jpeg, VERSIONS) != pixel_fingerprint(with_image(encoding="jpeg", normalize="none",
                                                                              quality=50), VERSIONS)
-    mean_std = with_image(normalize="mean_std")
-    assert pixel_fingerprint(mean_std, VERSIONS) != pixel_fingerprint(with_image(normalize="mean_std",
+    mean_std = with_image(normalize="mean_std", encoding="raw")
+    assert pixel_fingerprint(mean_std, VERSIONS) != pixel_fingerprint(with_image(normalize="mean_std", encoding="raw",
                                                                                  std=(0.2, 0.2, 0.2)), VERSIONS)
 
 

@@ -45,7 +45,7 @@ from transforms.split import order_in_shard
 
 pytestmark = pytest.mark.unit
 
-SPEC = ImageSpec(height=8, width=12, normalize="unit")
+SPEC = ImageSpec(height=8, width=12, normalize="unit", encoding="raw")
 KEYS = FeatureKeys()
 VERSIONS = {"imgrec": "0.1.0", "opencv": "5", "numpy": "2"}
 SHARD = ("train", 0, 1)
@@ -106,8 +106,9 @@ def test_part_digest_changes_with_every_field_that_decides_the_records():
 
 def test_record_digest_changes_with_image_settings_keys_and_versions():
     digest = record_digest(SPEC, KEYS, VERSIONS)
-    assert record_digest(ImageSpec(height=8, width=12, normalize="unit"), FeatureKeys(), dict(VERSIONS)) == digest
-    others = {record_digest(dataclasses.replace(SPEC, interpolation="area"), KEYS, VERSIONS),
+    same = ImageSpec(height=8, width=12, normalize="unit", encoding="raw")
+    assert record_digest(same, FeatureKeys(), dict(VERSIONS)) == digest
+    others = {record_digest(dataclasses.replace(SPEC, interpolation="cubic"), KEYS, VERSIONS),
               record_digest(SPEC, FeatureKeys(label_text=""), VERSIONS),
               record_digest(SPEC, KEYS, {**VERSIONS, "opencv": "6"})}
     assert digest not in others and len(others) == 3
@@ -155,7 +156,7 @@ def test_shard_order_is_a_seeded_shuffle_independent_of_arrival():
 
 
 def test_shard_keys_cover_every_shard_of_every_split():
-    image = ImageSpec()
+    image = ImageSpec(normalize="unit", encoding="raw")
     assert shard_keys({"val": 5, "train": 100}, image, OutputSpec("o", num_shards=2)) == [
         ("train", 0, 2), ("train", 1, 2), ("val", 0, 2), ("val", 1, 2)]
     # num_shards 0: from the size; 1000 float32 224x224 records are 575 MiB → 3 shards of 256 MiB

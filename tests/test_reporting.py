@@ -140,10 +140,10 @@ def test_header_names_input_output_and_pixels():
                           ImageSpec(height=32, width=48, resize_mode="pad", normalize="none", encoding="jpeg"))
     assert format_header(spec, "DirectRunner", "configs/local.yaml").splitlines() == [
         "imgrec: data/sample -> out/x",
-        "  32x48 pad (cubic), jpeg uint8, runner DirectRunner, config configs/local.yaml"]
-    unit = ConversionSpec(InputSpec("i"), OutputSpec("o"))
+        "  32x48 pad (area), jpeg uint8, runner DirectRunner, config configs/local.yaml"]
+    unit = ConversionSpec(InputSpec("i"), OutputSpec("o"), ImageSpec(normalize="unit", encoding="raw"))
     assert format_header(unit, "PrismRunner", None).splitlines()[1] == (
-        "  224x224 stretch (cubic), raw float32 (unit), runner PrismRunner")
+        "  224x224 center_crop (area), raw float32 (unit), runner PrismRunner")
 
 
 # ----------------------------------------------------------------------------- progress

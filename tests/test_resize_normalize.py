@@ -76,7 +76,7 @@ def test_center_crop_bytes_do_not_depend_on_max_decoded_bytes():
 def test_center_crop_under_the_budget_keeps_its_bytes():
     """Cropping first only past the budget: every image below it converts as before."""
     img = (np.random.default_rng(2).random((90, 250, 3)) * 255).astype(np.uint8)
-    spec = ImageSpec(height=OUT_H, width=OUT_W, resize_mode="center_crop")
+    spec = ImageSpec(height=OUT_H, width=OUT_W, resize_mode="center_crop", interpolation="cubic")
     scaled = cv2.resize(img, (178, OUT_H), interpolation=cv2.INTER_CUBIC)  # 250 * 64 / 90 = 177.8
     np.testing.assert_array_equal(resize_image(img, spec), scaled[:, 65:113])
 
@@ -132,14 +132,14 @@ def test_normalize_none_returns_uint8_unchanged():
 
 def test_normalize_unit_is_bit_exact():
     img = np.arange(256, dtype=np.uint8).reshape(16, 16, 1).repeat(3, axis=2)
-    out = normalize_image(img, ImageSpec(normalize="unit"))
+    out = normalize_image(img, ImageSpec(normalize="unit", encoding="raw"))
     assert out.dtype == np.float32
     assert out.tobytes() == (img.astype(np.float32) / 255.0).tobytes()
     assert out.min() == 0.0 and out.max() == 1.0
 
 
 def test_normalize_mean_std_by_hand():
-    spec = ImageSpec(normalize="mean_std", mean=(0.5, 0.25, 0.0), std=(0.5, 0.25, 2.0))
+    spec = ImageSpec(normalize="mean_std", encoding="raw", mean=(0.5, 0.25, 0.0), std=(0.5, 0.25, 2.0))
     img = np.array([[[255, 0, 51]]], np.uint8)
     # ((255/255 - .5) / .5, (0 - .25) / .25, (51/255 - 0) / 2)
     np.testing.assert_allclose(normalize_image(img, spec), [[[1.0, -1.0, 0.1]]], rtol=1e-6)

@@ -50,8 +50,8 @@ def write_config(tmp_path, text: str) -> str:
     (lambda: ImageSpec(height=0), "height and width must be positive"),
     (lambda: ImageSpec(min_side=0), "min_side at least 1"),
     (lambda: ImageSpec(max_decoded_bytes=0), "max_decoded_bytes"),
-    (lambda: ImageSpec(encoding="jpeg"), "use normalize=none"),
-    (lambda: ImageSpec(normalize="mean_std", mean=(0.5,)), "three means"),
+    (lambda: ImageSpec(normalize="unit"), "normalize=unit needs encoding=raw"),
+    (lambda: ImageSpec(normalize="mean_std", encoding="raw", mean=(0.5,)), "three means"),
     (lambda: ImageSpec(quality=0, encoding="jpeg", normalize="none"), "quality must be in 1..100"),
     (lambda: ImageSpec(background=(256, 0, 0)), "background must be three values in 0..255"),
     (lambda: ImageSpec(background=(0, 0)), "background must be three values"),
@@ -70,7 +70,7 @@ def write_config(tmp_path, text: str) -> str:
     (lambda: SplitSpec(names=("../x", "val"), ratios=(0.5, 0.5)), "split names .* got '../x'"),
     (lambda: SplitSpec(names=("a/b", "c"), ratios=(0.5, 0.5)), "split names"),
     (lambda: SplitSpec(ratios=(float("nan"), 0.5, 0.5)), ">= 0"),
-    (lambda: ImageSpec(normalize="mean_std", std=(0.0, 0.1, 0.1)), "std non-zero"),
+    (lambda: ImageSpec(normalize="mean_std", encoding="raw", std=(0.0, 0.1, 0.1)), "std non-zero"),
     (lambda: ImageSpec(mean=(float("inf"), 0.0, 0.0)), "finite"),
     (lambda: ImageSpec(height=100_000, width=100_000), "more than max_decoded_bytes"),
     (lambda: OutputSpec("o", num_shards=-1), r"num_shards must be in 0\.\.100000"),
@@ -110,7 +110,7 @@ def test_pixel_settings_leave_out_the_acceptance_limits():
     assert not {"min_side", "max_pixels", "max_decoded_bytes"} & set(settings)
     assert {"height", "width", "resize_mode", "interpolation", "normalize", "encoding", "decoder"} <= set(settings)
     assert ImageSpec(min_side=9, max_pixels=10**6).pixel_settings() == settings
-    assert ImageSpec(interpolation="area").pixel_settings() != settings
+    assert ImageSpec(interpolation="cubic").pixel_settings() != settings
 
 
 # ----------------------------------------------------------------------------- flags and YAML

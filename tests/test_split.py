@@ -111,10 +111,10 @@ def test_labels_smaller_than_the_splits_still_follow_the_ratios():
     (ImageSpec(), OutputSpec("o", num_shards=5), 0, 5),
     (ImageSpec(), OutputSpec("o"), 0, 1),
     # uint8 raw 224x224: 150528 + 512 bytes per record; 1000 records = 151.04 MB
-    (ImageSpec(normalize="none"), OutputSpec("o"), 1000, 1),
-    (ImageSpec(normalize="none"), OutputSpec("o", target_shard_bytes=10 * 2**20), 1000, 15),
+    (ImageSpec(encoding="raw"), OutputSpec("o"), 1000, 1),
+    (ImageSpec(encoding="raw"), OutputSpec("o", target_shard_bytes=10 * 2**20), 1000, 15),
     # float32: 602112 + 512 bytes per record
-    (ImageSpec(normalize="unit"), OutputSpec("o", target_shard_bytes=10 * 2**20), 1000, 58),
+    (ImageSpec(normalize="unit", encoding="raw"), OutputSpec("o", target_shard_bytes=10 * 2**20), 1000, 58),
     # jpeg: 12% of the uint8 pixels + 512 bytes
     (ImageSpec(normalize="none", encoding="jpeg"), OutputSpec("o", target_shard_bytes=2**20), 1000, 18),
     # a tiny target: one shard per example, not millions of empty files

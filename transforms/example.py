@@ -239,7 +239,7 @@ def feature_spec(spec: ImageSpec, keys: FeatureKeys) -> dict[str, dict]:
     described = {
         keys.image: {"role": "image", "dtype": "string", "encoding": spec.encoding,
                      "pixel_dtype": spec.dtype, "shape": list(spec.shape), "normalize": spec.normalize,
-                     "mean": list(spec.mean), "std": list(spec.std)},
+                     **({"mean": list(spec.mean), "std": list(spec.std)} if spec.normalize == "mean_std" else {})},
         keys.label: {"role": "label", "dtype": "int64"},
         keys.label_text: {"role": "label_text", "dtype": "string"},
         keys.height: {"role": "height", "dtype": "int64"},

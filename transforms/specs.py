@@ -52,15 +52,17 @@ def _finite_in_float32(mean: tuple[float, ...], std: tuple[float, ...]) -> bool:
 class ImageSpec:
     """How every image is decoded, checked, resized, normalized and encoded."""
 
+    # The defaults are the recommended settings: JPEG records of uint8 pixels (normalize when
+    # reading), aspect kept by a center crop; configs/seed.yaml keeps the seed script's format.
     height: int = 224
     width: int = 224
-    resize_mode: str = "stretch"
-    interpolation: str = "cubic"
-    normalize: str = "unit"
+    resize_mode: str = "center_crop"
+    interpolation: str = "area"
+    normalize: str = "none"
     mean: tuple[float, ...] = (0.485, 0.456, 0.406)
     std: tuple[float, ...] = (0.229, 0.224, 0.225)
-    encoding: str = "raw"
-    quality: int = 95
+    encoding: str = "jpeg"
+    quality: int = 90
     alpha: str = "composite"
     background: tuple[int, int, int] = (255, 255, 255)
     pad_value: int = 0
@@ -91,8 +93,9 @@ class ImageSpec:
         if self.height <= 0 or self.width <= 0:
             raise ValueError(f"height and width must be positive; got {self.height}x{self.width}")
         if self.encoding != "raw" and self.normalize != "none":
-            raise ValueError("jpeg/png encoding stores uint8 pixels: use normalize=none at write time "
-                             "and normalize when reading")
+            raise ValueError(f"{self.encoding} records store uint8 pixels, so normalize={self.normalize} needs "
+                             "encoding=raw (float32 records); or keep normalize=none and normalize when reading "
+                             "(load_dataset(normalize=...))")
         if self.normalize == "mean_std" and (len(self.mean) != 3 or len(self.std) != 3):
             raise ValueError("mean_std needs three means and three stds (R, G, B)")
         if not all(math.isfinite(v) for v in (*self.mean, *self.std)) or not all(self.std):
@@ -132,13 +135,18 @@ class ImageSpec:
     def pixel_settings(self) -> dict:
         """The fields that decide an accepted image's stored bytes (limits only decide which
         images are accepted): what an incremental run must match to reuse a record's image."""
-        settings = dataclasses.asdict(self)
+        settings = self.used_settings()
         for limit in ("min_side", "max_pixels", "max_decoded_bytes"):
             settings.pop(limit)
+        return settings
+
+    def used_settings(self) -> dict:
+        """The fields, without those the other fields make irrelevant (mean and std unless
+        normalize is mean_std, quality unless encoding is jpeg, ...): what metadata.json records."""
         unused = {"quality": self.encoding != "jpeg", "mean": self.normalize != "mean_std",
                   "std": self.normalize != "mean_std", "pad_value": self.resize_mode != "pad",
                   "background": self.alpha != "composite", "reduced_decode": not self.reduces_jpegs}
-        return {name: value for name, value in settings.items() if not unused.get(name)}
+        return {name: value for name, value in dataclasses.asdict(self).items() if not unused.get(name)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,4 +280,4 @@ class ConversionSpec:
     splits: SplitSpec = SplitSpec()
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "image": self.image.used_settings()}
