@@ -124,6 +124,10 @@ class Store:
         """Every object under `prefix/`, by its name below it."""
         return {key[len(prefix) + 1:]: self.get(key) for key in self.keys(prefix)}
 
+    def unreachable(self, endpoint: str, monkeypatch) -> tuple[str, ...]:
+        """The flags (and, through `monkeypatch`, the environment) of this store at `endpoint`."""
+        raise NotImplementedError
+
     def put(self, key: str, data: bytes) -> None:
         raise NotImplementedError
 
@@ -140,11 +144,17 @@ class S3Store(Store):
     def __init__(self, endpoint: str, bucket: str):
         import boto3
 
-        super().__init__(bucket, (f"--s3_endpoint_url={endpoint}", f"--s3_access_key_id={S3_KEYS['aws_access_key_id']}",
-                                  f"--s3_secret_access_key={S3_KEYS['aws_secret_access_key']}",
-                                  f"--s3_region_name={S3_KEYS['region_name']}"))
+        super().__init__(bucket, self._flags(endpoint))
         self.client = boto3.client("s3", endpoint_url=endpoint, **S3_KEYS)
         self.client.create_bucket(Bucket=bucket)
+
+    @staticmethod
+    def _flags(endpoint: str) -> tuple[str, ...]:
+        return (f"--s3_endpoint_url={endpoint}", f"--s3_access_key_id={S3_KEYS['aws_access_key_id']}",
+                f"--s3_secret_access_key={S3_KEYS['aws_secret_access_key']}", f"--s3_region_name={S3_KEYS['region_name']}")
+
+    def unreachable(self, endpoint: str, monkeypatch) -> tuple[str, ...]:
+        return self._flags(endpoint)
 
     def put(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
@@ -167,6 +177,10 @@ class GcsStore(Store):
         super().__init__(bucket, (f"--project={PROJECT}",))
         self.client = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
         self.handle = self.client.create_bucket(bucket)
+
+    def unreachable(self, endpoint: str, monkeypatch) -> tuple[str, ...]:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        return self.flags
 
     def put(self, key: str, data: bytes) -> None:
         self.handle.blob(key).upload_from_string(data)
