@@ -16,7 +16,7 @@ $(VENV)/.installed: $(LOCK) setup.py
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -r $(LOCK)
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) -r $(LOCK)
 	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
