@@ -22,8 +22,8 @@ IMAGES = ("cat/cat_01.jpg", "cat/cat_05.png", "coffee/coffee_01.jpg", "coffee/co
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint():
-    with servers.moto_server() as endpoint:
+def s3_endpoint(tmp_path_factory):
+    with servers.moto_server(tmp_path_factory.mktemp("s3") / "moto.log") as endpoint:
         yield endpoint
 
 

@@ -1,6 +1,6 @@
 """Real object-store servers on loopback for the store tests, and a small client for each.
 
-- S3: moto's server (`moto[server]`, in the test extra), in this process on its own threads.
+- S3: moto's server (`moto[server]`, in the test extra), started as a process.
 - GCS: fake-gcs-server, built by `python -m tests.stores.servers` (`go install
   github.com/fsouza/fake-gcs-server@VERSION` into $IMGREC_STORES_CACHE or ~/.cache/imgrec-stores;
   the Go module cache keeps the sources), started as a process.
@@ -62,31 +62,13 @@ def _wait_until_up(url: str, process: subprocess.Popen | None = None, timeout: f
 
 
 @contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's S3 server on a free loopback port; yields its endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-@contextlib.contextmanager
-def fake_gcs_server(log: pathlib.Path) -> Iterator[str]:
-    """fake-gcs-server (in memory, plain HTTP) on a free loopback port; yields its URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+def _server(argv: list[str], probe: str, log: pathlib.Path) -> Iterator[None]:
+    """A server process, up once `probe` answers; stopped at the end."""
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(fake_gcs_binary()), "-host", "127.0.0.1", "-port", str(port), "-scheme", "http",
-                                    "-backend", "memory", "-external-url", url, "-log-level", "warn"],
-                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        _wait_until_up(f"{url}/storage/v1/b", process)
-        yield url
+        _wait_until_up(probe, process)
+        yield
     finally:
         process.terminate()
         try:
@@ -94,6 +76,26 @@ def fake_gcs_server(log: pathlib.Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextlib.contextmanager
+def moto_server(log: pathlib.Path) -> Iterator[str]:
+    """moto's S3 server on a free loopback port, a process of its own (so its work does not
+    contend for the interpreter lock of the runs this process makes); yields its endpoint URL."""
+    url = f"http://127.0.0.1:{free_port()}"
+    port = url.rsplit(":", 1)[1]
+    with _server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", port], f"{url}/moto-api/", log):
+        yield url
+
+
+@contextlib.contextmanager
+def fake_gcs_server(log: pathlib.Path) -> Iterator[str]:
+    """fake-gcs-server (in memory, plain HTTP) on a free loopback port; yields its URL."""
+    url = f"http://127.0.0.1:{free_port()}"
+    port = url.rsplit(":", 1)[1]
+    with _server([str(fake_gcs_binary()), "-host", "127.0.0.1", "-port", port, "-scheme", "http", "-backend", "memory",
+                  "-external-url", url, "-log-level", "warn"], f"{url}/storage/v1/b", log):
+        yield url
 
 
 def emulator_credentials(folder: pathlib.Path) -> pathlib.Path:
@@ -151,7 +153,8 @@ class S3Store(Store):
     @staticmethod
     def _flags(endpoint: str) -> tuple[str, ...]:
         return (f"--s3_endpoint_url={endpoint}", f"--s3_access_key_id={S3_KEYS['aws_access_key_id']}",
-                f"--s3_secret_access_key={S3_KEYS['aws_secret_access_key']}", f"--s3_region_name={S3_KEYS['region_name']}")
+                f"--s3_secret_access_key={S3_KEYS['aws_secret_access_key']}",
+                f"--s3_region_name={S3_KEYS['region_name']}")
 
     def unreachable(self, endpoint: str, monkeypatch) -> tuple[str, ...]:
         return self._flags(endpoint)
