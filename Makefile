@@ -16,7 +16,7 @@ $(VENV)/.installed: $(LOCK) setup.py
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -r $(LOCK)
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) -r $(LOCK)
 	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
@@ -98,7 +98,7 @@ stores: venv
 	$(PY) -m tests.stores.servers
 
 test-stores: stores
-	$(PY) -m pytest -q -rsxXfE -m stores tests/stores
+	$(PY) -m pytest -q -rsxXfE --durations=0 -m stores tests/stores
 
 # The contenders run with imgrec's default install (no extras), as a user converting local files
 # has it, at the locked versions; the harness (corpora, timing) runs in $(VENV).

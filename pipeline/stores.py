@@ -13,7 +13,7 @@ worker (Beam's SDK harness gives them to its FileSystems) on every runner. Where
 from __future__ import annotations
 
 import argparse
-from typing import Any, Optional
+from typing import Any
 
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import (
@@ -33,27 +33,17 @@ FILESYSTEM_OPTIONS = tuple(cls for cls in (getattr(pipeline_options, "AwsOptions
 
 
 def _option_names() -> set[str]:
+    """The filesystem options' names, as Beam's option classes declare them."""
     parser = argparse.ArgumentParser(add_help=False)
-    add_filesystem_flags(parser)
-    return {action.dest for action in parser._actions}  # pylint: disable=protected-access
-
-
-def add_filesystem_flags(parser: argparse.ArgumentParser) -> None:
-    """The filesystem options as flags of a command that is not a pipeline (verify, export-tfds)."""
     for cls in FILESYSTEM_OPTIONS:
         cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    return {action.dest for action in parser._actions}  # pylint: disable=protected-access
 
 
 def filesystem_values(options: PipelineOptions) -> dict[str, Any]:
     """The filesystem options a user set (flags or config), by option name."""
     names = _option_names()
     return {name: value for name, value in options.get_all_options(drop_default=True).items() if name in names}
-
-
-def from_namespace(namespace: argparse.Namespace) -> PipelineOptions:
-    """A command's parsed filesystem flags as pipeline options."""
-    names = _option_names()
-    return PipelineOptions(flags=[], **{k: v for k, v in vars(namespace).items() if k in names and v is not None})
 
 
 def use_filesystem_options(options: PipelineOptions) -> files.FilesystemOptions:
@@ -72,8 +62,3 @@ def check_store(flag: str, path: str) -> None:
     fault = object_stores.probe(path)
     if fault:
         raise UsageError(f"{flag}={path}: {fault}")
-
-
-def fault_message(exc: BaseException) -> Optional[str]:
-    """One line for an error that says the store cannot be used (`object_stores.store_fault`)."""
-    return object_stores.store_fault(exc)

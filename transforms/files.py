@@ -247,6 +247,8 @@ def size(path: str) -> int:
     local = local_path(path)
     if local is not None:
         return os.path.getsize(local)
+    if own_s3_client(path):
+        return _object_stores().s3io().size(path)
     return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
 
 
@@ -327,7 +329,7 @@ def _remove_quietly(path: str) -> None:
     try:
         if local is not None:
             os.remove(local)
-        elif _filesystems().exists(path):
+        elif exists(path):
             delete([path])
     except Exception:  # pylint: disable=broad-except
         pass

@@ -28,6 +28,9 @@ from transforms import files
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own switch to a GCS emulator
 # HTTP statuses and S3 error codes that say the store, not one object, is the problem.
 _REFUSED_STATUSES = (401, 403)
+# How long the check before a run retries a GCS store that does not answer: google-cloud-storage's
+# default retry would try for 2 minutes before the run could say so.
+PROBE_SECONDS = 10.0
 _STORE_ERROR_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket",
                       "InvalidBucketName", "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"}
 
@@ -191,7 +194,7 @@ def probe(path: str) -> Optional[str]:
     try:
         if scheme(path) == "s3":
             _s3_client().head_bucket(Bucket=bucket)
-        elif not _gcs_bucket(bucket).exists():
+        elif not _gcs_bucket(bucket).exists(timeout=PROBE_SECONDS, retry=_gcs_probe_retry()):
             return f"no such bucket {bucket!r}"
     except Exception as exc:  # each client raises its own error types
         response = getattr(exc, "response", None)
@@ -199,6 +202,12 @@ def probe(path: str) -> Optional[str]:
             return f"no such bucket {bucket!r}"
         return store_fault(exc) or f"{type(exc).__name__}: {_first_line(str(exc))}"
     return None
+
+
+def _gcs_probe_retry():
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return DEFAULT_RETRY.with_timeout(PROBE_SECONDS)
 
 
 def _causes(exc: BaseException) -> Iterable[BaseException]:

@@ -1,6 +1,6 @@
 """Real object-store servers on loopback for the store tests, and a small client for each.
 
-- S3: moto's server (`moto[server]`, in the test extra), in this process on its own threads.
+- S3: moto's server (`moto[server]`, in the test extra), started as a process.
 - GCS: fake-gcs-server, built by `python -m tests.stores.servers` (`go install
   github.com/fsouza/fake-gcs-server@VERSION` into $IMGREC_STORES_CACHE or ~/.cache/imgrec-stores;
   the Go module cache keeps the sources), started as a process.
@@ -62,31 +62,13 @@ def _wait_until_up(url: str, process: subprocess.Popen | None = None, timeout: f
 
 
 @contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's S3 server on a free loopback port; yields its endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-@contextlib.contextmanager
-def fake_gcs_server(log: pathlib.Path) -> Iterator[str]:
-    """fake-gcs-server (in memory, plain HTTP) on a free loopback port; yields its URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+def _server(argv: list[str], probe: str, log: pathlib.Path) -> Iterator[None]:
+    """A server process, up once `probe` answers; stopped at the end."""
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(fake_gcs_binary()), "-host", "127.0.0.1", "-port", str(port), "-scheme", "http",
-                                    "-backend", "memory", "-external-url", url, "-log-level", "warn"],
-                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        _wait_until_up(f"{url}/storage/v1/b", process)
-        yield url
+        _wait_until_up(probe, process)
+        yield
     finally:
         process.terminate()
         try:
@@ -94,6 +76,26 @@ def fake_gcs_server(log: pathlib.Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextlib.contextmanager
+def moto_server(log: pathlib.Path) -> Iterator[str]:
+    """moto's S3 server on a free loopback port, a process of its own (so its work does not
+    contend for the interpreter lock of the runs this process makes); yields its endpoint URL."""
+    url = f"http://127.0.0.1:{free_port()}"
+    port = url.rsplit(":", 1)[1]
+    with _server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", port], f"{url}/moto-api/", log):
+        yield url
+
+
+@contextlib.contextmanager
+def fake_gcs_server(log: pathlib.Path) -> Iterator[str]:
+    """fake-gcs-server (in memory, plain HTTP) on a free loopback port; yields its URL."""
+    url = f"http://127.0.0.1:{free_port()}"
+    port = url.rsplit(":", 1)[1]
+    with _server([str(fake_gcs_binary()), "-host", "127.0.0.1", "-port", port, "-scheme", "http", "-backend", "memory",
+                  "-external-url", url, "-log-level", "warn"], f"{url}/storage/v1/b", log):
+        yield url
 
 
 def emulator_credentials(folder: pathlib.Path) -> pathlib.Path:
@@ -124,6 +126,10 @@ class Store:
         """Every object under `prefix/`, by its name below it."""
         return {key[len(prefix) + 1:]: self.get(key) for key in self.keys(prefix)}
 
+    def unreachable(self, endpoint: str, monkeypatch) -> tuple[str, ...]:
+        """The flags (and, through `monkeypatch`, the environment) of this store at `endpoint`."""
+        raise NotImplementedError
+
     def put(self, key: str, data: bytes) -> None:
         raise NotImplementedError
 
@@ -140,11 +146,18 @@ class S3Store(Store):
     def __init__(self, endpoint: str, bucket: str):
         import boto3
 
-        super().__init__(bucket, (f"--s3_endpoint_url={endpoint}", f"--s3_access_key_id={S3_KEYS['aws_access_key_id']}",
-                                  f"--s3_secret_access_key={S3_KEYS['aws_secret_access_key']}",
-                                  f"--s3_region_name={S3_KEYS['region_name']}"))
+        super().__init__(bucket, self._flags(endpoint))
         self.client = boto3.client("s3", endpoint_url=endpoint, **S3_KEYS)
         self.client.create_bucket(Bucket=bucket)
+
+    @staticmethod
+    def _flags(endpoint: str) -> tuple[str, ...]:
+        return (f"--s3_endpoint_url={endpoint}", f"--s3_access_key_id={S3_KEYS['aws_access_key_id']}",
+                f"--s3_secret_access_key={S3_KEYS['aws_secret_access_key']}",
+                f"--s3_region_name={S3_KEYS['region_name']}")
+
+    def unreachable(self, endpoint: str, monkeypatch) -> tuple[str, ...]:
+        return self._flags(endpoint)
 
     def put(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
@@ -167,6 +180,10 @@ class GcsStore(Store):
         super().__init__(bucket, (f"--project={PROJECT}",))
         self.client = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
         self.handle = self.client.create_bucket(bucket)
+
+    def unreachable(self, endpoint: str, monkeypatch) -> tuple[str, ...]:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        return self.flags
 
     def put(self, key: str, data: bytes) -> None:
         self.handle.blob(key).upload_from_string(data)

@@ -1,8 +1,11 @@
-"""imgrec on S3 and GCS, each a real server on loopback (moto, fake-gcs-server): whole runs from
-the command line, byte for byte against the same run on the local disk, and the lock."""
+"""imgrec on S3 and GCS, each a real server on loopback (moto, fake-gcs-server), against the same
+run on the local disk. Each conversion several tests read is made once per store (module-scoped
+fixtures) and in this process (`pipeline.run.convert`); the runs that must be processes of their
+own (two at once, kill -9, a setup fault's exit code and line) are started as `python -m pipeline.run`."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import pathlib
 import socket
@@ -33,15 +36,25 @@ LOCK = ".imgrec.lock"
 # metadata.json sections that do not name the run, its time or its paths
 SAME_METADATA = ("format_version", "splits", "features", "image", "compression", "label_map", "inputs",
                  "duplicates", "error_files", "pixel_fingerprint")
+# Objects imgrec did not write: in the output folder, in a subfolder of it, and beside it.
+FOREIGN = {"out/notes.txt": b"mine", "out/sub/keep.bin": b"", "out-other/data": b"beside"}
 
 
-def published(store: servers.Store, prefix: str) -> dict[str, bytes]:
-    return {name: data for name, data in store.objects(prefix).items() if not name.startswith((STAGING, LOCK))}
+def convert(*argv: str):
+    """A whole run in this process, as `python -m pipeline.run` makes it."""
+    from pipeline.run import convert as run_conversion
+
+    return run_conversion(list(argv))
+
+
+def imgrecs(store: servers.Store, prefix: str) -> dict[str, bytes]:
+    """The objects under `prefix/` but for FOREIGN's, by their names below it."""
+    return {name: data for name, data in store.objects(prefix).items() if f"{prefix}/{name}" not in FOREIGN}
 
 
 def assert_same_dataset(found: dict[str, bytes], reference: pathlib.Path) -> None:
-    """The store's dataset is the local one: every file byte for byte (zero-byte shards and
-    indexes included), metadata.json but for the run, its time and paths."""
+    """`found` is the local dataset and nothing more (no staging, no lock): every file byte for
+    byte (zero-byte shards and indexes included), metadata.json but for the run, its time and paths."""
     local = {name: data for name, data in snapshot(reference).items() if data != b"<dir>"}
     assert sorted(found) == sorted(local)
     assert any(not data for data in local.values()), "the reference should hold a zero-byte shard"
@@ -52,120 +65,167 @@ def assert_same_dataset(found: dict[str, bytes], reference: pathlib.Path) -> Non
     assert {k: ours[k] for k in SAME_METADATA} == {k: theirs[k] for k in SAME_METADATA}
 
 
-def contents(folder: pathlib.Path) -> set[tuple[str, str]]:
-    """(label, sha256 of the stored image) of every record: what does not depend on input paths."""
+def contents(folder: pathlib.Path) -> tuple[set[tuple[str, str]], list[str]]:
+    """(label, sha256 of the stored image) of every record and the dead letters' errors: what
+    does not depend on the input's paths."""
     metadata = json.loads((folder / "metadata.json").read_text())
     image, label = feature_key(metadata, "image"), feature_key(metadata, "label_text")
-    return {(e.features.feature[label].bytes_list.value[0].decode(),
-             hashlib.sha256(e.features.feature[image].bytes_list.value[0]).hexdigest())
-            for examples in read_examples(folder, metadata).values() for e in examples}
+    records = {(e.features.feature[label].bytes_list.value[0].decode(),
+                hashlib.sha256(e.features.feature[image].bytes_list.value[0]).hexdigest())
+               for examples in read_examples(folder, metadata).values() for e in examples}
+    errors = sorted(json.loads(line)["error"] for path in folder.glob("errors-*.jsonl")
+                    for line in path.read_text().splitlines())
+    return records, errors
 
 
 def download(store: servers.Store, prefix: str, folder: pathlib.Path) -> pathlib.Path:
-    for name, data in published(store, prefix).items():
+    for name, data in imgrecs(store, prefix).items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
     return folder
 
 
-@pytest.mark.e2e
-def test_a_dataset_written_to_a_store_is_the_local_one_byte_for_byte(store, local_reference):
-    run = run_imgrec(SAMPLE, store.url("out"), *CONFIG, *store.flags, timeout=150)
-    assert run.returncode == 0, run.brief()
-    assert_same_dataset(published(store, "out"), local_reference)
-    assert store.keys("out") == sorted(f"out/{name}" for name in published(store, "out")), "staging or lock left"
+# ------------------------------------------------------------------------------------------
+# Output on the store
+
+
+@pytest.fixture(scope="module")
+def first_run(store, small_input) -> dict[str, bytes]:
+    """The small input converted into `out`, which holds objects imgrec did not write (and so
+    is not a dataset yet): every object under `out/` afterwards."""
+    for key, data in FOREIGN.items():
+        store.put(key, data)
+    convert(f"--input={small_input}", f"--output={store.url('out')}", "--overwrite", *CONFIG, *store.flags)
+    return store.objects("out")
 
 
 @pytest.mark.e2e
-def test_images_read_from_a_store_by_beam_workers_and_converters(store, local_reference, tmp_path):
-    """Input on the store, read by Beam's multi_processing workers; then an unchanged rerun and
-    an incremental run (--reuse_from) on the store, by imgrec's converter processes."""
-    store.upload_tree(SAMPLE, "in")
-    run = run_imgrec(store.url("in"), store.url("out"), *CONFIG, *store.flags, runner=MULTI_PROCESSING, timeout=150)
-    assert run.returncode == 0, run.brief()
-    assert contents(download(store, "out", tmp_path / "out")) == contents(local_reference)
-    again = run_imgrec(store.url("in"), store.url("out"), *CONFIG, "--skip_unchanged", *store.flags, timeout=150)
-    assert again.returncode == 0 and again.stdout.startswith("unchanged"), again.brief()
-    reused = run_imgrec(store.url("in"), store.url("dated-{date}"), *CONFIG, f"--reuse_from={store.url('out')}",
-                        *store.flags, timeout=150)
-    assert reused.returncode == 0, reused.brief()
-    metadata = json.loads(store.get(f"dated-{time.strftime('%Y-%m-%d', time.gmtime())}/metadata.json"))
-    assert metadata["reuse"] == {"from": store.url("out"), "reused": 36, "converted": 0}
+def test_a_dataset_written_to_a_store_is_the_local_one_byte_for_byte(first_run, local_reference):
+    assert_same_dataset({name: data for name, data in first_run.items() if f"out/{name}" not in FOREIGN},
+                        local_reference)
 
 
 @pytest.mark.e2e
-def test_of_two_runs_at_once_one_publishes_and_the_other_exits_3(store, local_reference):
-    runs = finish_all([Watched(imgrec_argv(SAMPLE, store.url("out"), *CONFIG, *store.flags)) for _ in range(2)],
-                      timeout=150)
+def test_objects_imgrec_did_not_write_stay_as_they_are(store, first_run):
+    assert {key: first_run[key[len("out/"):]] for key in FOREIGN if key.startswith("out/")} == \
+        {key: data for key, data in FOREIGN.items() if key.startswith("out/")}
+    assert store.get("out-other/data") == FOREIGN["out-other/data"]
+
+
+@pytest.mark.e2e
+def test_of_two_runs_at_once_one_replaces_the_dataset_and_the_other_exits_3(store, first_run, small_input,
+                                                                            local_reference):
+    """Both with --overwrite into `out`: the winner replaces the dataset there and leaves the
+    objects imgrec did not write as they are."""
+    runs = finish_all([Watched(imgrec_argv(small_input, store.url("out"), *CONFIG, "--overwrite", *store.flags))
+                       for _ in range(2)], timeout=150)
     assert sorted(r.returncode for r in runs) == [0, 3], "\n\n".join(r.brief() for r in runs)
     (loser,) = [r for r in runs if r.returncode == 3]
     assert LOCK in error_line(loser)
-    assert_same_dataset(published(store, "out"), local_reference)
+    assert json.loads(store.get("out/metadata.json"))["run"]["run_id"] != json.loads(first_run["metadata.json"])[
+        "run"]["run_id"], "the dataset was not replaced"
+    assert_same_dataset(imgrecs(store, "out"), local_reference)
+    assert {key: store.get(key) for key in FOREIGN} == FOREIGN
 
 
 @pytest.mark.e2e
-def test_a_driver_killed_while_publishing_leaves_a_dataset_the_rerun_completes(store, local_reference):
-    """kill -9 as the publishing journal appears (the old dataset is being replaced): the rerun
-    takes over the dead driver's lock at once (same host, its pid gone) and publishes the whole
-    dataset, byte for byte."""
-    killed = Watched(imgrec_argv(SAMPLE, store.url("out"), *CONFIG, *store.flags))
-    journal = f"out/{STAGING}publishing.json"
-    while journal not in store.keys("out") and killed.sample():
+def test_a_driver_killed_while_publishing_leaves_a_dataset_the_rerun_completes(store, small_input, local_reference):
+    """kill -9 as the publishing journal appears: the rerun takes over the dead driver's lock at
+    once (same host, its pid gone; else its heartbeat would hold it for 10 minutes) and
+    publishes the whole dataset, byte for byte."""
+    killed = Watched(imgrec_argv(small_input, store.url("killed"), *CONFIG, *store.flags))
+    journal = f"killed/{STAGING}publishing.json"
+    while journal not in store.keys("killed") and killed.sample():
         time.sleep(0.02)
     assert killed.popen.poll() is None, "the run ended before publishing was seen"
     killed.kill()
-    assert any(key.endswith(LOCK) for key in store.keys("out")), "the killed run's lock should be left"
+    assert f"killed/{LOCK}" in store.keys("killed"), "the killed run's lock should be left"
+    assert "metadata.json" not in store.objects("killed"), "a dataset half published should not show"
     began = time.monotonic()
-    rerun = run_imgrec(SAMPLE, store.url("out"), *CONFIG, *store.flags, timeout=150)
-    assert rerun.returncode == 0, rerun.brief()
+    convert(f"--input={small_input}", f"--output={store.url('killed')}", *CONFIG, *store.flags)
     assert time.monotonic() - began < 120
-    assert_same_dataset(published(store, "out"), local_reference)
+    assert_same_dataset(store.objects("killed"), local_reference)
+
+
+# ------------------------------------------------------------------------------------------
+# Input on the store
+
+
+@pytest.fixture(scope="module")
+def from_store(store, small_input):
+    """The small input uploaded to `in` and converted three times, each run's outcome returned:
+    by Beam's multi_processing workers into `from-store`; again with --skip_unchanged; then,
+    with one image more, into `dated-{date}` with --reuse_from=from-store, by imgrec's converter
+    processes."""
+    store.upload_tree(small_input, "in")
+    first = convert(f"--input={store.url('in')}", f"--output={store.url('from-store')}", *CONFIG, *store.flags,
+                    *MULTI_PROCESSING)
+    unchanged = convert(f"--input={store.url('in')}", f"--output={store.url('from-store')}", "--skip_unchanged",
+                        *CONFIG, *store.flags)
+    store.put("in/cat/cat_02.jpg", (SAMPLE / "cat" / "cat_02.jpg").read_bytes())
+    reused = convert(f"--input={store.url('in')}", f"--output={store.url('dated-{date}')}",
+                     f"--reuse_from={store.url('from-store')}", *CONFIG, *store.flags)
+    return first, unchanged, reused
 
 
 @pytest.mark.e2e
-def test_objects_imgrec_did_not_write_stay_as_they_are(store):
-    foreign = {"out/notes.txt": b"mine", "out/sub/keep.bin": b"", "out-other/data": b"beside"}
-    for key, data in foreign.items():
-        store.put(key, data)
-    for _ in range(2):  # into a folder that is not a dataset, then replacing the dataset
-        run = run_imgrec(SAMPLE, store.url("out"), *CONFIG, "--overwrite", *store.flags, timeout=150)
-        assert run.returncode == 0, run.brief()
-        for key, data in foreign.items():
-            assert store.get(key) == data, key
+def test_images_read_from_a_store_make_the_local_dataset(store, from_store, local_reference, tmp_path):
+    first, _, _ = from_store
+    assert first.spec.output.path == store.url("from-store")
+    assert contents(download(store, "from-store", tmp_path)) == contents(local_reference)
 
 
 @pytest.mark.e2e
-def test_a_bucket_that_does_not_exist_is_one_line_and_exit_2(store):
-    run = run_imgrec(SAMPLE, f"{store.scheme}://no-such-bucket-{store.bucket}/out", *CONFIG, *store.flags)
+def test_an_unchanged_input_on_a_store_is_not_converted_again(store, from_store):
+    _, unchanged, _ = from_store
+    assert unchanged.unchanged_from == store.url("from-store")
+
+
+@pytest.mark.e2e
+def test_a_dated_output_reuses_the_records_of_a_dataset_on_a_store(store, from_store):
+    _, _, reused = from_store
+    dated = reused.spec.output.path
+    assert dated == store.url(f"dated-{time.strftime('%Y-%m-%d', time.gmtime())}")
+    metadata = json.loads(store.get(f"{dated.split('/', 3)[3]}/metadata.json"))
+    assert metadata["reuse"] == {"from": store.url("from-store"), "reused": 6, "converted": 1}
+
+
+# ------------------------------------------------------------------------------------------
+# A store that cannot be used
+
+
+@pytest.mark.e2e
+def test_a_bucket_that_does_not_exist_is_one_line_and_exit_2(store, small_input):
+    run = run_imgrec(small_input, f"{store.scheme}://no-such-bucket-{store.bucket}/out", *CONFIG, *store.flags)
     assert run.returncode == 2, run.brief()
     assert "no such bucket" in error_line(run)
 
 
 @pytest.mark.e2e
-def test_an_endpoint_nobody_answers_at_is_one_line_and_exit_2(s3_endpoint):
+def test_an_endpoint_nobody_answers_at_is_one_line_and_exit_2(store, monkeypatch):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
-        store_flags = ("--s3_endpoint_url=http://127.0.0.1:%d" % port, "--s3_access_key_id=a",
-                       "--s3_secret_access_key=b", "--s3_region_name=us-east-1")
-        run = run_imgrec("s3://bucket/in", "s3://bucket/out", *CONFIG, *store_flags)
+        flags = store.unreachable(f"http://127.0.0.1:{closed.getsockname()[1]}", monkeypatch)
+        run = run_imgrec(store.url("in"), store.url("out"), *CONFIG, *flags)
     assert run.returncode == 2, run.brief()
-    assert "--input=s3://bucket/in: cannot connect" in error_line(run)
+    assert f"--input={store.url('in')}: cannot connect" in error_line(run)
 
 
 # ------------------------------------------------------------------------------------------
 # The lock, through pipeline/lock.py itself
 
+_folders = itertools.count()
+
 
 @pytest.fixture
 def store_output(store):
-    """An output folder on the store, with this process's filesystem options set for it."""
+    """A new output folder on the store, with this process's filesystem options set for it."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipeline import stores
 
     stores.use_filesystem_options(PipelineOptions(list(store.flags)))
-    return store.url("locked")
+    return f"locked-{next(_folders)}"
 
 
 def lock_text(host: str, pid: int, heartbeat_age: float) -> bytes:
@@ -186,7 +246,7 @@ def test_exactly_one_of_many_takes_a_free_lock(store, store_output):
     def take(index: int) -> None:
         barrier.wait()
         try:
-            won.append(OutputLock(store_output, f"run{index}")._lock_remote())  # pylint: disable=protected-access
+            won.append(OutputLock(store.url(store_output), f"run{index}")._lock_remote())  # pylint: disable=protected-access
         except OutputLocked:
             won.append(False)
 
@@ -201,16 +261,16 @@ def test_exactly_one_of_many_takes_a_free_lock(store, store_output):
 def test_the_lock_of_a_dead_driver_on_this_host_is_taken_at_once(store, store_output):
     from pipeline.lock import OutputLock
 
-    key = f"locked/{LOCK}"
+    key = f"{store_output}/{LOCK}"
     store.put(key, lock_text(socket.gethostname(), exited_pid(), heartbeat_age=0))
     began = time.monotonic()
-    lock = OutputLock(store_output, "mine").acquire()
+    lock = OutputLock(store.url(store_output), "mine").acquire()
     try:
         assert json.loads(store.get(key))["run_id"] == "mine"
         assert time.monotonic() - began < 10
     finally:
         lock.release()
-    assert key not in store.keys("locked")
+    assert key not in store.keys(store_output)
 
 
 @pytest.mark.parametrize("heartbeat_age, taken", [(0, False), (11 * 60, True)])
@@ -218,9 +278,9 @@ def test_a_lock_from_another_host_is_taken_only_once_its_heartbeat_is_stale(stor
     from pipeline.errors import OutputLocked
     from pipeline.lock import OutputLock
 
-    store.put(f"locked/{LOCK}", lock_text("another-host", 1, heartbeat_age))
+    store.put(f"{store_output}/{LOCK}", lock_text("another-host", 1, heartbeat_age))
     if taken:
-        OutputLock(store_output, "mine").acquire().release()
+        OutputLock(store.url(store_output), "mine").acquire().release()
     else:
         with pytest.raises(OutputLocked):
-            OutputLock(store_output, "mine").acquire()
+            OutputLock(store.url(store_output), "mine").acquire()
