@@ -58,7 +58,7 @@ check-range:
 	rm -rf $(RANGE_VENV)
 	$(PYTHON) -m venv $(RANGE_VENV)
 	$(RANGE_VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(RANGE_VENV)/bin/uv pip install --quiet --python $(RANGE_VENV)/bin/python --resolution=$(RESOLUTION) \
+	$(RANGE_VENV)/bin/uv pip install --quiet --compile-bytecode --python $(RANGE_VENV)/bin/python --resolution=$(RESOLUTION) \
 		-e ".[test,gcp,aws]"
 	$(RANGE_VENV)/bin/python -m tests.lock_drift $(LOCK)
 	PATH="$(abspath $(RANGE_VENV))/bin:$$PATH" $(RANGE_VENV)/bin/python -m pytest -q -m "unit or beam" tests \
@@ -107,7 +107,7 @@ $(BENCH_VENV)/.installed: $(LOCK) setup.py
 	rm -rf $(BENCH_VENV)
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(BENCH_VENV)/bin/uv pip install --quiet --python $(BENCH_VENV)/bin/python -c $(LOCK) -e .
+	$(BENCH_VENV)/bin/uv pip install --quiet --compile-bytecode --python $(BENCH_VENV)/bin/python -c $(LOCK) -e .
 	touch $@
 
 # Issue 10's large-photo target is measured against this revision (main when the issue was filed).
