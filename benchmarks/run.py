@@ -18,7 +18,7 @@ imgrec imports; all write 224x224 RGB, bicubic stretch, tf.train.Example (image 
   imgrec_uint8, imgrec_jpeg, ...      the user's plain command, no running-mode flags:
                                       python -m pipeline.run --runner=DirectRunner --input --output
                                       --normalize=none [--encoding=jpeg --quality=90]
-                                      (imgrec_float32: the default --normalize=unit)
+                                      (imgrec_float32: --normalize=unit --encoding=raw)
   imgrec_uint8_gcp_extra              imgrec_uint8 with the harness's own interpreter, whose
                                       virtualenv has the gcp and test extras (see --python)
   prism_uint8                         the same command with --runner=PrismRunner and the Prism
@@ -98,8 +98,13 @@ LOOPBACK_ONLY = ("unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"
 RAW_UINT8, RAW_FLOAT32 = 224 * 224 * 3, 224 * 224 * 3 * 4
 
 PLAIN = ("-m", "pipeline.run", "--runner=DirectRunner", "--input={input}", "--output={output}")
-LAYOUT_FLAGS = {"uint8": ("--normalize=none",), "jpeg": ("--normalize=none", "--encoding=jpeg", "--quality=90"),
-                "float32": (), "area": ("--normalize=none", "--interpolation=area")}
+# The seed script's resize (stretch, cubic) for every layout, spelled out: imgrec's defaults changed
+# (0.4.2) and a baseline revision must convert the same way.
+_STRETCH = ("--resize_mode=stretch", "--interpolation=cubic")
+LAYOUT_FLAGS = {"uint8": (*_STRETCH, "--normalize=none", "--encoding=raw"),
+                "jpeg": (*_STRETCH, "--normalize=none", "--encoding=jpeg", "--quality=90"),
+                "float32": (*_STRETCH, "--normalize=unit", "--encoding=raw"),
+                "area": ("--resize_mode=stretch", "--normalize=none", "--encoding=raw", "--interpolation=area")}
 
 
 @dataclasses.dataclass(frozen=True)

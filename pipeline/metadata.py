@@ -143,5 +143,5 @@ def check_error_budget(metadata: DatasetMetadata, max_error_fraction: float, dea
         raise TooManyErrors(
             f"{inputs.errors} of {inputs.written + inputs.errors} images were rejected "
             f"({inputs.error_fraction:.2%} > max_error_fraction {max_error_fraction:.2%}; "
-            f"{rejections_by_error(inputs, errors_only=True)}). Nothing was published. Dead letters: {dead_letters}. "
-            f"To publish anyway, pass --max_error_fraction={_budget_that_passes(inputs.error_fraction)}")
+            f"{rejections_by_error(inputs, errors_only=True)}). Nothing was published; --max_error_fraction="
+            f"{_budget_that_passes(inputs.error_fraction)} would accept them. Dead letters: {dead_letters}")

@@ -245,7 +245,7 @@ def test_reuse_from_the_output_itself_needs_no_dataset_there_yet(changed_inputs,
 
 @pytest.mark.parametrize("flags, reason", [
     (("--height=48",), "image settings"),
-    (("--encoding=jpeg", "--normalize=none"), "image settings"),
+    (("--encoding=png",), "image settings"),
 ])
 def test_a_dataset_that_cannot_serve_is_refused(changed_inputs, tmp_path, flags, reason):
     images, first, _ = changed_inputs

@@ -138,7 +138,7 @@ def test_read_time_normalization_equals_write_time(written, method, stored):
 def test_normalize_images_is_bit_identical_to_the_pipeline(method):
     pixels = np.stack(np.meshgrid(np.arange(256), np.arange(256)[::-1], np.arange(256) // 2), -1)[:64]
     pixels = pixels.astype(np.uint8)
-    expected = normalize_image(pixels, ImageSpec(normalize=method))
+    expected = normalize_image(pixels, ImageSpec(normalize=method, encoding="raw"))
     got = reader.normalize_images(tf.constant(pixels), method).numpy()
     assert got.dtype == np.float32
     assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
