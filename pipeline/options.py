@@ -198,6 +198,8 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
     for section, field in PATH_FIELDS:
         if isinstance(values[section].get(field), str):  # anything else is refused by `coerce`
             values[section][field] = files.beam_path(values[section][field])
+    if isinstance(values["input"]["path"], str):  # the same folder spelled two ways gives the same records
+        values["input"]["path"] = files.absolute(values["input"]["path"])
     specs = {}
     for section, cls in SECTIONS.items():
         fields = {f.name: f for f in dataclasses.fields(cls)}

@@ -122,13 +122,21 @@ def test_every_flag_sets_a_spec_field():
     assert len({flag.name for flag in FLAGS}) == len(FLAGS)
 
 
+def test_the_input_is_one_absolute_path_however_it_is_spelled(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spellings = ("photos", "./photos/", f"{tmp_path}//photos/.", "file://photos")
+    assert {spec_from({}, f"--input={path}", "--output=o").input.path for path in spellings} == {
+        str(tmp_path / "photos")}
+    assert spec_from({}, "--input=gs://b/photos/", "--output=o").input.path == "gs://b/photos/"
+
+
 def test_build_spec_merges_config_and_flags():
     config = {"input": {"path": "from/yaml"}, "output": {"path": "out", "num_shards": 3},
               "image": {"height": 32, "width": 16, "mean": [0.1, 0.2, 0.3]},
               "splits": {"names": ["a", "b"], "ratios": [0.5, 0.5]}}
     spec = spec_from(config, "--input=from/flag", "--height=8", "--class_names=cat, dog,",
                      "--target_shard_mb=0.5", "--overwrite", "--manifest_columns=file,class")
-    assert spec.input.path == "from/flag" and spec.output.path == "out"
+    assert spec.input.path == os.path.join(os.getcwd(), "from/flag") and spec.output.path == "out"
     assert (spec.image.height, spec.image.width, spec.output.num_shards) == (8, 16, 3)
     assert spec.input.class_names == ("cat", "dog")
     assert spec.input.manifest_columns == ("file", "class")

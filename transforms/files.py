@@ -79,6 +79,15 @@ class FilesystemOptions:
         use_filesystem_options(json.loads(self.values))
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute, without `.` segments, repeated or trailing slashes; `..` is
+    kept (after a symlink it does not mean the folder above as text does). URLs are unchanged."""
+    if local_path(path) is None:
+        return path
+    parts = [part for part in os.path.join(os.getcwd(), path).split(os.sep) if part not in ("", ".")]
+    return os.sep + os.sep.join(parts)
+
+
 def _filesystems():
     from apache_beam.io.filesystems import FileSystems
 
