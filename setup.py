@@ -25,10 +25,11 @@ setup(
         # imdecodeWithMetadata (EXIF orientation without a second decode) needs OpenCV 5.
         "opencv-python-headless>=5.0,<6",
         "numpy>=1.26,<3",
+        "pillow>=10",  # reads image headers without decoding (transforms/image_header.py)
         "pyyaml>=6,<7",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "pillow>=10", "scikit-image>=0.22", "tifffile>=2023.1",
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "scikit-image>=0.22", "tifffile>=2023.1",
                  "tensorflow-datasets>=4.9", "ruff>=0.6", "moto[server]>=5"],
         "gcp": ["apache-beam[gcp]>=2.60,<3"],
         "aws": ["apache-beam[aws]>=2.60,<3"],

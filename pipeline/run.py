@@ -60,8 +60,9 @@ from transforms import files
 from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
 from transforms.files import list_names, local_path
+from transforms.limits import Converter
 from transforms.manifests import ManifestError, manifest_layout
-from transforms.parts import WriterSettings, record_digest, setup_converter
+from transforms.parts import WriterSettings, record_digest
 from transforms.specs import ConversionSpec
 
 _LOG = logging.getLogger("imgrec")
@@ -358,7 +359,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             try:
                 if context.in_one_process:
                     # The converters start (a Python and OpenCV's import each) while Beam builds the job.
-                    shared_process_pool(writer.local_processes, setup_converter)
+                    shared_process_pool(writer.local_processes, Converter.for_spec(writer.image))
                 pipeline = beam.Pipeline(runner=direct_runner(options), options=options)
                 _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
                 clock = time.monotonic()

@@ -7,7 +7,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.concurrency import InflightDoFn
 from transforms.discover import REJECTED
-from transforms.parts import setup_converter
+from transforms.limits import Converter
 from transforms.refs import Candidate
 from transforms.source import read_batch
 from transforms.specs import ImageSpec
@@ -33,7 +33,7 @@ class ReadAndCheck(InflightDoFn):
         return read_batch, (batch, self._spec, self._max_file_bytes)
 
     def pool_initializer(self):
-        return setup_converter
+        return Converter.for_spec(self._spec)
 
     def emit(self, batch: tuple[Candidate, ...], result):
         images, rejections = result
