@@ -28,6 +28,7 @@ from pipeline.options import ImgrecOptions, build_spec, read_config
 from transforms.discover import label_from_parent
 from transforms.example import RecordFields
 from transforms.files import content_hash, read_input
+from transforms.image_header import check_header
 from transforms.labels import build_label_map
 from transforms.process import image_to_record
 from transforms.tfrecord import write_record
@@ -50,7 +51,7 @@ def convert_slice(args: tuple) -> dict:
         for source, label in files[index::count]:
             data = read_input(source, max_file_bytes)
             fields = RecordFields(label_ids[label], label, source, content_hash(data))
-            record = image_to_record(data, fields, spec, keys).data
+            record = image_to_record(data, check_header(data, spec), fields, spec, keys).data
             write_record(handle, record)
             images += 1
             num_bytes += len(record)

@@ -1,2 +1,2 @@
 """imgrec pipeline: options, the composite transform, publishing and reading back."""
-__version__ = "0.4.1"
+__version__ = "0.4.2"

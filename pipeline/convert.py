@@ -116,7 +116,7 @@ class ConvertToTFRecords(beam.PTransform):
         read = (candidates
                 | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(
                     spec.image, spec.input.max_file_bytes, context.writer.local_processes,
-                    context.writer.converter_setup)).with_outputs(
+                    context.writer.converter)).with_outputs(
                     REJECTED, main="images"))
         label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
             spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))

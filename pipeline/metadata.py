@@ -39,9 +39,10 @@ def versions() -> dict[str, str]:
     import apache_beam
     import cv2
     import numpy as np
+    import PIL
 
     return {"imgrec": __version__, "apache_beam": apache_beam.__version__, "opencv": cv2.__version__,
-            "numpy": np.__version__, "python": platform.python_version()}
+            "numpy": np.__version__, "pillow": PIL.__version__, "python": platform.python_version()}
 
 
 def pixel_fingerprint(spec: ConversionSpec, library_versions: Mapping[str, str]) -> str:

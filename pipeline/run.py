@@ -372,7 +372,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             try:
                 if context.in_one_process:
                     # The converters start (a Python and OpenCV's import each) while Beam builds the job.
-                    shared_process_pool(writer.local_processes, writer.converter_setup)
+                    shared_process_pool(writer.local_processes, writer.converter)
                 pipeline = beam.Pipeline(runner=direct_runner(options), options=options)
                 _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
                 clock = time.monotonic()

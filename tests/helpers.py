@@ -156,9 +156,25 @@ def write_text(path: pathlib.Path, text: str) -> str:
 
 
 def png_declaring(width: int, height: int, bit_depth: int = 8, color_type: int = 2) -> bytes:
-    """A PNG signature + IHDR (valid CRC) declaring a size, with no pixel data at all."""
-    ihdr = b"IHDR" + struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
+    """A PNG that declares a size and holds a few bytes of its pixel data: a bomb's header."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(64)))
+
+
+def tile_bomb() -> bytes:
+    """A 16x16 RGBA TIFF in one 8192x8192 tile: its header tells 16x16 pixels and passes every
+    check, and OpenCV allocates the whole tile (256 MiB) to decode it."""
+    import io
+
+    import tifffile
+
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, np.zeros((16, 16, 4), np.uint8), tile=(8192, 8192), compression="zlib",
+                     photometric="rgb", extrasamples=[2])
+    return buffer.getvalue()
 
 
 def rejection_tuple(rejection) -> tuple:

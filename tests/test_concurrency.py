@@ -19,7 +19,7 @@ from pipeline import reaper
 from tests.helpers import REPO, make_good_images, run_pipeline, test_pipeline
 from transforms.concurrency import InflightDoFn
 from transforms.files import read_input
-from transforms.process_pool import SubprocessPool, WorkerDied
+from transforms.process_pool import SubprocessPool, WorkerDied, note
 
 pytestmark = [pytest.mark.beam, pytest.mark.timeout(120)]
 
@@ -116,22 +116,22 @@ def test_subprocess_pool_runs_tasks_in_other_processes():
         pool.shutdown(wait=True)
 
 
-def test_a_worker_that_dies_fails_its_task_instead_of_hanging():
-    pool = SubprocessPool(1)
-    try:
-        with pytest.raises(WorkerDied, match=r"converter process \d+ died"):
-            pool.submit(os._exit, 7).result(timeout=60)
-    finally:
-        pool.shutdown(wait=True)
+def exit_after_noting(value: int) -> None:
+    note(value)
+    os._exit(7)
 
 
-def test_tasks_submitted_after_the_pool_lost_its_workers_fail():
+def test_a_worker_that_dies_fails_its_task_with_its_note_and_is_replaced():
     pool = SubprocessPool(1)
     try:
-        with pytest.raises(WorkerDied):
+        first = pool.submit(os.getpid).result(timeout=60)
+        with pytest.raises(WorkerDied, match=r"converter process \d+ died") as died:
+            pool.submit(exit_after_noting, 5).result(timeout=60)
+        assert (died.value.returncode, died.value.note) == (7, 5)
+        with pytest.raises(WorkerDied) as died:
             pool.submit(os._exit, 7).result(timeout=60)
-        with pytest.raises(WorkerDied):
-            pool.submit(pow, 2, 2).result(timeout=2)  # a healthy pool answers in milliseconds
+        assert died.value.note is None  # a note is its own task's
+        assert pool.submit(os.getpid).result(timeout=60) not in (first, os.getpid())
     finally:
         pool.shutdown(wait=True)
 

@@ -1,5 +1,6 @@
-"""Header reading and decoding on real files written by OpenCV and Pillow (and a few hand-made
-headers), checking the exact pixels the pipeline will store."""
+"""Header facts (Pillow) and decoding (OpenCV) on real files written by OpenCV and Pillow, checking
+the exact pixels the pipeline will store. The limits of a converter process are tested in
+test_limits.py."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -16,15 +17,8 @@ import pytest
 from PIL import Image, ImageOps
 
 from tests.helpers import png_declaring
-from transforms.decode import apply_orientation, check_header, decode_image, decode_working_bytes, refuse_made_up_pixels
-from transforms.image_header import (
-    MAX_JPEG_SCANS,
-    ImageHeader,
-    exif_orientation,
-    jpeg_exif,
-    progressive_jpeg_problem,
-    read_header,
-)
+from transforms.decode import apply_orientation, decode_image, jpeg_scale, refuse_made_up_pixels
+from transforms.image_header import ImageHeader, check_header, decode_working_bytes, read_header
 from transforms.rejections import CorruptImage, EmptyFile, ImageTooLarge, ImageTooSmall, NotAnImage, UnsupportedImage
 from transforms.specs import ImageSpec
 
@@ -33,6 +27,12 @@ pytestmark = pytest.mark.unit
 W, H = 37, 23  # odd and non-square, so swapped or rounded dimensions show up
 RED = (255, 0, 0)
 SPEC = ImageSpec()
+
+
+def decode(data: bytes, spec: ImageSpec = SPEC, source: str = "") -> np.ndarray:
+    """What the pipeline does with one file's bytes: the first pass checks the header, the
+    conversion decodes with it."""
+    return decode_image(data, check_header(data, spec), spec, source)
 
 
 def pillow_file(tmp_path: Path, im: Image.Image, fmt: str, **kwargs) -> bytes:
@@ -78,7 +78,7 @@ def test_pillow_files_header_size_and_rgb_order(tmp_path, fmt, kwargs):
     header = read_header(data)
     assert (header.format, header.width, header.height, header.bytes_per_sample) == (fmt.lower(), W, H, 1)
     assert header.channels in (3, 4)  # an upper bound where the header cannot tell (palettes, VP8L)
-    img = decode_image(data, SPEC)
+    img = decode(data, SPEC)
     assert img.shape == (H, W, 3) and img.dtype == np.uint8 and img.flags.c_contiguous
     np.testing.assert_allclose(img.reshape(-1, 3).mean(axis=0), RED, atol=3)
 
@@ -91,7 +91,7 @@ def test_opencv_files_header_size_and_rgb_order(tmp_path, ext, fmt):
     data = opencv_file(tmp_path, bgr, ext)
     header = read_header(data)
     assert (header.format, header.width, header.height) == (fmt, W, H)
-    img = decode_image(data, SPEC)
+    img = decode(data, SPEC)
     assert img.shape == (H, W, 3)
     np.testing.assert_allclose(img.reshape(-1, 3).mean(axis=0), RED, atol=3)
 
@@ -99,13 +99,7 @@ def test_opencv_files_header_size_and_rgb_order(tmp_path, ext, fmt):
 def test_lossless_formats_decode_exactly(tmp_path):
     rgb = gradient()
     for fmt in ("PNG", "BMP", "TIFF"):
-        np.testing.assert_array_equal(decode_image(pillow_file(tmp_path, Image.fromarray(rgb), fmt), SPEC), rgb)
-
-
-def test_webp_with_alpha_uses_vp8x_header(tmp_path):
-    data = pillow_file(tmp_path, Image.new("RGBA", (W, H), (0, 0, 255, 128)), "WEBP", quality=90)
-    assert data[12:16] == b"VP8X"
-    assert read_header(data).width == W and read_header(data).height == H
+        np.testing.assert_array_equal(decode(pillow_file(tmp_path, Image.fromarray(rgb), fmt), SPEC), rgb)
 
 
 def test_gif_first_frame(tmp_path):
@@ -113,7 +107,7 @@ def test_gif_first_frame(tmp_path):
     data = pillow_file(tmp_path, frames[0], "GIF", save_all=True, append_images=frames[1:],
                        duration=100, loop=0)
     assert Image.open(io.BytesIO(data)).n_frames == 2
-    img = decode_image(data, SPEC)
+    img = decode(data, SPEC)
     assert img.shape == (H, W, 3)
     assert (img == RED).all()
 
@@ -121,7 +115,7 @@ def test_gif_first_frame(tmp_path):
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
 def test_grayscale_becomes_three_equal_channels(tmp_path, fmt):
     gray = gradient()[..., 0]
-    img = decode_image(pillow_file(tmp_path, Image.fromarray(gray, "L"), fmt), SPEC)
+    img = decode(pillow_file(tmp_path, Image.fromarray(gray, "L"), fmt), SPEC)
     assert img.shape == (H, W, 3)
     assert (img[..., 0] == img[..., 1]).all() and (img[..., 1] == img[..., 2]).all()
     if fmt == "PNG":
@@ -131,10 +125,10 @@ def test_grayscale_becomes_three_equal_channels(tmp_path, fmt):
 def test_rgba_png_composite_and_drop(tmp_path):
     rgba = np.array([[[200, 100, 50, 128], [10, 20, 30, 0], [40, 50, 60, 255]]], np.uint8)
     data = pillow_file(tmp_path, Image.fromarray(rgba, "RGBA"), "PNG")
-    composite = decode_image(data, ImageSpec(alpha="composite", background=(0, 0, 255)))
+    composite = decode(data, ImageSpec(alpha="composite", background=(0, 0, 255)))
     # round((c * a + bg * (255 - a)) / 255) per channel
     np.testing.assert_array_equal(composite[0], [[100, 50, 152], [0, 0, 255], [40, 50, 60]])
-    dropped = decode_image(data, ImageSpec(alpha="drop"))
+    dropped = decode(data, ImageSpec(alpha="drop"))
     np.testing.assert_array_equal(dropped[0], rgba[0, :, :3])
 
 
@@ -164,9 +158,9 @@ def test_tiff_alpha_blends_as_png_alpha_does(tmp_path, bits, associated):
     data = tiff_with_alpha(tmp_path / "a.tif", STRAIGHT_RGBA, bits, associated)
     png = pillow_file(tmp_path, Image.fromarray(STRAIGHT_RGBA, "RGBA"), "PNG")
     for spec in (ImageSpec(alpha="composite"), ImageSpec(alpha="composite", background=(0, 0, 255))):
-        expected = decode_image(png, spec).astype(int)
-        assert np.abs(decode_image(data, spec).astype(int) - expected).max() <= 1, spec
-    dropped = decode_image(data, ImageSpec(alpha="drop")).astype(int)[0, :-1]  # alpha 0: no colour to recover
+        expected = decode(png, spec).astype(int)
+        assert np.abs(decode(data, spec).astype(int) - expected).max() <= 1, spec
+    dropped = decode(data, ImageSpec(alpha="drop")).astype(int)[0, :-1]  # alpha 0: no colour to recover
     alpha = STRAIGHT_RGBA[0, :-1, 3:].astype(int)
     assert (np.abs(dropped - STRAIGHT_RGBA[0, :-1, :3]) <= np.ceil(255 / alpha)).all(), dropped
 
@@ -197,9 +191,9 @@ def test_grey_png_transparency_composites_over_the_background(depth):
     assert read_header(data).channels == 4  # decoded with an alpha channel: counted in its working memory
     grey = np.rint(values[0].astype(np.float64) * 255 / top).astype(np.uint8)  # OpenCV widens to 8 bits
     opaque = np.repeat(grey[:, None], 3, axis=1)
-    composite = decode_image(data, ImageSpec(alpha="composite", background=(0, 0, 255)))
+    composite = decode(data, ImageSpec(alpha="composite", background=(0, 0, 255)))
     np.testing.assert_array_equal(composite[0], np.where((values[0] == key)[:, None], [0, 0, 255], opaque))
-    np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="drop"))[0], opaque)
+    np.testing.assert_array_equal(decode(data, ImageSpec(alpha="drop"))[0], opaque)
 
 
 @pytest.mark.parametrize("extra_samples", [[1], [2], [0, 2], [2, 0]])
@@ -217,9 +211,9 @@ def test_grey_tiff_with_alpha_is_unsupported(tmp_path, bits, planar, extra_sampl
         values = np.moveaxis(values, -1, 0)
     path = tmp_path / "ga.tif"
     tifffile.imwrite(path, values, photometric="minisblack", planarconfig=planar, extrasamples=extra_samples)
-    for spec in (ImageSpec(alpha="composite"), ImageSpec(alpha="drop")):
-        with pytest.raises(UnsupportedImage, match="tiff is grey with an alpha sample, which OpenCV drops"):
-            decode_image(path.read_bytes(), spec)
+    for spec in (ImageSpec(alpha="composite"), ImageSpec(alpha="drop")):  # Pillow knows some layouts by name
+        with pytest.raises(UnsupportedImage, match="tiff is grey with an alpha sample|unknown pixel mode"):
+            check_header(path.read_bytes(), spec)
 
 
 def test_grey_tiff_with_an_extra_sample_that_is_not_alpha_is_grey(tmp_path):
@@ -227,57 +221,24 @@ def test_grey_tiff_with_an_extra_sample_that_is_not_alpha_is_grey(tmp_path):
 
     grey = gradient()[..., 0]
     tifffile.imwrite(tmp_path / "g.tif", np.dstack([grey, grey // 2]), photometric="minisblack", extrasamples=[0])
-    np.testing.assert_array_equal(decode_image((tmp_path / "g.tif").read_bytes(), SPEC),
+    np.testing.assert_array_equal(decode((tmp_path / "g.tif").read_bytes(), SPEC),
                                   np.repeat(grey[..., None], 3, axis=2))
-
-
-@pytest.mark.parametrize("first", ["length 1", "length 4", "bad crc", "valid"])
-def test_the_first_grey_trns_chunk_libpng_takes_is_applied(first):
-    """libpng discards a tRNS of another length than 2 or with a bad CRC and reads on; of two
-    valid ones it keeps the first."""
-    values = np.array([[0, 5, 9, 15]], np.uint16)
-    data = grey_png(values, 4, key=9)
-    start = data.index(b"tRNS") - 4
-    body = b"\x00\x05" if first in ("bad crc", "valid") else b"\x00\x05\x00\x00"[:int(first[-1])]
-    crc = 0 if first == "bad crc" else zlib.crc32(b"tRNS" + body)
-    data = data[:start] + struct.pack(">I", len(body)) + b"tRNS" + body + struct.pack(">I", crc) + data[start:]
-    transparent = 5 if first == "valid" else 9
-    expected = np.repeat((values[0] * 17).astype(np.uint8)[:, None], 3, axis=1)
-    expected[values[0] == transparent] = (0, 0, 255)
-    np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="composite", background=(0, 0, 255)))[0], expected)
-
-
-@pytest.mark.parametrize("damage", ["length 3", "length 4", "bad crc", "key beyond the bit depth"])
-def test_a_grey_trns_chunk_libpng_would_not_apply_is_not_applied(damage):
-    """libpng ignores a grey tRNS of another length than 2 or with a bad CRC, and a key beyond
-    the bit depth matches no pixel (it is not masked to the depth)."""
-    values = np.array([[0, 5, 9, 15]], np.uint16)
-    data = grey_png(values, 4, key=5 + 16 if damage == "key beyond the bit depth" else 5)
-    start = data.index(b"tRNS") - 4
-    if damage.startswith("length"):
-        body = b"\x00\x05" + b"\x00" * (int(damage[-1]) - 2)
-        chunk = struct.pack(">I", len(body)) + b"tRNS" + body + struct.pack(">I", zlib.crc32(b"tRNS" + body))
-        data = data[:start] + chunk + data[start + 14:]
-    elif damage == "bad crc":
-        data = data[:start + 10] + b"\x00\x00\x00\x00" + data[start + 14:]
-    opaque = np.repeat((values[0] * 17).astype(np.uint8)[:, None], 3, axis=1)
-    np.testing.assert_array_equal(decode_image(data, ImageSpec(alpha="composite", background=(0, 0, 255)))[0], opaque)
 
 
 def test_16bit_png_rounds_to_nearest(tmp_path):
     values = np.array([[0, 128, 129, 257, 385, 386, 32896, 65535]], np.uint16)
     expected = [0, 0, 1, 1, 1, 2, 128, 255]  # round(x / 257)
-    gray = decode_image(opencv_file(tmp_path, values, ".png"), SPEC)
+    gray = decode(opencv_file(tmp_path, values, ".png"), SPEC)
     np.testing.assert_array_equal(gray[0, :, 0], expected)
     bgr = np.dstack([values, np.zeros_like(values), np.full_like(values, 65535)])
-    color = decode_image(opencv_file(tmp_path, bgr, ".png"), SPEC)
+    color = decode(opencv_file(tmp_path, bgr, ".png"), SPEC)
     np.testing.assert_array_equal(color[0, :, 0], np.full(8, 255))
     np.testing.assert_array_equal(color[0, :, 2], expected)
 
 
 def test_float_tiff_clips_to_unit_range(tmp_path):
     values = np.array([[0.0, 0.25, 0.5, 1.0, 2.0, -1.0]], np.float32)
-    img = decode_image(opencv_file(tmp_path, values, ".tiff"), SPEC)
+    img = decode(opencv_file(tmp_path, values, ".tiff"), SPEC)
     np.testing.assert_array_equal(img[0, :, 0], [0, 64, 128, 255, 255, 0])
 
 
@@ -287,7 +248,7 @@ def test_exif_orientation_jpeg(tmp_path, orientation, quarter_turns):
     exif = im.getexif()
     exif[0x0112] = orientation
     data = pillow_file(tmp_path, im, "JPEG", quality=95, exif=exif.tobytes())
-    img = decode_image(data, SPEC)
+    img = decode(data, SPEC)
     np.testing.assert_array_equal(img, np.rot90(raw_rgb(data), quarter_turns))
     upright = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))))
     assert img.shape == upright.shape
@@ -300,7 +261,7 @@ def test_tiff_orientation_is_applied_once(tmp_path):
     exif = im.getexif()
     exif[0x0112] = 6
     data = pillow_file(tmp_path, im, "TIFF", exif=exif.tobytes())
-    np.testing.assert_array_equal(decode_image(data, SPEC), np.rot90(gradient(), -1))
+    np.testing.assert_array_equal(decode(data, SPEC), np.rot90(gradient(), -1))
 
 
 PILLOW_TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
@@ -317,23 +278,6 @@ def test_apply_orientation_matches_pillow(orientation):
     np.testing.assert_array_equal(apply_orientation(rgb, orientation), np.asarray(expected))
 
 
-def tiff_ifd(order: str, entries: list[tuple[int, int, int]]) -> bytes:
-    """A TIFF header plus IFD0 of (tag, type, value) entries with count 1; 8-byte values (LONG8,
-    SLONG8, IFD8) follow the IFD."""
-    head = (b"II*\x00" if order == "<" else b"MM\x00*") + struct.pack(order + "IH", 8, len(entries))
-    inline = {1: "B3x", 3: "H2x", 4: "I", 8: "h2x", 9: "i", 13: "I"}  # BYTE SHORT LONG SSHORT SLONG IFD
-    outside = {16: "Q", 17: "q", 18: "Q"}
-    body, after = b"", b""
-    after_at = 10 + 12 * len(entries) + 4
-    for tag, kind, value in entries:
-        if kind in outside:
-            body += struct.pack(order + "HHII", tag, kind, 1, after_at + len(after))
-            after += struct.pack(order + outside[kind], value)
-        else:
-            body += struct.pack(order + "HHI", tag, kind, 1) + struct.pack(order + inline[kind], value)
-    return head + body + b"\x00\x00\x00\x00" + after
-
-
 def exif_block(order: str, kind: int, orientation: int = 6) -> bytes:
     """An EXIF block whose only entry is Orientation, stored with integer type `kind`."""
     code = {1: "B", 3: "H", 4: "I", 8: "h", 9: "i", 16: "Q"}[kind]
@@ -345,56 +289,27 @@ def exif_block(order: str, kind: int, orientation: int = 6) -> bytes:
 
 @pytest.mark.parametrize("kind", [1, 3, 4, 8, 9, 16], ids=["BYTE", "SHORT", "LONG", "SSHORT", "SLONG", "LONG8"])
 @pytest.mark.parametrize("order", ["<", ">"], ids=["II", "MM"])
-def test_every_format_turns_upright_alike_whatever_the_orientations_type(tmp_path, order, kind):
-    """OpenCV turns plain JPEGs itself and reads Orientation's first two bytes whatever its type;
-    imgrec turns CMYK JPEGs (and PNG, WebP) itself and must read it the same way."""
+def test_cmyk_jpegs_turn_upright_as_plain_ones_whatever_the_orientations_type(tmp_path, order, kind):
+    """OpenCV turns every JPEG itself, by its own reading of the orientation."""
     wide = np.zeros((8, 16, 3), np.uint8)
     wide[:, :8] = 200
     exif = exif_block(order, kind)
-    plain = decode_image(pillow_file(tmp_path, Image.fromarray(wide), "JPEG", exif=exif, quality=95), SPEC)
-    cmyk = decode_image(pillow_file(tmp_path, Image.fromarray(wide).convert("CMYK"), "JPEG", exif=exif), SPEC)
+    plain = decode(pillow_file(tmp_path, Image.fromarray(wide), "JPEG", exif=exif, quality=95), SPEC)
+    cmyk = decode(pillow_file(tmp_path, Image.fromarray(wide).convert("CMYK"), "JPEG", exif=exif), SPEC)
     assert plain.shape == cmyk.shape
     assert (plain.shape[0] > plain.shape[1]) == (kind in (3, 8) or (order == "<" and kind != 16))
 
 
-def with_app1(jpeg: bytes, *payloads: bytes) -> bytes:
-    """A JPEG with APP1 segments of these payloads right after its SOI."""
-    return jpeg[:2] + b"".join(b"\xff\xe1" + struct.pack(">H", len(p) + 2) + p for p in payloads) + jpeg[2:]
-
-
-@pytest.mark.parametrize("payloads,turned", [
-    ((b"Exif\x00\x00" + tiff_ifd(">", [(0x0112, 3, 6)]), b"Exif\x00\x00" + tiff_ifd(">", [(0x0112, 3, 3)])), True),
-    ((b"Exif\x00\x00Exif\x00\x00" + tiff_ifd(">", [(0x0112, 3, 6)]),), False),
-], ids=["the first of two", "a doubled prefix"])
-def test_a_cmyk_jpeg_turns_by_the_exif_block_opencv_turns_plain_ones_by(tmp_path, payloads, turned):
-    wide = np.zeros((8, 16, 3), np.uint8)
-    wide[:, :8] = 200
-    plain = with_app1(pillow_file(tmp_path, Image.fromarray(wide), "JPEG", quality=95), *payloads)
-    cmyk = with_app1(pillow_file(tmp_path, Image.fromarray(wide).convert("CMYK"), "JPEG"), *payloads)
-    assert jpeg_exif(plain) == payloads[0][6:]
-    assert (decode_image(plain, SPEC).shape[0] > 8) == turned  # OpenCV turned it
-    assert decode_image(cmyk, SPEC).shape == decode_image(plain, SPEC).shape
-
-
-def test_exif_orientation_parsing():
-    assert exif_orientation(tiff_ifd(">", [(0x0112, 3, 6)])) == 6
-    assert exif_orientation(tiff_ifd("<", [(0x010F, 3, 1), (0x0112, 3, 8)])) == 8
-    assert exif_orientation(b"Exif\x00\x00" + tiff_ifd("<", [(0x0112, 3, 3)])) == 1  # the prefix is the caller's
-    assert exif_orientation(tiff_ifd("<", [(0x010F, 3, 1)])) == 1
-    assert exif_orientation(tiff_ifd("<", [(0x0112, 3, 9)])) == 1
-    assert exif_orientation(tiff_ifd("<", [(0x0112, 3, 6)])[:14]) == 1
-    # as OpenCV reads it: the entries that are there, whatever the count says
-    assert exif_orientation(tiff_ifd(">", [(0x0112, 3, 6)])[:20]) == 6
-    overlong = bytearray(tiff_ifd("<", [(0x010F, 3, 1), (0x0112, 3, 6)]))
-    overlong[8:10] = struct.pack("<H", 50)
-    assert exif_orientation(bytes(overlong)) == 6
-    assert exif_orientation(b"") == 1
-    assert exif_orientation(b"garbage!") == 1
-
-
-def test_tiff_header_short_and_long_big_endian():
-    data = tiff_ifd(">", [(256, 3, 300), (257, 4, 70000)])
-    assert read_header(data) == ImageHeader("tiff", 300, 70000)
+@pytest.mark.parametrize("fmt,kwargs", [("PNG", {}), ("WEBP", {"lossless": True})])
+@pytest.mark.parametrize("orientation", [3, 6, 8])
+def test_png_and_webp_turn_upright_by_their_exif(tmp_path, fmt, kwargs, orientation):
+    """OpenCV's decode with alpha turns nothing: the orientation the header read is applied."""
+    im = Image.fromarray(gradient())
+    exif = im.getexif()
+    exif[0x0112] = orientation
+    data = pillow_file(tmp_path, im, fmt, exif=exif.tobytes(), **kwargs)
+    assert read_header(data).orientation == orientation
+    np.testing.assert_array_equal(decode(data), np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data)))))
 
 
 def test_what_a_failed_decode_printed_names_the_image(tmp_path, capfd):
@@ -404,120 +319,36 @@ def test_what_a_failed_decode_printed_names_the_image(tmp_path, capfd):
     tifffile.imwrite(tmp_path / "whole.tif", np.full((40, 50, 3), 7, np.uint8), photometric="rgb")
     whole = (tmp_path / "whole.tif").read_bytes()
     with pytest.raises(CorruptImage):
-        decode_image(whole[:len(whole) // 2], SPEC, "cut.tif")
+        decode(whole[:len(whole) // 2], SPEC, "cut.tif")
     lines = capfd.readouterr().err.splitlines()
     assert lines and all(line.startswith("imgrec: while decoding cut.tif: ") and line[32:].strip() for line in lines)
 
 
-def test_tiff_size_tags_listed_twice_with_different_values_are_corrupt():
-    """libtiff takes a tag's first entry and the header reader must agree with it; a size that
-    is listed twice differently is refused, so no reading of it can slip past max_pixels."""
-    with pytest.raises(CorruptImage, match="lists ImageWidth twice, as 3000 and 10"):
-        read_header(tiff_ifd("<", [(256, 3, 3000), (257, 3, 3000), (256, 3, 10)]))
-    with pytest.raises(CorruptImage, match="lists ImageLength twice"):
-        read_header(tiff_ifd(">", [(256, 3, 10), (257, 4, 10), (257, 4, 3000)]))
-    assert read_header(tiff_ifd("<", [(256, 3, 30), (257, 3, 20), (256, 3, 30)])) == ImageHeader("tiff", 30, 20)
-    # libtiff reads a size tag of any integer type: the first entry, of whatever type, is the one it decodes by
-    for kind in (9, 8, 1, 13, 16, 17, 18):
-        with pytest.raises(CorruptImage, match=f"lists ImageWidth twice, as {200 if kind == 1 else 3000} and 10"):
-            read_header(tiff_ifd("<", [(256, kind, 200 if kind == 1 else 3000), (256, 3, 10), (257, 3, 10)]))
-    assert read_header(tiff_ifd(">", [(256, 8, 300), (257, 9, 70000)])) == ImageHeader("tiff", 300, 70000)
-    assert read_header(tiff_ifd("<", [(256, 16, 300), (257, 18, 70000)])) == ImageHeader("tiff", 300, 70000)
+def test_bigtiff_decodes(tmp_path):
+    import tifffile
+
+    tifffile.imwrite(tmp_path / "big.tif", gradient(), bigtiff=True, photometric="rgb")
+    assert (tmp_path / "big.tif").read_bytes()[:4] == b"II+\x00"
+    np.testing.assert_array_equal(decode((tmp_path / "big.tif").read_bytes()), gradient())
 
 
-def jpeg_in_tiff(progressive: bool, rows: int = 8, strip_rows: int = 8) -> bytes:
-    """A grey TIFF of `rows` rows whose one strip is a JPEG stream of `strip_rows` rows."""
-    grey = np.tile(np.arange(64, dtype=np.uint8), (strip_rows, 1))
-    ok, stream = cv2.imencode(".jpg", grey, [cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive)])
-    assert ok
-    entries = [(256, 3, 64), (257, 3, rows), (258, 3, 8), (259, 3, 7), (262, 3, 1), (273, 4, 0), (277, 3, 1),
-               (278, 3, rows), (279, 4, len(stream))]
-    offset = len(tiff_ifd("<", entries))
-    located = [(tag, kind, offset if tag == 273 else value) for tag, kind, value in entries]  # StripOffsets
-    return tiff_ifd("<", located) + stream.tobytes()
-
-
-def test_progressive_jpeg_data_in_a_tiff_is_unsupported():
-    """libtiff decodes a progressive stream in a strip ("normally not legal"), and one taller
-    than its strip makes libjpeg buffer all of it: a 1-row image took 257 MiB."""
-    spec = ImageSpec(height=8, width=8, min_side=1)
-    with pytest.raises(UnsupportedImage, match="tiff holds progressive JPEG data"):
-        check_header(jpeg_in_tiff(progressive=True, rows=1, strip_rows=4000), spec)
-    with pytest.raises(UnsupportedImage, match="tiff holds progressive JPEG data"):
-        check_header(jpeg_in_tiff(progressive=True), spec)
-    assert check_header(jpeg_in_tiff(progressive=False), spec).height == 8
-
-
-def test_an_animations_frames_count_in_the_memory_a_decode_needs():
-    """OpenCV's APNG reader holds two more RGBA frames, its animated WebP reader an RGBA canvas."""
-    ok, png = cv2.imencode(".png", np.zeros((30, 50, 4), np.uint16))
-    assert ok
-    png = png.tobytes()
-    assert read_header(png).buffer_bytes == 0
-    body = struct.pack(">II", 3, 0)  # acTL: frames, plays
-    actl = struct.pack(">I", len(body)) + b"acTL" + body + struct.pack(">I", zlib.crc32(b"acTL" + body))
-    apng = png[:33] + actl + png[33:]  # after the signature and IHDR
-    assert read_header(apng).buffer_bytes == 2 * 50 * 30 * 4 * 2
-
-    def vp8x(flags: int) -> bytes:
-        chunk = b"VP8X" + struct.pack("<I", 10) + bytes([flags, 0, 0, 0]) + (49).to_bytes(3, "little") \
-            + (29).to_bytes(3, "little")
-        return b"RIFF" + struct.pack("<I", 4 + len(chunk)) + b"WEBP" + chunk
-
-    assert read_header(vp8x(0x02)).buffer_bytes == 50 * 30 * 4
-    assert read_header(vp8x(0x10)).buffer_bytes == 0  # alpha, not animated
-
-
-def test_a_tiff_directory_outside_the_file_is_corrupt():
-    ifd = tiff_ifd("<", [(256, 3, 30), (257, 3, 20)])
-    for offset in (0, 4, len(ifd)):
-        with pytest.raises(CorruptImage, match=f"IFD0 offset {offset} points into the header or past the end"):
-            read_header(ifd[:4] + struct.pack("<I", offset) + ifd[8:])
-    with pytest.raises(CorruptImage, match="IFD0 at byte 8 lists 65535 entries, more than the file's"):
-        read_header(ifd[:8] + b"\xff\xff" + ifd[10:])
-
-
-def test_a_tiff_tile_counts_in_the_memory_a_decode_needs():
-    """OpenCV allocates a whole tile: a 16x16 image in one 8192x8192 tile takes 256 MiB (8-bit
-    tiles come as RGBA; deeper ones as stored)."""
-    tiled = [(256, 3, 16), (257, 3, 16), (277, 3, 4), (322, 4, 8192), (323, 4, 8192)]
-    header = read_header(tiff_ifd("<", tiled))
-    assert header.buffer_bytes == 8192 * 8192 * 4
-    grey16 = [(256, 3, 16), (257, 3, 16), (258, 3, 16), (277, 3, 1), (322, 4, 256), (323, 4, 256)]
-    assert read_header(tiff_ifd("<", grey16)).buffer_bytes == 256 * 256 * 2
-    assert decode_working_bytes(header, SPEC) > 8192 * 8192 * 4
-    with pytest.raises(ImageTooLarge, match="needs about 2684.* bytes to convert, more than max_decoded_bytes"):
-        check_header(tiff_ifd("<", tiled), ImageSpec(height=8, width=8, max_decoded_bytes=100_000))
-    assert read_header(tiff_ifd("<", tiled[:3])).buffer_bytes == 0
-
-
-def test_bigtiff_is_unsupported():
-    for magic in (b"II+\x00", b"MM\x00+"):
-        with pytest.raises(UnsupportedImage, match="BigTIFF layout is not supported"):
-            read_header(magic + b"\x00" * 60)
-
-
-def test_bmp_core_header_and_top_down(tmp_path):
+def test_bmp_top_down(tmp_path):
     rgb = gradient(3, 2)
     def row(r: int) -> bytes:
         return rgb[r, :, ::-1].tobytes() + b"\x00" * 3  # BGR, padded to 4 bytes
-
-    pixels = row(1) + row(0)  # bottom-up
-    core = b"BM" + struct.pack("<IHHI", 26 + len(pixels), 0, 0, 26) + struct.pack("<IHHHH", 12, 3, 2, 1, 24)
-    assert (read_header(core + pixels).width, read_header(core + pixels).height) == (3, 2)
 
     bottom_up = pillow_file(tmp_path, Image.fromarray(rgb), "BMP")
     offset = struct.unpack_from("<I", bottom_up, 10)[0]
     top_down = bytearray(bottom_up[:offset] + row(0) + row(1))
     struct.pack_into("<i", top_down, 22, -2)
     assert (read_header(bytes(top_down)).width, read_header(bytes(top_down)).height) == (3, 2)
-    np.testing.assert_array_equal(decode_image(bytes(top_down), SPEC), rgb)
+    np.testing.assert_array_equal(decode(bytes(top_down), SPEC), rgb)
 
 
 def test_cmyk_jpeg_becomes_rgb(tmp_path):
     data = pillow_file(tmp_path, Image.new("RGB", (W, H), RED).convert("CMYK"), "JPEG", quality=95)
     assert Image.open(io.BytesIO(data)).mode == "CMYK"
-    img = decode_image(data, SPEC)
+    img = decode(data, SPEC)
     assert img.shape == (H, W, 3)
     np.testing.assert_allclose(img.reshape(-1, 3).mean(axis=0), RED, atol=3)
 
@@ -526,14 +357,14 @@ def test_truncated_jpeg_is_corrupt(tmp_path):
     data = pillow_file(tmp_path, Image.fromarray(gradient(256, 256)), "JPEG")
     for cut in (len(data) // 2, len(data) - 2):
         with pytest.raises(CorruptImage, match="jpeg"):
-            decode_image(data[:cut], SPEC)
+            decode(data[:cut], SPEC)
 
 
 def test_jpeg_padding_and_appended_data_still_decode(tmp_path):
     data = pillow_file(tmp_path, Image.fromarray(gradient()), "JPEG")
-    expected = decode_image(data, SPEC)
+    expected = decode(data, SPEC)
     for suffix in (b"\x00" * 64, b"\n", b"ftypmp42 appended video of a motion photo"):
-        np.testing.assert_array_equal(decode_image(data + suffix, SPEC), expected)
+        np.testing.assert_array_equal(decode(data + suffix, SPEC), expected)
 
 
 def noisy_photo(size: int = 128) -> np.ndarray:
@@ -556,27 +387,8 @@ def test_jpeg_cut_inside_a_scan_with_an_end_marker_appended_is_corrupt(params, f
     data = encoded(noisy_photo(), *params)
     cut = data[:int(len(data) * fraction)] + b"\xff\xd9"
     with pytest.raises(CorruptImage, match="jpeg data is damaged|progressive jpeg ends before its last scans"):
-        decode_image(cut, SPEC)
+        decode(cut, SPEC)
     assert "Corrupt JPEG data" not in capfd.readouterr().err  # the warning became the reason
-
-
-def test_a_progressive_jpeg_with_hundreds_of_scans_is_refused_before_decoding():
-    """libjpeg decodes a repeated scan again over the whole image, without a warning."""
-    ok, buf = cv2.imencode(".jpg", gradient(64, 48), [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
-    assert ok
-    data = buf.tobytes()
-    assert progressive_jpeg_problem(data) is None
-    last_scan = data[data.rindex(b"\xff\xda"):-2]
-    for scans in (MAX_JPEG_SCANS, MAX_JPEG_SCANS + 1):
-        repeated = data[:-2] + last_scan * (scans - data.count(b"\xff\xda")) + data[-2:]
-        assert repeated.count(b"\xff\xda") == scans
-        if scans == MAX_JPEG_SCANS:
-            assert progressive_jpeg_problem(repeated) is None
-    with pytest.raises(CorruptImage, match=f"progressive jpeg has more than {MAX_JPEG_SCANS} scans"):
-        decode_image(repeated, SPEC)
-    # libjpeg skips a comment of length 1 (nothing to skip) and reads on: so must the count
-    behind_a_bogus_comment = data[:-2] + b"\xff\xfe\x00\x01" + last_scan * MAX_JPEG_SCANS + data[-2:]
-    assert progressive_jpeg_problem(behind_a_bogus_comment).startswith("progressive jpeg has more than")
 
 
 def test_progressive_jpeg_cut_between_scans_is_corrupt():
@@ -586,7 +398,7 @@ def test_progressive_jpeg_cut_between_scans_is_corrupt():
     cut = data[:last_scan] + b"\xff\xd9"
     assert cv2.imdecode(np.frombuffer(cut, np.uint8), cv2.IMREAD_COLOR) is not None
     with pytest.raises(CorruptImage, match="progressive jpeg ends before its last scans: 1 of 3 components"):
-        decode_image(cut, SPEC)
+        decode(cut, SPEC)
 
 
 @pytest.mark.parametrize("params", [(), (cv2.IMWRITE_JPEG_RST_INTERVAL, 1), (cv2.IMWRITE_JPEG_PROGRESSIVE, 1),
@@ -597,7 +409,7 @@ def test_complete_jpegs_of_every_kind_decode_silently(params, grey, capfd):
     image = noisy_photo()
     data = encoded(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if grey else image, *params)
     expected = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-    np.testing.assert_array_equal(decode_image(data + b"appended after the end marker", SPEC), expected)
+    np.testing.assert_array_equal(decode(data + b"appended after the end marker", SPEC), expected)
     assert capfd.readouterr().err == ""
 
 
@@ -605,7 +417,7 @@ def test_other_libjpeg_warnings_pass_through_to_stderr_naming_the_image(capfd):
     """Bytes between the scan and the end marker lose no pixels: the image is kept, the warning shown."""
     data = encoded(noisy_photo())
     padded = data[:-2] + b"\x00\x00" + data[-2:]
-    np.testing.assert_array_equal(decode_image(padded, SPEC, "in/a/padded.jpg"), decode_image(data, SPEC))
+    np.testing.assert_array_equal(decode(padded, SPEC, "in/a/padded.jpg"), decode(data, SPEC))
     assert re.fullmatch(r"imgrec: while decoding in/a/padded\.jpg: Corrupt JPEG data: \d extraneous bytes before "
                         r"marker 0xd9\n", capfd.readouterr().err)
 
@@ -626,11 +438,11 @@ def with_jfif_version(data: bytes, major: int) -> bytes:
 def test_harmless_header_oddities_neither_change_pixels_nor_hide_a_cut_scan(oddity, capfd):
     """libjpeg prints only its first warning; a harmless one in the header would take it."""
     data = encoded(noisy_photo())
-    np.testing.assert_array_equal(decode_image(oddity(data), SPEC), decode_image(data, SPEC))
+    np.testing.assert_array_equal(decode(oddity(data), SPEC), decode(data, SPEC))
     assert capfd.readouterr().err == ""
     cut = oddity(data[:len(data) // 2] + b"\xff\xd9")
     with pytest.raises(CorruptImage, match="premature end of data segment"):
-        decode_image(cut, SPEC)
+        decode(cut, SPEC)
 
 
 @pytest.mark.parametrize("stray", [b"\x00\x00", b"\xff\x00\x10\x00"], ids=["bytes", "stuffed_zero"])
@@ -640,7 +452,7 @@ def test_stray_bytes_between_progressive_scans_are_skipped_as_libjpeg_skips_them
     second_scan = data.find(b"\xff\xda", data.find(b"\xff\xda") + 2)
     odd = data[:second_scan] + stray + data[second_scan:]
     expected = cv2.cvtColor(cv2.imdecode(np.frombuffer(odd, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-    np.testing.assert_array_equal(decode_image(odd, SPEC), expected)
+    np.testing.assert_array_equal(decode(odd, SPEC), expected)
     assert "extraneous bytes" in capfd.readouterr().err
 
 
@@ -650,7 +462,7 @@ def test_progressive_jpeg_missing_a_scan_in_the_middle_is_corrupt():
     refused = 0
     for dropped in range(1, len(scans) - 1):
         try:
-            decode_image(data[:scans[dropped]] + data[scans[dropped + 1]:], SPEC)
+            decode(data[:scans[dropped]] + data[scans[dropped + 1]:], SPEC)
         except CorruptImage:
             refused += 1
     assert refused >= len(scans) - 3  # a scan whose loss leaves only stray bytes may pass (README)
@@ -679,7 +491,7 @@ def test_a_lost_pixels_warning_worded_otherwise_is_still_a_reason():
 def test_damaged_jpeg_data_inside_a_tiff_is_corrupt():
     """OpenCV logs libtiff's warnings with a timestamp; the reason must not hold it."""
     with pytest.raises(CorruptImage) as refused:
-        decode_image(damaged_jpeg_tiff(), SPEC)
+        decode(damaged_jpeg_tiff(), SPEC)
     assert str(refused.value) == ('tiff data is damaged: libjpeg reports "Corrupt JPEG data: premature end of data '
                                   'segment" and would fill in the missing pixels')
 
@@ -687,15 +499,15 @@ def test_damaged_jpeg_data_inside_a_tiff_is_corrupt():
 def test_decodes_on_other_threads_never_put_their_warnings_into_a_capture():
     damaged, valid = damaged_jpeg_tiff(), encoded(noisy_photo())
 
-    def decode(index: int) -> str:
+    def outcome(index: int) -> str:
         try:
-            decode_image(damaged if index % 2 else valid, SPEC)
+            decode(damaged if index % 2 else valid, SPEC)
             return "written"
         except CorruptImage:
             return "refused"
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        outcomes = list(pool.map(decode, range(200)))
+        outcomes = list(pool.map(outcome, range(200)))
     assert outcomes == ["written", "refused"] * 100
 
 
@@ -703,7 +515,7 @@ def test_truncated_png_is_corrupt(tmp_path):
     data = pillow_file(tmp_path, Image.fromarray(gradient(256, 256)), "PNG")
     for cut in (len(data) // 2, len(data) - 12):
         with pytest.raises(CorruptImage, match="png"):
-            decode_image(data[:cut], SPEC)
+            decode(data[:cut], SPEC)
 
 
 @pytest.mark.parametrize("fmt,keep", [("JPEG", 12), ("PNG", 20), ("GIF", 9), ("BMP", 20),
@@ -717,7 +529,7 @@ def test_truncated_headers_are_corrupt(tmp_path, fmt, keep):
 def test_png_ihdr_crc_mismatch_is_corrupt(tmp_path):
     data = bytearray(pillow_file(tmp_path, Image.fromarray(gradient()), "PNG"))
     data[19] ^= 1  # a bit of the declared width
-    with pytest.raises(CorruptImage, match="CRC"):
+    with pytest.raises(CorruptImage, match="png header cannot be read .*checksum"):
         read_header(bytes(data))
 
 
@@ -725,26 +537,26 @@ def test_random_bytes_are_not_an_image(tmp_path):
     path = tmp_path / "photo.jpg"
     path.write_bytes(b"\x13\x37" + np.random.default_rng(0).bytes(998))
     with pytest.raises(NotAnImage, match="13 37"):
-        decode_image(path.read_bytes(), SPEC)
+        decode(path.read_bytes(), SPEC)
 
 
 def test_zero_bytes_is_empty_file(tmp_path):
     path = tmp_path / "empty.png"
     path.write_bytes(b"")
     with pytest.raises(EmptyFile):
-        decode_image(path.read_bytes(), SPEC)
+        decode(path.read_bytes(), SPEC)
 
 
 def test_png_decompression_bomb_rejected_from_header():
-    """The file has no pixel data at all: only a refusal from the header can say ImageTooLarge (a
-    decode attempt would report the missing data as CorruptImage)."""
-    bomb = png_declaring(100_000, 100_000)
     with pytest.raises(ImageTooLarge, match=r"100000x100000 = 1\.0e\+10 pixels exceeds max_pixels=178956970"):
-        decode_image(bomb, SPEC)
-    with pytest.raises(ImageTooLarge):
-        check_header(bomb, SPEC)
-    with pytest.raises(CorruptImage):  # what decoding it would have said
-        decode_image(bomb, ImageSpec(max_pixels=10**11, max_decoded_bytes=2**62))
+        check_header(png_declaring(100_000, 100_000), SPEC)
+
+
+def test_webp_decompression_bomb_rejected_from_header():
+    """Pillow's WebP reader takes its canvas as it opens, so Pillow itself refuses first."""
+    chunk = b"VP8X" + struct.pack("<I", 10) + bytes(4) + (16382).to_bytes(3, "little") * 2
+    with pytest.raises(ImageTooLarge, match="webp header declares more pixels than Pillow opens"):
+        check_header(b"RIFF" + struct.pack("<I", 4 + len(chunk)) + b"WEBP" + chunk, SPEC)
 
 
 def test_jpeg_decompression_bomb_rejected_from_header(tmp_path):
@@ -754,8 +566,6 @@ def test_jpeg_decompression_bomb_rejected_from_header(tmp_path):
     assert read_header(bytes(data)).width == 60_000
     with pytest.raises(ImageTooLarge, match="60000x60000"):
         check_header(bytes(data), SPEC)
-    with pytest.raises(ImageTooLarge, match="60000x60000"):
-        decode_image(bytes(data), SPEC)
 
 
 def test_min_side_rejected(tmp_path):
@@ -763,13 +573,6 @@ def test_min_side_rejected(tmp_path):
     with pytest.raises(ImageTooSmall, match="40x7.*min_side=8"):
         check_header(data, ImageSpec(min_side=8))
     assert check_header(data, ImageSpec(min_side=7)).height == 7
-
-
-def test_jpeg_header_skips_fill_and_extraneous_bytes(tmp_path):
-    data = pillow_file(tmp_path, Image.fromarray(gradient()), "JPEG")
-    sof = data.index(b"\xff\xc0")
-    padded = data[:sof] + b"\x12\x34" + b"\xff\xff" + data[sof:]  # junk, then fill bytes
-    assert (read_header(padded).width, read_header(padded).height) == (W, H)
 
 
 # --- decoded size in bytes, not only pixels ---------------------------------------------------
@@ -828,20 +631,20 @@ def test_imread_decoder_equals_cv2_imread_where_imgrec_differs(tmp_path):
     im.save(tmp_path / "rotated.jpg", quality=95, exif=exif.tobytes())
     for name in ("rgba.png", "deep.png", "rotated.jpg"):
         path = tmp_path / name
-        ours = decode_image(path.read_bytes(), IMREAD)
+        ours = decode(path.read_bytes(), IMREAD)
         np.testing.assert_array_equal(ours, imread_rgb(path), err_msg=name)
     # imgrec's own decoder composites alpha and rounds 16 bits: different pixels, by design.
     for name in ("rgba.png", "deep.png"):
         path = tmp_path / name
-        assert not np.array_equal(decode_image(path.read_bytes(), SPEC), imread_rgb(path)), name
+        assert not np.array_equal(decode(path.read_bytes(), SPEC), imread_rgb(path)), name
 
 
 def test_imread_decoder_keeps_the_header_checks(tmp_path):
     with pytest.raises(ImageTooLarge):
-        decode_image(png_declaring(100_000, 100_000), IMREAD)
+        decode(png_declaring(100_000, 100_000), IMREAD)
     data = pillow_file(tmp_path, Image.fromarray(gradient(256, 256)), "JPEG")
     with pytest.raises(CorruptImage, match="truncated"):
-        decode_image(data[: len(data) // 2], IMREAD)
+        decode(data[: len(data) // 2], IMREAD)
 
 
 # --- reduced JPEG decode (DCT scaling) --------------------------------------------------------
@@ -866,9 +669,6 @@ def large_photo_jpeg(width: int = 1600, height: int = 1200) -> bytes:
     (1600, 1200, 64, "area", "off", 1),
 ])
 def test_jpeg_scale(width, height, size, interpolation, reduced, scale):
-    from transforms.decode import jpeg_scale
-    from transforms.image_header import ImageHeader
-
     spec = ImageSpec(height=size, width=size, interpolation=interpolation, reduced_decode=reduced)
     assert jpeg_scale(ImageHeader("jpeg", width, height), spec) == scale
 
@@ -880,7 +680,7 @@ def test_reduced_decode_is_invisible_after_an_area_resize(size):
     data = large_photo_jpeg()
     auto = ImageSpec(height=size, width=size, interpolation="area", normalize="none")
     off = ImageSpec(height=size, width=size, interpolation="area", normalize="none", reduced_decode="off")
-    reduced, full = decode_image(data, auto), decode_image(data, off)
+    reduced, full = decode(data, auto), decode(data, off)
     assert reduced.shape[0] < full.shape[0] and full.shape == (1200, 1600, 3)  # it did decode smaller
     a, b = resize_image(reduced, auto).astype(float), resize_image(full, off).astype(float)
     psnr = 10 * np.log10(255**2 / ((a - b) ** 2).mean())
@@ -890,6 +690,6 @@ def test_reduced_decode_is_invisible_after_an_area_resize(size):
 def test_without_area_interpolation_the_decode_is_exact():
     data = large_photo_jpeg()
     cubic = ImageSpec(height=64, width=64, interpolation="cubic")
-    np.testing.assert_array_equal(decode_image(data, cubic),
+    np.testing.assert_array_equal(decode(data, cubic),
                                   cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR),
                                                cv2.COLOR_BGR2RGB))

@@ -14,6 +14,7 @@ from transforms.annotations import Polygons, RunLengths
 from transforms.boxes import crop_problem, place_boxes
 from transforms.decode import decode_image
 from transforms.geometry import GeometryError, placement, reduction
+from transforms.image_header import check_header
 from transforms.masks import segmentation_mask
 from transforms.resize import resize_image
 from transforms.specs import ImageSpec
@@ -54,7 +55,7 @@ def found_box(mask: np.ndarray) -> np.ndarray:
 
 def converted(data: bytes, spec: ImageSpec, mode: str) -> tuple[np.ndarray, np.ndarray, object]:
     """(decoded upright image, output image, placement) as the pipeline would make them."""
-    decoded = decode_image(data, spec)
+    decoded = decode_image(data, check_header(data, spec), spec)
     resize = None if mode == "none" else spec
     out = decoded if resize is None else resize_image(decoded, spec)
     return decoded, out, resize

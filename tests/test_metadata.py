@@ -40,7 +40,8 @@ from transforms.split import STRATIFIED_ROUNDING
 pytestmark = pytest.mark.unit
 
 SPEC = ConversionSpec(InputSpec("in"), OutputSpec("out"), splits=SplitSpec(names=("train", "val"), ratios=(0.5, 0.5)))
-VERSIONS = {"imgrec": "0.1.0", "apache_beam": "2.x", "opencv": "5.0", "numpy": "2.0", "python": "3.11"}
+VERSIONS = {"imgrec": "0.1.0", "apache_beam": "2.x", "opencv": "5.0", "numpy": "2.0", "pillow": "12.0",
+            "python": "3.11"}
 SHARDS = (
     ShardResult("train", 1, 2, "train-00001-of-00002.tfrecord", 1, 10, (("dog", 1),), reused=1, converters=("h:1",)),
     ShardResult("train", 0, 2, "train-00000-of-00002.tfrecord", 2, 20, (("cat", 1), ("dog", 1)),
@@ -166,10 +167,11 @@ def test_an_empty_dataset_fails_unless_allowed():
 def test_versions_name_what_produced_the_bytes():
     import cv2
     import numpy as np
+    import PIL
 
     found = versions()
-    assert set(found) == {"imgrec", "apache_beam", "opencv", "numpy", "python"}
-    assert (found["opencv"], found["numpy"]) == (cv2.__version__, np.__version__)
+    assert set(found) == {"imgrec", "apache_beam", "opencv", "numpy", "pillow", "python"}
+    assert (found["opencv"], found["numpy"], found["pillow"]) == (cv2.__version__, np.__version__, PIL.__version__)
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -187,7 +189,7 @@ def test_pixel_fingerprint_follows_what_decides_the_image_bytes():
     for changed in (with_image(height=100), with_image(interpolation="cubic"), with_image(decoder="imread"),
                     with_image(alpha="drop"), with_image(normalize="mean_std", encoding="raw")):
         assert pixel_fingerprint(changed, VERSIONS) != base
-    for version in ("imgrec", "opencv", "numpy"):
+    for version in ("imgrec", "opencv", "numpy", "pillow"):
         assert pixel_fingerprint(SPEC, {**VERSIONS, version: "other"}) != base
     # Not: acceptance limits, features, splits, output settings, Beam or Python versions.
     for same in (with_image(min_side=5, max_pixels=10, max_decoded_bytes=10**9), with_output(num_shards=7),
@@ -227,7 +229,7 @@ def test_config_fingerprint_ignores_where_and_how_to_publish():
                     with_image(quality=80), dataclasses.replace(SPEC, splits=SplitSpec(salt="s")),
                     dataclasses.replace(SPEC, input=InputSpec("other"))):
         assert config_fingerprint(changed, VERSIONS) != base
-    for library in ("imgrec", "opencv", "numpy"):  # they make the pixels
+    for library in ("imgrec", "opencv", "numpy", "pillow"):  # they make the pixels
         assert config_fingerprint(SPEC, {**VERSIONS, library: "0.0.1"}) != base
 
 
@@ -267,7 +269,7 @@ def test_a_dataset_that_rejected_files_for_their_state_while_converting_records_
 def recomputed_fingerprint(spec: ConversionSpec, rounding: bool = True, damage_checks: bool = True) -> str:
     """config_fingerprint computed here, with or without the entries that name imgrec's rules."""
     config = json.loads(json.dumps(spec.to_dict()))
-    config["versions"] = {name: VERSIONS[name] for name in ("imgrec", "opencv", "numpy")}
+    config["versions"] = {name: VERSIONS[name] for name in ("imgrec", "opencv", "numpy", "pillow")}
     for field in POLICY_FIELDS:
         config["output"].pop(field)
     if rounding and spec.splits.method == "stratified":

@@ -19,6 +19,7 @@ from tests.helpers import write_photo
 from transforms import tfrecord
 from transforms.dataset_format import METADATA_FILE, IndexEntry, RecordLocation
 from transforms.example import RecordFields
+from transforms.image_header import ImageHeader
 from transforms.parts import (
     JournalLine,
     PartOutcome,
@@ -47,7 +48,7 @@ pytestmark = pytest.mark.unit
 
 SPEC = ImageSpec(height=8, width=12, normalize="unit", encoding="raw")
 KEYS = FeatureKeys()
-VERSIONS = {"imgrec": "0.1.0", "opencv": "5", "numpy": "2"}
+VERSIONS = {"imgrec": "0.1.0", "opencv": "5", "numpy": "2", "pillow": "12"}
 SHARD = ("train", 0, 1)
 
 
@@ -80,7 +81,7 @@ def read_records(path: pathlib.Path) -> list[bytes]:
 # ----------------------------------------------------------------------------- digests and plans
 
 def source(path: str = "/in/cat/1.jpg", **changes) -> PlannedImage:
-    values = dict(path=path, label="cat", content_hash="ab" * 32, format="jpeg", width=10, height=10)
+    values = dict(path=path, label="cat", content_hash="ab" * 32, header=ImageHeader("jpeg", 10, 10))
     label_id = changes.pop("label_id", 0)
     return PlannedImage(SourceImage(**{**values, **changes}), label_id, "train")
 
@@ -100,7 +101,7 @@ def test_part_digest_changes_with_every_field_that_decides_the_records():
     ]
     assert digest not in changed and len(set(changed)) == len(changed)
     # Not part of the records: the header's format and size, the split.
-    assert part_digest([source(format="png", width=3, height=4), base[1]], "settings") == digest
+    assert part_digest([source(header=ImageHeader("png", 3, 4)), base[1]], "settings") == digest
     assert part_digest([dataclasses.replace(base[0], split="val"), base[1]], "settings") == digest
 
 
@@ -182,7 +183,8 @@ def test_convert_part_writes_records_and_their_index(tmp_path, images):
         assert (entry.offset, entry.length, entry.sha256) == (offset, len(record) + 16, image.source.content_hash)
         assert tfrecord.parse_framed(data[entry.offset:entry.offset + entry.length]) == record
         fields = RecordFields(image.label_id, image.source.label, image.source.path, image.source.content_hash)
-        expected = image_to_record(pathlib.Path(image.source.path).read_bytes(), fields, SPEC, KEYS)
+        source_bytes = pathlib.Path(image.source.path).read_bytes()
+        expected = image_to_record(source_bytes, image.source.header, fields, SPEC, KEYS)
         assert record == expected.data
         pixels = record[entry.image_offset:entry.image_offset + entry.image_length]
         assert pixels == tf.train.Example.FromString(record).features.feature["image"].bytes_list.value[0]
@@ -191,7 +193,7 @@ def test_convert_part_writes_records_and_their_index(tmp_path, images):
 
 def test_bad_images_in_a_part_become_rejections_with_their_split(tmp_path, images):
     corrupt = tmp_path / "in" / "cat" / "corrupt.jpg"
-    corrupt.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:200])
+    corrupt.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:-40])  # cut in its scan data
     changed = images[3]
     pathlib.Path(changed.source.path).write_bytes(pathlib.Path(images[5].source.path).read_bytes())
     gone = images[4]
@@ -243,7 +245,7 @@ def zeroed(data: bytes, start: int, length: int) -> bytes:
         "bad rejection"])
 def test_a_finished_part_that_does_not_check_out_is_converted_again(tmp_path, images, damage):
     bad = tmp_path / "in" / "cat" / "corrupt.jpg"  # a rejection in the outcome too
-    bad.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:200])
+    bad.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:-40])  # cut in its scan data
     settings = settings_for(tmp_path, part_images=9)
     (task,) = cut_into_parts(SHARD, [*images, planned(bad, 1)], settings)
     first = convert_part(task, settings)
@@ -273,7 +275,7 @@ def test_a_finished_part_that_found_a_file_changed_is_converted_again_once_it_is
 def test_a_finished_part_with_corrupt_images_is_taken_under_a_renamed_split(tmp_path, images):
     """A rejection that follows from the bytes stands; its split is the one this run names."""
     corrupt = tmp_path / "in" / "cat" / "corrupt.jpg"
-    corrupt.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:200])
+    corrupt.write_bytes(pathlib.Path(images[1].source.path).read_bytes()[:-40])  # cut in its scan data
     settings = settings_for(tmp_path, part_images=8)
     task_images = [*images[:3], planned(corrupt, 1)]
     (first_task,) = cut_into_parts(("train", 0, 1), task_images, settings)

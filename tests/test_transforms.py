@@ -23,6 +23,7 @@ from transforms.dataset_format import DuplicateSummary, IndexEntry, RecordLocati
 from transforms.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
 from transforms.files import content_hash
 from transforms.fingerprint import InputFingerprint
+from transforms.image_header import ImageHeader
 from transforms.manifests import ManifestError
 from transforms.parts import ShardResult, WriterSettings, record_digest, shard_order
 from transforms.read import ReadAndCheck
@@ -35,6 +36,7 @@ from transforms.split import shard_for
 from transforms.write_shards import WriteShards
 
 pytestmark = pytest.mark.beam
+VERSIONS = {"imgrec": "1", "opencv": "5", "numpy": "2", "pillow": "12"}
 
 TestPipeline.__test__ = False  # not a test class, though pytest would try to collect it by name
 
@@ -199,7 +201,7 @@ def test_read_and_check(tmp_path):
     fifo = str(tmp_path / "cat" / "fifo.jpg")
     os.mkfifo(fifo)
     candidates = [Candidate(path, "cat") for path in (good, empty, missing, text, large, tiny, fifo)]
-    expected = SourceImage(good, "cat", content_hash(pathlib.Path(good).read_bytes()), "png", width=10, height=6)
+    expected = SourceImage(good, "cat", content_hash(pathlib.Path(good).read_bytes()), ImageHeader("png", 10, 6))
     with test_pipeline() as p:
         read = (p | beam.Create([Batch(candidates)])
                 | beam.ParDo(ReadAndCheck(ImageSpec(min_side=2), max_file_bytes=20_000)).with_outputs(
@@ -268,7 +270,7 @@ def test_compute_label_map(labels, class_names, integer_ids, expected):
 
 def source(path: str, label: str = "cat", digest: str = "") -> SourceImage:
     """PlanSplits only looks at references, so no file is needed; by default every path is unique content."""
-    return SourceImage(path, label, digest or content_hash(path.encode()), "jpeg", 10, 10)
+    return SourceImage(path, label, digest or content_hash(path.encode()), ImageHeader("jpeg", 10, 10))
 
 
 DEFAULT_SPLITS = SplitSpec()
@@ -580,7 +582,7 @@ def test_input_fingerprint_ignores_order_and_follows_content_and_classes():
             return ((p | f"{name}Images" >> beam.Create(list(batched(imgs, 2))),
                      p | f"{name}Rejections" >> beam.Create(rejected),
                      p | f"{name}Labels" >> beam.Create([label_map]))
-                    | f"{name}Fingerprint" >> InputFingerprint(spec, {"imgrec": "1", "opencv": "5", "numpy": "2"}))
+                    | f"{name}Fingerprint" >> InputFingerprint(spec, VERSIONS))
         forward = fingerprint("Forward", images, rejections, {"cat": 0})
         backward = fingerprint("Backward", images[::-1], rejections[::-1], {"cat": 0})
         fewer = fingerprint("Fewer", images[1:], rejections, {"cat": 0})

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
+from tests.helpers import IN_MEMORY, MULTI_PROCESSING, tile_bomb
 from tests.trust_helpers import GiB, check_complete, make_tree, metadata_of, run_imgrec, write_image, write_png_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -109,6 +110,22 @@ def test_a_16bit_rgba_png_is_rejected_by_its_decoded_size_before_decoding(tmp_pa
     row = by_name(rows)["bomb.png"]
     assert (row["error"], row["stage"]) == ("ImageTooLarge", "header"), row
     assert "byte" in row["message"].lower(), row
+    assert len(records) == 6
+
+
+@pytest.mark.parametrize("runner", [IN_MEMORY, MULTI_PROCESSING], ids=["in_memory", "multi_processing"])
+def test_a_decode_that_needs_more_memory_than_its_header_says_is_a_dead_letter_on_every_runner(tmp_path, runner):
+    """Whichever runner converts, it converts in a converter process whose decode memory is
+    bounded (the limit itself: tests/test_limits.py)."""
+    data = tmp_path / "data"
+    make_tree(data, {"cat": 3, "dog": 3})
+    (data / "cat" / "tiles.tif").write_bytes(tile_bomb())
+    run = run_imgrec(data, tmp_path / "out", PERMISSIVE, "--max_decoded_bytes=32000000", runner=runner, timeout=120,
+                     rss_limit=2 * GiB)
+    assert run.returncode == 0, run.brief()
+    metadata, records, rows = check_complete(tmp_path / "out")
+    row = by_name(rows)["tiles.tif"]
+    assert (row["error"], row["stage"]) == ("CorruptImage", "decode") and "out of memory" in row["message"], row
     assert len(records) == 6
 
 

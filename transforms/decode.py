@@ -1,42 +1,25 @@
 """Turn encoded image bytes into one canonical array: HxWx3 uint8 RGB, upright.
 
 Every later step (resize, normalize, encode) can then ignore formats, bit depths, alpha and
-orientation. The header is checked before decoding so oversized images never reach the decoder.
+orientation. The image's header was read and checked by the first pass (transforms/image_header.py);
+the decode takes what it learned there instead of reading it again.
 """
 from __future__ import annotations
 
 import functools
-from typing import Sequence
 
 import cv2
 import numpy as np
 
-from transforms.image_header import (
-    EXIF_PREFIX,
-    MAX_JPEG_SCANS,
-    ImageHeader,
-    exif_orientation,
-    jpeg_exif,
-    jpeg_has_eoi,
-    jpeg_without_harmless_warnings,
-    png_grey_key,
-    progressive_jpeg_problem,
-    read_header,
-    tiff_alpha_is_associated,
-    tiff_grey_with_alpha,
-    tiff_progressive_jpeg,
-)
+from transforms import limits
+from transforms.image_header import ImageHeader
+from transforms.jpeg_damage import progression_gap, without_harmless_warnings
 from transforms.native_stderr import call_capturing_stderr, write_stderr
-from transforms.rejections import CorruptImage, ImageTooLarge, ImageTooSmall, UnsupportedImage
+from transforms.rejections import CorruptImage, ImageTooLarge, UnsupportedImage
 from transforms.specs import ImageSpec
 
 # JPEG DCT scaling (where it is used: transforms/specs.py REDUCING_INTERPOLATIONS).
 _REDUCED_FLAGS = {1: 0, 2: 16, 4: 32, 8: 64}  # the size bits of cv2.IMREAD_REDUCED_COLOR_2/4/8
-
-# Bytes per pixel that decoding needs beyond the decoded array: the 8-bit RGB copy and the
-# upright copy; compositing alpha works on three uint16 planes and an alpha plane.
-_RGB_AND_UPRIGHT_BYTES = 3 + 3
-_COMPOSITE_BYTES = 2 * 3 * 2 + 2
 
 # libjpeg's warnings that it made pixels up: data missing from a scan (filled with grey),
 # undecodable, or a progressive scan missing from the sequence. Its most common warning,
@@ -47,42 +30,10 @@ LIBJPEG_LOST_PIXELS = ("premature end of data segment", "Premature end of JPEG f
 # warnings with a timestamp, which a dead letter must not hold: dead letters are the same bytes
 # on every run).
 _LIBJPEG_MESSAGE_STARTS = ("Corrupt JPEG data", "Premature end of JPEG file", "Inconsistent progression sequence")
-# The checks that refuse damaged images OpenCV would decode. Part of the input fingerprint, so
-# --skip_unchanged converts again a dataset made without them, which may hold such an image.
-DAMAGE_CHECKS = f"jpeg, tiff: no libjpeg lost-pixel warning; jpeg: progressive scans complete, at most {MAX_JPEG_SCANS}"
-
-
-def decode_working_bytes(header: ImageHeader, spec: ImageSpec) -> int:
-    """Peak memory one decode takes: the decoded array, its 8-bit copy, RGB, compositing, and
-    the decoder's own buffers where they can be large (a TIFF's tile, an animation's frames)."""
-    per_pixel = header.channels * header.bytes_per_sample + _RGB_AND_UPRIGHT_BYTES
-    if header.bytes_per_sample > 1:
-        per_pixel += header.channels
-    if header.channels == 4 and (spec.alpha == "composite" or header.format == "tiff"):  # or unpremultiply
-        per_pixel += _COMPOSITE_BYTES
-    return header.width * header.height * per_pixel + header.buffer_bytes
-
-
-def check_header(data: bytes, spec: ImageSpec) -> ImageHeader:
-    """Read the declared size and refuse images outside the spec's limits before any decode, so a
-    decompression bomb costs a few header bytes instead of gigabytes of pixels."""
-    header = read_header(data)
-    pixels = header.width * header.height
-    size = f"{header.width}x{header.height}"
-    if pixels > spec.max_pixels:
-        raise ImageTooLarge(f"declared size {size} = {pixels:.1e} pixels exceeds max_pixels={spec.max_pixels}")
-    working = decode_working_bytes(header, spec)
-    if working > spec.max_decoded_bytes:
-        raise ImageTooLarge(
-            f"declared size {size} with {header.channels} channels of {8 * header.bytes_per_sample} bits "
-            f"decodes to {header.decoded_bytes} bytes and needs about {working} bytes to convert, more than "
-            f"max_decoded_bytes={spec.max_decoded_bytes}")
-    if header.format == "tiff" and tiff_progressive_jpeg(data):
-        raise UnsupportedImage("tiff holds progressive JPEG data, which libtiff calls not legal: its decode can take "
-                               "memory far beyond what its declared size needs")
-    if min(header.width, header.height) < spec.min_side:
-        raise ImageTooSmall(f"declared size {size} has a side shorter than min_side={spec.min_side}")
-    return header
+# The checks that refuse damaged images OpenCV would decode, and the limits every decode runs
+# under. Part of the input fingerprint, so --skip_unchanged converts again a dataset made without
+# them, which may hold such an image.
+DAMAGE_CHECKS = f"jpeg, tiff: no libjpeg lost-pixel warning; jpeg: progressive scans complete; {limits.LIMITS}"
 
 
 def to_uint8(img: np.ndarray) -> np.ndarray:
@@ -150,16 +101,6 @@ def to_rgb(img: np.ndarray, spec: ImageSpec, premultiplied: bool = False) -> np.
     raise CorruptImage(f"unsupported channel count {channels}")
 
 
-def opencv_premultiplied(header: ImageHeader, img: np.ndarray, data: bytes) -> bool:
-    """Whether OpenCV's colours for this decoded image are premultiplied by its alpha. An 8-bit
-    TIFF comes through libtiff's RGBA interface, which premultiplies unassociated alpha and keeps
-    associated alpha as stored; a 16-bit one comes as stored, premultiplied only when its
-    ExtraSamples tag says associated alpha. PNG, WebP and the rest give straight alpha."""
-    if header.format != "tiff" or img.ndim != 3 or img.shape[2] != 4:
-        return False
-    return img.dtype == np.uint8 or tiff_alpha_is_associated(data)
-
-
 def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
     """Make an image stored with EXIF orientation 1-8 upright; anything else is left as is."""
     if orientation == 2:
@@ -177,16 +118,6 @@ def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
     if orientation == 8:
         return cv2.rotate(img, cv2.ROTATE_90_COUNTERCLOCKWISE)
     return img
-
-
-def _orientation(types: Sequence[int], metadata: Sequence[np.ndarray]) -> int:
-    """From the EXIF block OpenCV hands over with a PNG or WebP (some WebP writers keep the
-    "Exif" prefix of JPEG's APP1 in it)."""
-    for kind, blob in zip(types, metadata):
-        if kind == cv2.IMAGE_METADATA_EXIF:
-            exif = np.asarray(blob).tobytes()
-            return exif_orientation(exif[len(EXIF_PREFIX):] if exif.startswith(EXIF_PREFIX) else exif)
-    return 1
 
 
 def jpeg_scale(header: ImageHeader, spec: ImageSpec) -> int:
@@ -219,18 +150,27 @@ def naming_the_image(lines: list[str], source: str) -> str:
 
 
 def _imdecode(data: bytes, flags: int, header: ImageHeader) -> np.ndarray:
+    """OpenCV's decode; a size beyond its pixel limit (transforms/limits.py) is ImageTooLarge,
+    a decode that runs out of memory is left to `decode_image`."""
     try:
         img = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error as exc:
-        raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
+        reason = str(exc).strip()
+        if "validateInputImageSize" in reason:
+            raise ImageTooLarge(f"OpenCV refuses the size the {header.format} data declares to its decoder (more "
+                                f"than max_pixels): {reason}") from None
+        if exc.code == cv2.Error.StsNoMem:
+            raise
+        raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {reason}") from None
     if img is None or img.size == 0:
-        raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated)")
+        raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated, or its decoder "
+                           "ran out of memory)")
     return img
 
 
-def decode_plain_jpeg(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
-    """8-bit grey or YCbCr JPEGs (nearly all photos): libjpeg decodes straight to RGB, at a
-    reduced size when that is invisible, and OpenCV applies the EXIF orientation."""
+def decode_jpeg(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
+    """libjpeg decodes straight to RGB (grey and CMYK too), at a reduced size when that is
+    invisible, and OpenCV turns it by its EXIF orientation."""
     return _imdecode(data, cv2.IMREAD_COLOR_RGB | _REDUCED_FLAGS[jpeg_scale(header, spec)], header)
 
 
@@ -245,62 +185,51 @@ def with_grey_key_transparent(grey: np.ndarray, key: int) -> np.ndarray:
     return cv2.merge([grey, grey, grey, alpha])
 
 
-def check_tiff_alpha(data: bytes) -> None:
-    """OpenCV decodes a grey TIFF with an alpha sample as grey, and multiplies that grey by the
-    alpha when the samples are stored in planes: neither compositing nor dropping the alpha can
-    be done right, so such a TIFF is refused."""
-    if tiff_grey_with_alpha(data):
-        raise UnsupportedImage("tiff is grey with an alpha sample, which OpenCV drops (or multiplies into the grey) "
-                               "when it decodes; convert the image to RGBA, or to grey without alpha")
-
-
 def decode_any(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
     """IMREAD_UNCHANGED keeps alpha and 16-bit depth (so both are converted deliberately here)
-    but skips EXIF orientation, which is applied from the EXIF block OpenCV returns. OpenCV's
-    TIFF reader applies the TIFF orientation tag itself and returns no EXIF, so TIFFs are not
-    rotated twice."""
-    if header.format == "tiff":
-        check_tiff_alpha(data)
-    try:
-        img, types, metadata = cv2.imdecodeWithMetadata(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    except cv2.error as exc:
-        raise CorruptImage(f"OpenCV failed to decode the {header.format} data: {str(exc).strip()}") from None
-    if img is None or img.size == 0:
-        raise CorruptImage(f"OpenCV could not decode the {header.format} data (corrupt or truncated)")
-    key = png_grey_key(data) if header.format == "png" else None
-    if key is not None and img.ndim == 2:
-        img = with_grey_key_transparent(img, key)
-    rgb = to_rgb(to_uint8(img), spec, opencv_premultiplied(header, img, data))
+    but skips EXIF orientation, which is applied as the header gave it. OpenCV's TIFF reader
+    applies the TIFF orientation tag itself, so TIFFs are not turned twice (the header gives
+    them none)."""
+    img = _imdecode(data, cv2.IMREAD_UNCHANGED, header)
+    if header.transparent_grey is not None and img.ndim == 2:
+        img = with_grey_key_transparent(img, header.transparent_grey)
+    rgb = to_rgb(to_uint8(img), spec, header.premultiplied and img.ndim == 3 and img.shape[2] == 4)
     del img
-    orientation = exif_orientation(jpeg_exif(data)) if header.format == "jpeg" else _orientation(types, metadata)
-    return apply_orientation(rgb, orientation)
+    return apply_orientation(rgb, header.orientation)
 
 
-def decode_image(data: bytes, spec: ImageSpec, source: str = "") -> np.ndarray:
+def decode_image(data: bytes, header: ImageHeader, spec: ImageSpec, source: str = "") -> np.ndarray:
     """Decode to HxWx3 uint8 RGB, upright; GIFs give their first frame; large JPEGs may come out
-    at 1/2, 1/4 or 1/8 size (see `jpeg_scale`), which the resize that follows absorbs. `source`
-    names the image in what the decoder prints.
+    at 1/2, 1/4 or 1/8 size (see `jpeg_scale`), which the resize that follows absorbs. `header`
+    is what the first pass read of these bytes; `source` names the image in what the decoder
+    prints.
 
     The decode runs with stderr captured, and what libjpeg printed is checked
     (`refuse_made_up_pixels`); what a decode that failed printed goes on naming the image.
     Every decode of a process is captured, one at a time, so no other decode's output can land
-    in a capture.
+    in a capture. In a converter process it runs under the decode's memory limit
+    (transforms/limits.py): a decode that needs more is ImageTooLarge.
     """
-    header = check_header(data, spec)
     if header.format == "jpeg":
-        if not jpeg_has_eoi(data):
-            raise CorruptImage("jpeg is truncated: no end-of-image marker after the scan data")
-        problem = progressive_jpeg_problem(data)
+        problem = progression_gap(data)
         if problem:
             raise CorruptImage(problem)
-        data = jpeg_without_harmless_warnings(data)
+        data = without_harmless_warnings(data)
     if spec.decoder == "imread":
         decode = functools.partial(decode_like_imread, data, header)
-    elif header.format == "jpeg" and header.channels == 3 and header.bytes_per_sample == 1:
-        decode = functools.partial(decode_plain_jpeg, data, header, spec)
+    elif header.format == "jpeg":
+        decode = functools.partial(decode_jpeg, data, header, spec)
     else:
         decode = functools.partial(decode_any, data, header, spec)
-    decoded, printed = call_capturing_stderr(
-        decode, on_raise=lambda printed: write_stderr(naming_the_image(printed.splitlines(), source)))
+    try:
+        with limits.decode_memory():
+            decoded, printed = call_capturing_stderr(
+                decode, on_raise=lambda printed: write_stderr(naming_the_image(printed.splitlines(), source)))
+    except (cv2.error, MemoryError) as exc:
+        if isinstance(exc, cv2.error) and exc.code != cv2.Error.StsNoMem:
+            raise
+        raise ImageTooLarge(f"decoding the {header.format} data needs more memory than "
+                            f"max_decoded_bytes={spec.max_decoded_bytes} allows (its header declares "
+                            f"{header.width}x{header.height})") from None
     refuse_made_up_pixels(header, printed, source)
     return decoded

@@ -20,8 +20,9 @@ _MODULUS = 2**256
 # Output settings that say where to write and what to do with an existing dataset, not what
 # the records hold.
 POLICY_FIELDS = ("path", "overwrite", "skip_unchanged", "allow_empty", "compare_to", "reuse_from", "keep_last")
-# The libraries whose versions can change an image's stored bytes (pipeline.metadata.versions).
-PIXEL_LIBRARIES = ("imgrec", "opencv", "numpy")
+# The libraries whose versions can change an image's stored bytes (pipeline.metadata.versions):
+# Pillow reads the header facts a decode follows (orientation, transparency).
+PIXEL_LIBRARIES = ("imgrec", "opencv", "numpy", "pillow")
 
 
 def pixel_library_versions(library_versions: Mapping[str, str]) -> dict[str, str]:

@@ -21,11 +21,12 @@ import io
 import json
 import os
 import posixpath
+import signal
 import socket
 import uuid
 from typing import BinaryIO, Iterable, Iterator, Optional
 
-from transforms import files, tfrecord
+from transforms import files, limits, tfrecord
 from transforms.dataset_format import (
     METADATA_FILE,
     FormatError,
@@ -37,6 +38,7 @@ from transforms.dataset_format import (
 )
 from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
 from transforms.process import image_to_record
+from transforms.process_pool import SubprocessPool, WorkerDied
 from transforms.refs import PlannedImage
 from transforms.rejections import CorruptImage, FileChanged, InputRejected, Rejection
 from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
@@ -63,8 +65,10 @@ class WriterSettings:
     filesystems: files.FilesystemOptions = files.FilesystemOptions()  # the run's, for converter processes
 
     @property
-    def converter_setup(self) -> "ConverterSetup":
-        return ConverterSetup(self.filesystems)
+    def converter(self) -> limits.Converter:
+        """What every converter process of this run is set up with: its limits and the run's
+        filesystem options (one value, so all steps find one pool)."""
+        return limits.Converter.for_spec(self.image, self.filesystems)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +257,7 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> tuple[Encode
     if files.content_hash(data) != source.content_hash:
         raise FileChanged(f"{source.path} changed while the pipeline ran (sha256 differs)")
     try:
-        return image_to_record(data, fields, settings.image, settings.keys), False
+        return image_to_record(data, source.header, fields, settings.image, settings.keys), False
     except InputRejected:
         raise
     except Exception as exc:  # OpenCV raises cv2.error on data it cannot handle
@@ -431,10 +435,13 @@ def _claimed_attempt(task: PartTask, attempt: _Attempt) -> Iterator[tuple[dict[i
             os.remove(path)
 
 
-def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
+def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dict[int, str]] = None) -> PartOutcome:
     """Writes the part's records (or finds them from an earlier attempt); returns its outcome.
+    `refused`: the images (by position) that ended an earlier attempt's converter process, and
+    why; they are rejected without being converted again.
 
-    Runs on a worker thread or in a pool process. The records go to a temporary name and the
+    Runs in a converter process (`convert_part_on`), each image within its limits
+    (transforms/limits.py). The records go to a temporary name and the
     outcome is written last, so a part whose outcome exists is complete, and taken as it is if it
     checks out (`finished_outcome`) and rejected no file for its state then (unreadable,
     changed). Records an interrupted run wrote for this part are taken when they check out
@@ -458,6 +465,10 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
     try:
         with files.create(attempt.temporary) as handle, _claimed_attempt(task, attempt) as (earlier, records, size):
             for position, image in enumerate(task.images):
+                if refused and position in refused:
+                    rejections.append(Rejection.from_exception(image.source.path, CorruptImage(refused[position]),
+                                                               split))
+                    continue
                 line = earlier.get(position)
                 converted = line is not None and not line.reused  # a copied record: see still_published
                 framed = salvaged_record(line, image, records, size, settings.keys.image) if converted else None
@@ -467,7 +478,8 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
                     resumed += 1
                 else:
                     try:
-                        record, was_reused = convert_image(image, settings)
+                        with limits.image_time(position, image.source.header.width * image.source.header.height):
+                            record, was_reused = convert_image(image, settings)
                     except InputRejected as exc:
                         rejections.append(Rejection.from_exception(image.source.path, exc, split))
                         continue
@@ -485,12 +497,29 @@ def convert_part(task: PartTask, settings: WriterSettings) -> PartOutcome:
         journal.close()
     if not all(still_published(dataset, run_id) for dataset, run_id in copied_from):
         attempt.abandon()
-        return convert_part(without_reuse(task), settings)
+        return convert_part(without_reuse(task), settings, refused)
     attempt.finish()
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
                           tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")
     files.write_atomically(part_file(settings, task.digest, "json"), outcome.to_json().encode("utf-8"))
     return dataclasses.replace(outcome, resumed=resumed)
+
+
+def convert_part_on(converters: SubprocessPool, task: PartTask, settings: WriterSettings) -> PartOutcome:
+    """`convert_part` in a converter process. An image that takes more than its CPU time ends
+    that process (transforms/limits.py): it becomes a dead letter, and the part is converted
+    again without it in the process that takes the dead one's place."""
+    refused: dict[int, str] = {}
+    while True:
+        try:
+            return converters.submit(convert_part, task, settings, refused).result()
+        except WorkerDied as died:
+            if died.returncode != -signal.SIGPROF or died.note is None:
+                raise
+            header = task.images[died.note].source.header
+            seconds = limits.image_seconds(header.width * header.height)
+            refused[died.note] = (f"converting it took more than {seconds:.0f} s of CPU time, the limit for "
+                                  f"{header.width}x{header.height} pixels (a progressive jpeg of thousands of scans?)")
 
 
 def finished_outcome(task: PartTask, settings: WriterSettings) -> Optional[PartOutcome]:
@@ -547,42 +576,3 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
                        sum(p.num_bytes for p in parts), tuple(sorted(label_counts.items())),
                        sum(p.reused for p in parts), tuple(sorted({p.converted_by for p in parts})),
                        sum(p.resumed for p in parts))
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-@dataclasses.dataclass(frozen=True)
-class ConverterSetup:
-    """What runs once in every process that converts or reads images (imgrec's converter
-    processes: fresh interpreters, which have none of the run's settings): `setup_converter`,
-    and the run's filesystem options (endpoint, credentials, project) for remote paths. A value,
-    so the pool started before the pipeline is the one its steps find (`shared_process_pool`)."""
-
-    filesystems: files.FilesystemOptions = files.FilesystemOptions()
-
-    def __call__(self) -> None:
-        setup_converter()
-        self.filesystems.use()
-
-
-def setup_converter() -> None:
-    """Once per process that converts images.
-
-    Parts are converted in parallel already, so OpenCV's own threads would only oversubscribe the
-    cores (about 10% more CPU per image for the same pixels). And glibc hands every decode buffer
-    larger than 32 MiB (a 12-megapixel photo) back to the kernel when it is freed, which then
-    faults the next one in page by page, about a third of such a photo's CPU time: keeping freed
-    buffers up to 256 MiB for reuse costs a few of them in memory per process.
-    """
-    import ctypes
-    import sys
-
-    import cv2
-
-    cv2.setNumThreads(1)
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None)
-        if hasattr(libc, "mallopt"):
-            libc.mallopt(_M_MMAP_THRESHOLD, 256 * 2**20)
-            libc.mallopt(_M_TRIM_THRESHOLD, 512 * 2**20)

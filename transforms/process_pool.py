@@ -4,7 +4,8 @@
 (`python -m pipeline.run` imports Beam: 1.3 s each) and forking a process that holds gRPC
 threads is unsafe. These workers are fresh interpreters (`python -m transforms.process_pool`)
 with the parent's `sys.path`; a task is a pickled (function, args), so a worker imports just the
-function's module. Each worker is killed by the kernel when its parent dies.
+function's module. Each worker is killed by the kernel when its parent dies, and a worker that
+dies is replaced; what its task last `note`d tells the parent what it was doing then.
 """
 from __future__ import annotations
 
@@ -17,15 +18,40 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any, BinaryIO, Callable, Optional
 
 _PR_SET_PDEATHSIG = 1
 _HEADER = struct.Struct("<Q")
+_NOTE = struct.Struct("<q")
+_NO_NOTE = -1
+_note_descriptor: Optional[int] = None  # in a worker: where `note` writes
 
 
 class WorkerDied(RuntimeError):
-    """A worker process exited while running a task (a crash in a decoder, or it was killed)."""
+    """A worker process exited while running a task (a crash in a decoder, or it was killed):
+    its exit code (-N: signal N) and the last `note` of the task, if it made one."""
+
+    def __init__(self, message: str, returncode: Optional[int] = None, note: Optional[int] = None):
+        super().__init__(message)
+        self.returncode, self.note = returncode, note
+
+
+def note(value: int) -> None:
+    """In a worker, records a number (>= 0) about the task under way, for the parent to read if
+    the worker dies; anywhere else, nothing. One write to a file in memory."""
+    if _note_descriptor is not None:
+        os.pwrite(_note_descriptor, _NOTE.pack(value), 0)
+
+
+def _note_file() -> int:
+    """A descriptor the parent and its worker share: in memory where the system allows (Linux)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("imgrec-note")
+    descriptor, path = tempfile.mkstemp()
+    os.unlink(path)
+    return descriptor
 
 
 def die_with_parent() -> None:
@@ -53,17 +79,26 @@ def _receive(stream: BinaryIO) -> Any:
 
 
 class _Worker:
-    """One process and the thread that feeds it tasks from the shared queue."""
+    """One process (replaced when it dies) and the thread that feeds it tasks from the shared queue."""
 
     def __init__(self, tasks: "queue.Queue", initializer: Optional[Callable[[], None]], lock: threading.Lock):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self.process = subprocess.Popen([sys.executable, "-m", "transforms.process_pool"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env)
-        _send(self.process.stdin, initializer)
-        self._tasks, self._lock = tasks, lock
+        self._tasks, self._lock, self._initializer = tasks, lock, initializer
+        self._note = _note_file()
+        self.process = self._start()
         self.alive = True
         self.thread = threading.Thread(target=self._serve, name="imgrec-pool", daemon=True)
         self.thread.start()
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        process = subprocess.Popen([sys.executable, "-m", "transforms.process_pool", str(self._note)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, pass_fds=(self._note,))
+        _send(process.stdin, self._initializer)
+        return process
+
+    def _noted(self) -> Optional[int]:
+        (value,) = _NOTE.unpack(os.pread(self._note, _NOTE.size, 0).ljust(_NOTE.size, b"\xff"))
+        return None if value == _NO_NOTE else value
 
     def _serve(self) -> None:
         while True:
@@ -73,20 +108,27 @@ class _Worker:
             future, function, args = item
             if not future.set_running_or_notify_cancel():
                 continue
+            os.pwrite(self._note, _NOTE.pack(_NO_NOTE), 0)
             try:
                 _send(self.process.stdin, (function, args))
                 ok, value = _receive(self.process.stdout)
             except (EOFError, OSError, pickle.PickleError) as exc:
+                self.process.kill()  # if it still runs (a task that could not be sent), it is replaced too
                 code = self.process.wait()
-                future.set_exception(WorkerDied(f"converter process {self.process.pid} died "
-                                                f"(exit code {code}): {exc!r}"))
-                with self._lock:  # no task can be queued between this death and the drain
-                    self.alive = False
-                    self._fail_rest()
-                return
+                future.set_exception(WorkerDied(f"converter process {self.process.pid} died (exit code {code}): "
+                                                f"{exc!r}", code, self._noted()))
+                try:
+                    self.process = self._start()
+                    continue
+                except OSError:
+                    with self._lock:  # no task can be queued between this death and the drain
+                        self.alive = False
+                        self._fail_rest()
+                    return
             (future.set_result if ok else future.set_exception)(value)
         self.process.stdin.close()
         self.process.wait()
+        os.close(self._note)
 
     def _fail_rest(self) -> None:
         while True:
@@ -137,7 +179,9 @@ class SubprocessPool(concurrent.futures.Executor):
 
 def main() -> None:
     """Worker loop: (function, args) in, (ok, result or exception) out, until stdin closes."""
+    global _note_descriptor
     die_with_parent()
+    _note_descriptor = int(sys.argv[1]) if len(sys.argv) > 1 else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the driver stops the pool
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # tasks that print must not corrupt the result stream
@@ -159,5 +203,7 @@ def main() -> None:
             _send(stdout, (False, RuntimeError(f"unpicklable task result: {result[1]!r} ({exc})")))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # run as the named module, whose `note` the tasks import
+    from transforms.process_pool import main as named_main
+
+    named_main()

@@ -9,7 +9,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.concurrency import InflightDoFn
 from transforms.discover import REJECTED
-from transforms.parts import ConverterSetup
+from transforms.limits import Converter
 from transforms.refs import Candidate
 from transforms.source import read_batch
 from transforms.specs import ImageSpec
@@ -27,20 +27,21 @@ class ReadAndCheck(InflightDoFn):
     """
 
     def __init__(self, spec: ImageSpec, max_file_bytes: int, processes: int = 0,
-                 setup: Optional[ConverterSetup] = None):
+                 converter: Optional[Converter] = None):
         super().__init__(processes or READ_THREADS, processes=processes > 0)
-        self._spec, self._max_file_bytes, self._setup = spec, max_file_bytes, setup or ConverterSetup()
+        self._spec, self._max_file_bytes = spec, max_file_bytes
+        self._converter = converter or Converter.for_spec(spec)
         self._read = Metrics.counter("imgrec", "files_read")
 
     def task(self, batch: tuple[Candidate, ...]):
         return read_batch, (batch, self._spec, self._max_file_bytes)
 
     def pool_initializer(self):
-        return self._setup
+        return self._converter
 
     def setup(self) -> None:
         super().setup()
-        self._setup.filesystems.use()  # for the batches read on threads, in this worker
+        self._converter.filesystems.use()  # for the batches read on threads, in this worker
 
     def emit(self, batch: tuple[Candidate, ...], result):
         images, rejections = result

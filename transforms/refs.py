@@ -8,6 +8,7 @@ import dataclasses
 from typing import Optional
 
 from transforms.dataset_format import RecordLocation
+from transforms.image_header import ImageHeader
 
 
 class Batch(tuple):
@@ -31,14 +32,13 @@ class Candidate:
 
 @dataclasses.dataclass(frozen=True)
 class SourceImage:
-    """A readable image file: where it is, its label text, what it holds."""
+    """A readable image file: where it is, its label text, what it holds, and what its header
+    says (read once, by the first pass; the conversion decodes with it)."""
 
     path: str
     label: str
     content_hash: str
-    format: str
-    width: int
-    height: int
+    header: ImageHeader
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,8 +48,8 @@ class CorruptImage(InputRejected):
 
 
 class UnsupportedImage(InputRejected):
-    """An image imgrec cannot convert faithfully or within its limits: a grey TIFF with alpha
-    (OpenCV drops it), a BigTIFF, progressive JPEG data in a TIFF, 32-bit integer samples."""
+    """An image imgrec cannot convert faithfully: a grey TIFF with alpha (OpenCV drops it), a
+    layout Pillow cannot describe (some TIFF sample layouts, 12-bit JPEG), 32-bit integer samples."""
 
     stage = "decode"
 

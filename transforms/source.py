@@ -2,22 +2,21 @@
 chosen.
 
 The hash lets splits follow content (identical images share a split) and finds duplicates; the
-header check rejects non-images and decompression bombs without decoding a pixel. Beam-free: it
-runs in the converter processes (transforms/process_pool.py) too.
+header check rejects non-images and decompression bombs without decoding a pixel; what the header
+says travels with the image to its conversion. Beam-free: it runs in the converter processes
+(transforms/process_pool.py) too.
 """
 from __future__ import annotations
 
-from transforms.decode import check_header
 from transforms.files import content_hash, read_input
+from transforms.image_header import check_header
 from transforms.refs import Batch, Candidate, SourceImage
 from transforms.rejections import InputRejected, Rejection
 from transforms.specs import ImageSpec
 
 
 def describe_source(candidate: Candidate, data: bytes, spec: ImageSpec) -> SourceImage:
-    header = check_header(data, spec)
-    return SourceImage(candidate.path, candidate.label, content_hash(data), header.format,
-                       header.width, header.height)
+    return SourceImage(candidate.path, candidate.label, content_hash(data), check_header(data, spec))
 
 
 def read_and_check(candidate: Candidate, spec: ImageSpec, max_file_bytes: int) -> SourceImage:

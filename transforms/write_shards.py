@@ -32,7 +32,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.batches import flatten, split_by
-from transforms.concurrency import InflightDoFn
+from transforms.concurrency import InflightDoFn, shared_process_pool
 from transforms.discover import REJECTED
 from transforms.parts import (
     PartOutcome,
@@ -43,11 +43,12 @@ from transforms.parts import (
     ShardResult,
     WriterSettings,
     concat_shard,
-    convert_part,
+    convert_part_on,
     cut_into_parts,
     shard_keys,
     shard_order,
 )
+from transforms.process_pool import SubprocessPool
 from transforms.refs import Batch, PlannedImage
 from transforms.rejections import InputRejected
 from transforms.split import num_shards_for, shard_for
@@ -110,27 +111,37 @@ class CountPerSplitFn(beam.CombineFn):
 
 
 class _ConvertParts(InflightDoFn):
-    """PartTask → PartResult, plus a rejection per image that could not be converted."""
+    """PartTask → PartResult, plus a rejection per image that could not be converted.
+
+    Every part is converted in a converter process, under the limits that bound what one image
+    may cost (transforms/limits.py), on every runner: a runner that runs every step in this
+    process shares the pool of `local_processes`; elsewhere each instance of this DoFn (one per
+    thread the runner converts on) has a converter process of its own."""
 
     def __init__(self, settings: WriterSettings):
-        super().__init__(settings.local_processes, processes=True)
+        super().__init__(settings.local_processes)
         self._settings = settings
         self._converted = Metrics.counter("imgrec", "images_converted")
         self._reused = Metrics.counter("imgrec", "images_reused")
         self._parts = Metrics.counter("imgrec", "parts_done")
 
     def task(self, part: PartTask):
-        return convert_part, (part, self._settings)
+        return convert_part_on, (self._converters, part, self._settings)
 
     def size(self, part: PartTask) -> int:
         return len(part.images)
 
-    def pool_initializer(self):
-        return self._settings.converter_setup
-
     def setup(self) -> None:
         super().setup()
-        self._settings.converter_setup()  # for the parts converted inline, in this worker
+        self._settings.filesystems.use()  # what this worker itself reads: finished parts, previous datasets
+        processes, converter = self._settings.local_processes, self._settings.converter
+        self._converters = shared_process_pool(processes, converter) if processes else SubprocessPool(1, converter)
+
+    def teardown(self) -> None:
+        super().teardown()
+        converters = getattr(self, "_converters", None)
+        if converters is not None and not self._settings.local_processes:
+            converters.shutdown(wait=True)
 
     def emit(self, part: PartTask, outcome: PartOutcome):
         self._converted.inc(outcome.records - outcome.reused)
@@ -160,7 +171,7 @@ class _ConcatShards(InflightDoFn):
         return concat_shard, (plan, [v for v in values if isinstance(v, PartResult)], self._settings)
 
     def pool_initializer(self):
-        return self._settings.converter_setup  # the converters' own pool: one of its own would start 2 more processes
+        return self._settings.converter  # the converters' own pool: one of its own would start more processes
 
     def setup(self) -> None:
         super().setup()
