@@ -124,7 +124,7 @@ class ConvertToTFRecords(beam.PTransform):
         fingerprint = ((read.images, early_rejections, label_map)
                        | "Fingerprint" >> InputFingerprint(spec, context.library_versions))
         plan = read.images | "PlanSplits" >> PlanSplits(spec.splits, AsSingleton(label_map),
-                                                        spec.output.drop_duplicates)
+                                                        spec.output.drop_duplicates, context.writer.source_root)
         to_write = plan["planned"] | "SkipIfUnchanged" >> beam.Filter(
             lambda _, current, previous: current != previous, AsSingleton(fingerprint), context.previous_fingerprint)
         if context.reuse:

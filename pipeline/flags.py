@@ -99,6 +99,8 @@ FLAGS = (
     Flag("class_names", "input", "class_names", _csv_of(str),
          "Fixed label map, comma-separated; other labels are rejected."),
     Flag("max_file_bytes", "input", "max_file_bytes", int, "Reject larger files without reading them.", False),
+    Flag("source_paths", "input", "source_paths", str,
+         "relative (below the input folder) | absolute: what records' source_path holds.", False),
     Flag("manifest_columns", "input", "manifest_columns", _csv_of(str),
          "PATH_COLUMN,LABEL_COLUMN: manifest column (CSV header) or key (JSONL) names.", False),
     Flag("output", "output", "path", str, "Output folder ({date} and {timestamp} expand, UTC)."),

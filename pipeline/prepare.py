@@ -49,7 +49,7 @@ from transforms.dataset_format import (
 from transforms.discover import OutputFolder
 from transforms.files import list_names, local_path
 from transforms.reuse import ReuseSource
-from transforms.specs import InputSpec, OutputSpec
+from transforms.specs import InputSpec, OutputSpec, glob_root
 from transforms.tfrecord import framed_length
 
 LATEST = "latest"
@@ -176,12 +176,6 @@ def check_layout(input_spec: InputSpec, output: str, state: OutputState) -> None
         raise UsageError(f"--output={output} is inside --input={input_spec.path} and holds files imgrec did not "
                          f"write ({_some(state.foreign)}): the dataset would be written in among inputs; choose an "
                          "output outside the input or a new folder")
-
-
-def glob_root(pattern: str) -> str:
-    """The folder above a glob's first wildcard: `data/*/x*.jpg` → `data`."""
-    head = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-    return os.path.dirname(head) or "."
 
 
 def clear_dead_runs(output: str) -> None:

@@ -304,11 +304,13 @@ def convert(argv: Sequence[str]) -> Conversion:
     library_versions = versions()
     interval = options.view_as(ImgrecOptions).progress_interval
     this_run = run_dir(output, run_id)
+    source_root = spec.input.root() if spec.input.source_paths == "relative" else ""
     writer = WriterSettings(image=spec.image, keys=spec.features, output=spec.output,
                             max_file_bytes=spec.input.max_file_bytes, run_dir=this_run,
                             parts_dir=parts_dir(output),
-                            record_digest=record_digest(spec.image, spec.features, library_versions),
-                            local_processes=convert_processes(options), filesystems=filesystems)
+                            record_digest=record_digest(spec.image, spec.features, library_versions, source_root),
+                            local_processes=convert_processes(options), filesystems=filesystems,
+                            source_root=source_root)
     run_info = {"run_id": run_id, "started": started.isoformat(timespec="seconds"), "runner": runner}
     if _dry_run(options):  # DataflowRunner --dry_run=True only builds the job: leave the output alone
         context = RunContext(run_info, output, this_run, writer, library_versions)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -57,7 +58,21 @@ def test_every_sample_is_written_once_with_its_label(raw_run):
             assert row["label/text"].decode() == path.parent.name
             assert (row["image/height"], row["image/width"], row["image/channels"]) == (48, 64, 3)
             seen.append(str(path))
-    assert sorted(seen) == [str(p) for p in SAMPLE_IMAGES]
+    assert sorted(seen) == [str(p.relative_to(SAMPLE)) for p in SAMPLE_IMAGES]  # below the input folder
+
+
+def test_the_same_folder_spelled_two_ways_gives_the_same_bytes(tmp_path, monkeypatch):
+    """Records name their image below the input folder: the dataset's bytes do not depend on how
+    the folder was spelled or where it lies."""
+    shutil.copytree(SAMPLE / "cat", tmp_path / "photos" / "cat")
+    monkeypatch.chdir(tmp_path)
+    run_pipeline("photos", tmp_path / "relative", *RAW_FLAGS)
+    run_pipeline(f"{tmp_path}//photos/./", tmp_path / "absolute", *RAW_FLAGS)
+    shutil.move(tmp_path / "photos", tmp_path / "moved")
+    run_pipeline(tmp_path / "moved", tmp_path / "elsewhere", *RAW_FLAGS)
+    shards = [sorted((p.relative_to(out), p.read_bytes()) for p in out.glob("*.tfrecord"))
+              for out in (tmp_path / "relative", tmp_path / "absolute", tmp_path / "elsewhere")]
+    assert shards[0] and shards[0] == shards[1] == shards[2]
 
 
 def test_the_manifests_at_the_sample_root_are_skipped_and_counted(raw_run):
@@ -107,7 +122,7 @@ def test_pixels_match_opencv_reference(raw_run):
     for path in PLAIN_SAMPLES:
         expected = cv2.resize(cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2RGB), (64, 48),
                               interpolation=cv2.INTER_AREA)
-        pixels = tf.io.decode_raw(by_path[str(path)]["image"], tf.uint8).numpy().reshape(48, 64, 3)
+        pixels = tf.io.decode_raw(by_path[str(path.relative_to(SAMPLE))]["image"], tf.uint8).numpy().reshape(48, 64, 3)
         np.testing.assert_array_equal(pixels, expected, err_msg=str(path))
 
 

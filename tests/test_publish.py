@@ -19,7 +19,6 @@ from pipeline.prepare import (
     check_layout,
     check_output,
     clear_dead_runs,
-    glob_root,
     inspect_output,
     latest_sibling,
     output_folder,
@@ -188,12 +187,6 @@ def test_an_output_must_not_hide_inputs(tmp_path, kind, output, holds, refused):
             check_layout(spec, str(out), inspect_output(str(out)))
     else:
         check_layout(spec, str(out), inspect_output(str(out)))
-
-
-def test_glob_root():
-    assert glob_root("data/*/x*.jpg") == "data"
-    assert glob_root("/a/b/img?.png") == "/a/b"
-    assert glob_root("*.jpg") == "."
 
 
 def test_imgrecs_own_hidden_entries_are_not_foreign(tmp_path):

@@ -98,6 +98,15 @@ def test_input_kind_auto(path, kind):
     assert InputSpec(path, kind="folders").resolved_kind() == "folders"
 
 
+@pytest.mark.parametrize("path,root", [
+    ("/data/photos", "/data/photos"), ("/data/photos/", "/data/photos"), ("gs://b/in", "gs://b/in"),
+    ("/data/*/x*.jpg", "/data"), ("/a/b/img?.png", "/a/b"), ("/a/**/[ab]/*.jpg", "/a"),
+    ("/lists/train.csv", "/lists"), ("s3://b/m.jsonl", "s3://b"),
+])
+def test_the_input_root_names_the_records_source_paths_from(path, root):
+    assert InputSpec(path).root() == root
+
+
 def test_an_existing_folder_with_glob_characters_is_a_folder(tmp_path):
     folder = tmp_path / "photos[2024]"
     folder.mkdir()

@@ -10,6 +10,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import apache_beam as beam
 
+from transforms import files
 from transforms.batches import GroupInBuckets, batched, flatten, split_by
 from transforms.discover import REJECTED
 from transforms.labels import build_label_map
@@ -86,8 +87,8 @@ def attach_label_ids(batch: Batch, label_map: Mapping[str, int]):
         yield Batch(labeled)
 
 
-def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str,
-                 drop_duplicates: bool) -> Iterator[Union[SplitUnit, beam.pvalue.TaggedOutput]]:
+def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str, drop_duplicates: bool,
+                 source_root: str = "") -> Iterator[Union[SplitUnit, beam.pvalue.TaggedOutput]]:
     """One content hash's images → split units, plus a duplicate report when there are copies.
 
     The copy with the smallest path is canonical, so the choice does not depend on the runner.
@@ -110,15 +111,15 @@ def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str,
         yield SplitUnit(content_hash, canonical.source.label, tuple(members))
     else:
         for member in members:
-            yield SplitUnit(member.source.path, member.source.label, (member,))
+            yield SplitUnit(files.below(member.source.path, source_root), member.source.label, (member,))
 
 
-def bucket_units(element: tuple[int, Batch], split_key: str, drop_duplicates: bool):
+def bucket_units(element: tuple[int, Batch], split_key: str, drop_duplicates: bool, source_root: str = ""):
     """One bucket's images → batches of split units: `group_copies` per content hash."""
     _, images = element
     units = []
     for content_hash, copies in split_by(images, lambda m: m.source.content_hash).items():
-        for found in group_copies((content_hash, copies), split_key, drop_duplicates):
+        for found in group_copies((content_hash, copies), split_key, drop_duplicates, source_root):
             if isinstance(found, beam.pvalue.TaggedOutput):
                 yield found
             else:
@@ -146,11 +147,13 @@ class PlanSplits(beam.PTransform):
     """Batches of SourceImage → {"planned": batches of PlannedImage, "rejected": Rejection,
     "duplicates": DuplicateGroup}."""
 
-    def __init__(self, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool):
+    def __init__(self, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool,
+                 source_root: str = ""):
         super().__init__()
         self._splits = splits
         self._label_map = label_map
         self._drop_duplicates = drop_duplicates
+        self._source_root = source_root
 
     def expand(self, images: beam.PCollection):
         splits = self._splits
@@ -159,7 +162,7 @@ class PlanSplits(beam.PTransform):
         units = (labeled.labeled
                  | "ByContent" >> GroupInBuckets(lambda m: m.source.content_hash)
                  | "ToSplitUnits" >> beam.FlatMap(
-                     bucket_units, splits.key, self._drop_duplicates).with_outputs(
+                     bucket_units, splits.key, self._drop_duplicates, self._source_root).with_outputs(
                          REJECTED, DUPLICATES, main="units"))
         if splits.method == "hash":
             planned = units.units | "HashSplit" >> beam.Map(plan_hash_splits, splits)

@@ -57,7 +57,7 @@ from transforms.rejections import (
     SkippedFile,
     UnreadableFile,
 )
-from transforms.specs import InputSpec
+from transforms.specs import InputSpec, glob_root
 
 REJECTED = "rejected"
 LABELS = "labels"
@@ -489,13 +489,6 @@ def pass_over_own(batch: Batch, output: OutputFolder, listed: bool):
         elif listed:
             yield reject(candidate.path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))
     yield Batch(kept)
-
-
-def glob_root(pattern: str) -> str:
-    """The folder a glob's wildcards start below: `/data/*/*.jpg` → `/data`."""
-    segments = pattern.split("/")
-    literal = next(i for i, segment in enumerate(segments + ["*"]) if any(ch in segment for ch in "*?["))
-    return "/".join(segments[:literal])
 
 
 def glob_matches(pattern: str, path: str) -> bool:

@@ -79,6 +79,14 @@ class FilesystemOptions:
         use_filesystem_options(json.loads(self.values))
 
 
+def below(path: str, root: str) -> str:
+    """`path` named from `root` (`/in/cat/x.jpg` below `/in` is `cat/x.jpg`): how records name
+    their image, and what shard assignment and path splits hash, so a dataset's bytes do not
+    depend on where its input lies. A path outside `root`, or no root, stays as it is."""
+    prefix = root.rstrip("/") + "/"
+    return path[len(prefix):] if root and path.startswith(prefix) else path
+
+
 def absolute(path: str) -> str:
     """A local path made absolute, without `.` segments, repeated or trailing slashes; `..` is
     kept (after a symlink it does not mean the folder above as text does). URLs are unchanged."""

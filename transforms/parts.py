@@ -63,6 +63,11 @@ class WriterSettings:
     part_images: int = PART_IMAGES
     local_processes: int = 0  # > 0: convert parts on a pool of this many processes
     filesystems: files.FilesystemOptions = files.FilesystemOptions()  # the run's, for converter processes
+    source_root: str = ""  # records name their image below this folder; "": by its path as found
+
+    def record_path(self, path: str) -> str:
+        """What a record's source_path holds for the image at `path`."""
+        return files.below(path, self.source_root)
 
     @property
     def converter(self) -> limits.Converter:
@@ -147,9 +152,10 @@ class ShardResult:
     resumed: int = 0  # records taken from what an interrupted run had written
 
 
-def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str]) -> str:
+def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str], source_root: str = "") -> str:
     """Everything besides the image and its fields that decides a record's bytes."""
-    settings = {"image": dataclasses.asdict(image), "keys": dataclasses.asdict(keys), "versions": versions}
+    settings = {"image": dataclasses.asdict(image), "keys": dataclasses.asdict(keys), "versions": versions,
+                "source_root": source_root}
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -166,9 +172,14 @@ def part_digest(images: Iterable[PlannedImage], record_settings: str) -> str:
     return digest.hexdigest()
 
 
-def shard_order(images: Iterable[PlannedImage], seed: int) -> list[PlannedImage]:
-    """The records' order in their shard: a seeded hash of the path, the same on every runner."""
-    return sorted(images, key=lambda im: (order_in_shard(im.source.path, seed), im.source.path))
+def shard_order(images: Iterable[PlannedImage], seed: int, source_root: str = "") -> list[PlannedImage]:
+    """The records' order in their shard: a seeded hash of the path below the input root, the
+    same on every runner and wherever the input lies."""
+    def key(image: PlannedImage) -> tuple[int, str]:
+        name = files.below(image.source.path, source_root)
+        return order_in_shard(name, seed), name
+
+    return sorted(images, key=key)
 
 
 def part_size(shard: ShardKey, images: int, total: int, settings: WriterSettings) -> int:
@@ -247,7 +258,7 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> tuple[Encode
     """(record, reused?) for one planned image: its previous bytes if it has some, else a fresh
     conversion of the file, which must still hash to what was planned."""
     source = image.source
-    fields = RecordFields(image.label_id, source.label, source.path, source.content_hash)
+    fields = RecordFields(image.label_id, source.label, settings.record_path(source.path), source.content_hash)
     if image.reuse is not None:
         try:
             return reused_record(image, fields, settings), True

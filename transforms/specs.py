@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import posixpath
 import re
 from typing import Optional
 
@@ -31,6 +32,7 @@ REDUCED_DECODE = ("auto", "off")
 SPLIT_METHODS = ("hash", "stratified")
 SPLIT_KEYS = ("content", "path")
 INPUT_KINDS = ("folders", "glob", "csv", "jsonl")
+SOURCE_PATHS = ("relative", "absolute")
 COMPRESSIONS = tuple(dataset_format.COMPRESSIONS)
 SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # part of the shard file names: no path in it
 MAX_SHARDS = 100_000  # per split; every shard is a file, even an empty one
@@ -224,6 +226,13 @@ class OutputSpec:
             raise ValueError("compare_to only matters with skip_unchanged: add --skip_unchanged, or drop compare_to")
 
 
+def glob_root(pattern: str) -> str:
+    """The folder a glob's wildcards start below: `/data/*/*.jpg` → `/data`."""
+    segments = pattern.split("/")
+    literal = next(i for i, segment in enumerate(segments + ["*"]) if any(ch in segment for ch in "*?["))
+    return "/".join(segments[:literal])
+
+
 def _is_local_folder(path: str) -> bool:
     """An existing local folder whose name has glob characters (`photos[2024]`) is a folder."""
     local = files.local_path(path)
@@ -241,10 +250,14 @@ class InputSpec:
     max_file_bytes: int = 256 * 2**20  # larger files are rejected without being read
     # Manifest column (CSV) or key (JSONL) names of the path and the label; None: recognise them.
     manifest_columns: Optional[tuple[str, str]] = None
+    # What the records' source_path holds: the path below the input root (`root`), so a dataset's
+    # bytes do not depend on where its input lies; or the path as found.
+    source_paths: str = "relative"
 
     def __post_init__(self) -> None:
         if self.kind != "auto":
             _check_choice("input kind", self.kind, INPUT_KINDS)
+        _check_choice("source_paths", self.source_paths, SOURCE_PATHS)
         if self.max_file_bytes <= 0:
             raise ValueError(f"max_file_bytes must be positive; got {self.max_file_bytes}")
         names = self.class_names
@@ -254,6 +267,14 @@ class InputSpec:
         if self.manifest_columns is not None and (len(self.manifest_columns) != 2 or not all(self.manifest_columns)):
             raise ValueError("manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; "
                              f"got {self.manifest_columns}")
+
+    def root(self) -> str:
+        """The folder the input's files are named from: the folder itself, a glob's folder above
+        its first wildcard, a manifest's folder."""
+        kind = self.resolved_kind()
+        if kind == "folders":
+            return self.path.rstrip("/")
+        return glob_root(self.path) if kind == "glob" else posixpath.dirname(self.path)
 
     def resolved_kind(self) -> str:
         """`auto` picks by the path: manifests by extension, globs by wildcard, else folders."""

@@ -31,6 +31,7 @@ from typing import Iterable, Union
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from transforms import files
 from transforms.batches import flatten, split_by
 from transforms.concurrency import InflightDoFn, shared_process_pool
 from transforms.discover import REJECTED
@@ -54,15 +55,15 @@ from transforms.rejections import InputRejected
 from transforms.split import num_shards_for, shard_for
 
 
-def shard_of(image: PlannedImage, shard_counts: dict[str, int], seed: int) -> ShardKey:
+def shard_of(image: PlannedImage, shard_counts: dict[str, int], seed: int, source_root: str = "") -> ShardKey:
     num_shards = shard_counts[image.split]
-    return image.split, shard_for(image.source.path, seed, num_shards), num_shards
+    return image.split, shard_for(files.below(image.source.path, source_root), seed, num_shards), num_shards
 
 
-def by_shard(batch: Batch, shard_counts: dict[str, int],
-             seed: int) -> Iterable[tuple[ShardKey, tuple[PlannedImage, ...]]]:
+def by_shard(batch: Batch, shard_counts: dict[str, int], seed: int,
+             source_root: str = "") -> Iterable[tuple[ShardKey, tuple[PlannedImage, ...]]]:
     """A batch split by shard: (shard, its images in the batch)."""
-    return split_by(batch, lambda image: shard_of(image, shard_counts, seed)).items()
+    return split_by(batch, lambda image: shard_of(image, shard_counts, seed, source_root)).items()
 
 
 PLANS = "plans"
@@ -87,7 +88,7 @@ def plan_shard(element: tuple[ShardKey, Iterable[Union[tuple[PlannedImage, ...],
     for piece in pieces:
         (openings if isinstance(piece, ShardOpening) else batches).append(piece)
     (opening,) = openings
-    ordered = shard_order(flatten(batches), settings.output.shuffle_seed)
+    ordered = shard_order(flatten(batches), settings.output.shuffle_seed, settings.source_root)
     parts = cut_into_parts(shard, ordered, settings, opening.images)
     yield beam.pvalue.TaggedOutput(PLANS, (shard, ShardPlan(shard, len(parts))))
     yield from parts
@@ -202,7 +203,7 @@ class WriteShards(beam.PTransform):
         openings = planned_counts | "OpenShards" >> beam.FlatMap(
             lambda counts: [(key, ShardOpening(sum(counts.values()))) for key in shard_keys(counts, image, output)])
         keyed = planned | "ByShard" >> beam.FlatMap(by_shard, beam.pvalue.AsSingleton(shard_counts),
-                                                    output.shuffle_seed)
+                                                    output.shuffle_seed, settings.source_root)
         work = ((keyed, openings)
                 | "ImagesAndShards" >> beam.Flatten()
                 | "GroupShards" >> beam.GroupByKey()
