@@ -22,6 +22,7 @@ _EXPORTS = {
     "convert": "imgrec.api",
     "verify": "imgrec.api",
     "load_dataset": "pipeline.reader",
+    "read_metadata": "pipeline.reader",
     "export_tfds": "imgrec.api",
     "ImgrecError": "pipeline.errors",
     "UsageError": "pipeline.errors",

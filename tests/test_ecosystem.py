@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pathlib
 import re
 import subprocess
@@ -154,29 +153,6 @@ def test_an_empty_split_gives_every_input_pipeline_nothing():
     from pipeline.reader import shard_for_input_pipeline
 
     assert [shard_for_input_pipeline([], 3, i, "test") for i in range(3)] == [[], [], []]
-
-
-def readme_block(marker: str) -> str:
-    """The python code block that follows `<!-- marker -->` in README.md."""
-    text = (REPO / "README.md").read_text()
-    match = re.search(rf"<!-- {marker} -->\s*```python\n(.*?)```", text, re.DOTALL)
-    assert match, f"README.md has no python block after <!-- {marker} -->"
-    return match.group(1)
-
-
-@pytest.mark.slow
-def test_readme_keras_example_trains_one_epoch(demo, tmp_path):
-    """The README's model.fit example, run as a user would, on make demo's output."""
-    code = readme_block("keras-example").replace('"out/demo"', repr(str(demo)))
-    script = tmp_path / "train.py"
-    report = "print('HISTORY', json.dumps({k: [float(x) for x in v] for k, v in history.history.items()}))"
-    script.write_text(f"{code}\n{report}\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run([sys.executable, "-c", "import json; exec(open(%r).read())" % str(script)],
-                          capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    history = json.loads(done.stdout.split("HISTORY ", 1)[1])
-    assert len(history["loss"]) == 1 and np.isfinite(history["loss"][0])
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from pipeline.errors import ImgrecError, OutputLocked, RunFailed, UsageError
-from pipeline.flags import help_text
+from pipeline.flags import flag_defaults, help_text
 from pipeline.options import (
     FLAGS,
     SECTIONS,
@@ -400,6 +400,17 @@ def test_help_groups_everyday_flags_with_defaults_and_help_all_lists_every_flag(
                   "(default: 0)", "(default: train,val,test)", "(default: 0.7,0.2,0.1)"):
         assert shown in text, shown
     assert max(len(group.splitlines()) for group in everyday.split("\n\n")) <= 24  # a screen per group
+
+
+def test_the_configuration_reference_lists_every_flag_with_its_default():
+    """docs/configuration.md's table is written by hand: a new flag or a changed default must reach it."""
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip()
+            for line in (REPO / "docs" / "configuration.md").read_text().splitlines() if line.startswith("| `--")}
+    defaults = flag_defaults()
+    for flag in FLAGS:
+        assert f"`--{flag.name}`" in rows, flag.name
+        if flag.name in defaults:
+            assert rows[f"`--{flag.name}`"] == f"`{defaults[flag.name]}`", flag.name
 
 
 def test_exit_codes():
