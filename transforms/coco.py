@@ -290,3 +290,20 @@ def annotated_images(path: str, images_root: Optional[str] = None, with_masks: b
         if image is not None:
             images.append(image)
     return label_map, images, rejections
+
+
+
+COCO_KEYS = ("info", "licenses", "images", "annotations", "categories")
+
+
+def looks_like_coco(path: str) -> bool:
+    """Whether a `.json` file's top level is an object whose first key is one of COCO's (a JSON
+    manifest of image records is not): read with ijson up to that key, not the whole file."""
+    try:
+        with files.open_read(path) as handle:
+            events = ijson.parse(handle)
+            first, second = next(events, None), next(events, None)
+    except Exception:  # unreadable or not JSON: not COCO; the input check says what is wrong
+        return False
+    return first == ("", "start_map", None) and second is not None and second[:2] == ("", "map_key") \
+        and second[2] in COCO_KEYS
