@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentP
 from pipeline.errors import CommandLineParser, UsageError
 from pipeline.flags import FLAGS, SECTIONS, add_imgrec_flags, comma_separated, shipped_configs
 from transforms import files
-from transforms.specs import ConversionSpec
+from transforms.specs import DETECTION_KEYS, ConversionSpec, FeatureKeys
 
 
 class ImgrecOptions(PipelineOptions):
@@ -214,6 +214,10 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from None
     try:
+        if specs["input"].detection:  # TF's detection keys; each image keeps its size unless told otherwise
+            specs["features"] = DETECTION_KEYS if specs["features"] == FeatureKeys() else specs["features"]
+            if "resize_mode" not in values["image"]:
+                specs["image"] = dataclasses.replace(specs["image"], resize_mode="none")
         return ConversionSpec(**specs)
     except ValueError as exc:  # settings of two sections that do not go together
         raise UsageError(str(exc)) from None

@@ -186,6 +186,12 @@ class FeatureKeys:
             raise ValueError(f"feature keys must be distinct; got {keys}")
 
 
+# Detection records' keys, as TF's detection decoders read them (transforms/detection_example.py);
+# imgrec's own source path and content hash beside them.
+DETECTION_KEYS = FeatureKeys(image="image/encoded", label="image/object/class/label",
+                             label_text="image/object/class/text", channels="")
+
+
 @dataclasses.dataclass(frozen=True)
 class SplitSpec:
     """Deterministic train/val/test assignment."""
@@ -379,6 +385,13 @@ class ConversionSpec:
                              "use encoding=jpeg or png")
         if self.annotations.masks and kind != "coco":
             raise ValueError(f"masks are made from COCO segmentations; the input is {kind}")
+        if objects and self.features not in (FeatureKeys(), DETECTION_KEYS):
+            raise ValueError("detection records have the feature keys TF's detection decoders read; features "
+                             "cannot be renamed for them")
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "image": self.image.used_settings()}
+        """The settings that apply (`annotations` for COCO and VOC inputs only)."""
+        settings = {**dataclasses.asdict(self), "image": self.image.used_settings()}
+        if not self.input.detection:
+            del settings["annotations"]
+        return settings
