@@ -22,9 +22,9 @@ from pipeline.progress import RecordProgress
 from pipeline.publish import publish
 from pipeline.tables import counted
 from transforms import files
+from transforms.annotations import OBJECT_STAGE
 from transforms.assign import DUPLICATES, ComputeLabelMap, PlanSplits
 from transforms.dataset_format import DatasetMetadata, FormatError, join
-from transforms.annotations import OBJECT_STAGE
 from transforms.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
 from transforms.discover_annotated import LABEL_MAP, DiscoverAnnotated
 from transforms.fingerprint import InputFingerprint

@@ -103,8 +103,6 @@ FLAGS = (
          "relative (below the input folder) | absolute: what records' source_path holds.", False),
     Flag("manifest_columns", "input", "manifest_columns", _csv_of(str),
          "PATH_COLUMN,LABEL_COLUMN: manifest column (CSV header) or key (JSONL) names.", False),
-    Flag("multi_label", "input", "multi_label", None,
-         "A manifest with a list of labels per image (CSV: a|b, JSONL: [\"a\", \"b\"]) → image/class/label lists."),
     Flag("images_root", "input", "images_root", str,
          "COCO: the folder file_names resolve against (default: the annotation file's folder)."),
     Flag("keep_empty_images", "input", "keep_empty_images", None,

@@ -63,11 +63,11 @@ from pipeline.reaper import reaped
 from pipeline.retention import check_retention, datasets_to_remove, remove_dataset
 from pipeline.summary import format_header, format_summary
 from transforms import files
+from transforms.coco import AnnotationFileError
 from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
-from transforms.files import list_names, local_path
-from transforms.coco import AnnotationFileError
 from transforms.discover_annotated import coco_categories
+from transforms.files import list_names, local_path
 from transforms.manifests import ManifestError, manifest_layout
 from transforms.parts import WriterSettings, record_digest
 from transforms.specs import ConversionSpec

@@ -27,6 +27,7 @@ import uuid
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from transforms import files, limits, tfrecord
+from transforms.annotations import annotation_digest
 from transforms.dataset_format import (
     METADATA_FILE,
     FormatError,
@@ -37,7 +38,6 @@ from transforms.dataset_format import (
     shard_file_name,
 )
 from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
-from transforms.annotations import annotation_digest
 from transforms.process import image_to_record
 from transforms.process_detection import detection_to_record
 from transforms.process_pool import SubprocessPool, WorkerDied

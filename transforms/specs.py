@@ -290,7 +290,6 @@ class InputSpec:
     # What the records' source_path holds: the path below the input root (`root`), so a dataset's
     # bytes do not depend on where its input lies; or the path as found.
     source_paths: str = "relative"
-    multi_label: bool = False  # a manifest with a list of labels per image (transforms/manifests.py)
     images_root: Optional[str] = None  # COCO: where file_names resolve (default: the annotation file's folder)
     keep_empty_images: bool = True  # COCO/VOC: images without objects are written (negative examples)
 
@@ -308,8 +307,6 @@ class InputSpec:
             raise ValueError("manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; "
                              f"got {self.manifest_columns}")
         kind = self.resolved_kind()
-        if self.multi_label and kind not in ("csv", "jsonl"):
-            raise ValueError(f"multi_label reads a CSV or JSONL manifest; the input is {kind}")
         if self.images_root is not None and kind != "coco":
             raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}")
 
@@ -376,10 +373,9 @@ class ConversionSpec:
     def __post_init__(self) -> None:
         kind = self.input.resolved_kind()
         objects = self.input.detection
-        if (objects or self.input.multi_label) and self.splits.method == "stratified":
-            raise ValueError(f"split_method=stratified needs one label per image; {kind} images have "
-                             f"{'objects' if objects else 'several labels'}, so they are split by hash "
-                             "(split_method=hash)")
+        if objects and self.splits.method == "stratified":
+            raise ValueError(f"split_method=stratified needs one label per image; {kind} images have objects, so "
+                             "they are split by hash (split_method=hash)")
         if objects and self.image.encoding == "raw":
             raise ValueError("detection records hold JPEG or PNG images, which TF's detection decoders read; "
                              "use encoding=jpeg or png")
