@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.helpers import dead_letters, read_metadata_json, run_pipeline
+from tests.helpers import dead_letters, run_pipeline
 
 pytestmark = pytest.mark.e2e
 
