@@ -266,14 +266,10 @@ def _is_coco_file(path: str) -> bool:
 
 
 def _is_voc_folder(path: str) -> bool:
-    """A folder holding `Annotations/` and `JPEGImages/` (Pascal VOC's layout)."""
+    """A local folder holding `Annotations/` and `JPEGImages/` (Pascal VOC's layout). On object
+    stores `auto` does not look (settling a spec must not wait on a store): --input_kind=voc."""
     local = files.local_path(path)
-    if local is not None:
-        return all(os.path.isdir(os.path.join(local, name)) for name in ("Annotations", "JPEGImages"))
-    try:
-        return all(files.present(dataset_format.join(path, name)) for name in ("Annotations", "JPEGImages"))
-    except Exception:  # an unreachable store: not VOC; check_input reports what is wrong with the input
-        return False
+    return local is not None and all(os.path.isdir(os.path.join(local, name)) for name in ("Annotations", "JPEGImages"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,13 +320,13 @@ class InputSpec:
     def resolved_kind(self) -> str:
         """`auto` picks by the path: manifests by extension (a `.json` whose top level starts with
         a COCO key is COCO), globs by wildcard, a folder holding Annotations/ and JPEGImages/
-        is Pascal VOC, else folders."""
+        is Pascal VOC, else folders. COCO and VOC are recognised on local disks only."""
         if self.kind != "auto":
             return self.kind
         lower = self.path.lower()
         if lower.endswith(".csv"):
             return "csv"
-        if lower.endswith(".json") and _is_coco_file(self.path):
+        if lower.endswith(".json") and files.local_path(self.path) is not None and _is_coco_file(self.path):
             return "coco"
         if lower.endswith((".jsonl", ".json")):
             return "jsonl"
