@@ -16,6 +16,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipeline.metadata import RejectionKey, RunTotals
+from transforms.annotations import OBJECT_STAGE
 from transforms.assign import DuplicateGroup
 from transforms.dataset_format import DuplicateSummary
 from transforms.fingerprint import add_hashes, recorded_fingerprint, retry_hash
@@ -48,10 +49,14 @@ class Gathered:
     duplicate_examples: list = dataclasses.field(default_factory=list)  # DuplicateGroup, smallest hashes
     label_map: dict = dataclasses.field(default_factory=dict)
     fingerprint: str = ""
+    # Objects and annotation entries dropped (stage "object"), by error class: apart from the inputs.
+    objects_dropped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def add(self, kind: str, value: object) -> None:
         if kind == INPUT:
             self.num_inputs += value
+        elif kind == REJECTION and value.stage == OBJECT_STAGE:
+            self.objects_dropped[value.error] += 1
         elif kind == REJECTION:
             self.rejections[rejection_key(value)] += 1
             self.retries = add_hashes(self.retries, retry_hash(value))
@@ -80,6 +85,7 @@ class Gathered:
     def merge(self, other: "Gathered") -> None:
         self.num_inputs += other.num_inputs
         self.rejections.update(other.rejections)
+        self.objects_dropped.update(other.objects_dropped)
         self.retries = add_hashes(self.retries, other.retries)
         self.dead_letter_runs.extend(other.dead_letter_runs)
         self.shards.extend(other.shards)
@@ -100,7 +106,8 @@ class Gathered:
         return RunTotals(label_map=self.label_map, shards=tuple(self.shards), planned_counts=self.planned_counts,
                          rejection_counts=tuple(self.rejections.items()), num_inputs=self.num_inputs,
                          duplicates=self.duplicates(dropped_duplicates), error_files=tuple(error_files),
-                         fingerprint=recorded_fingerprint(self.fingerprint, self.retries))
+                         fingerprint=recorded_fingerprint(self.fingerprint, self.retries),
+                         objects_dropped=dict(self.objects_dropped))
 
 
 class TotalsFn(beam.CombineFn):

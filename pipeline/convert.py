@@ -22,10 +22,13 @@ from pipeline.progress import RecordProgress
 from pipeline.publish import publish
 from pipeline.tables import counted
 from transforms import files
+from transforms.annotations import OBJECT_STAGE
 from transforms.assign import DUPLICATES, ComputeLabelMap, PlanSplits
 from transforms.dataset_format import DatasetMetadata, FormatError, join
 from transforms.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
+from transforms.discover_annotated import LABEL_MAP, DiscoverAnnotated
 from transforms.fingerprint import InputFingerprint
+from transforms.label_map_files import write_label_maps
 from transforms.parts import WriterSettings
 from transforms.read import ReadAndCheck
 from transforms.reuse import AttachReusableRecords, ReuseSource
@@ -90,6 +93,8 @@ def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> O
         check_error_budget(metadata, spec.output.max_error_fraction, join(context.run_dir, error_file))
         check_not_empty(metadata, spec, join(context.run_dir, error_file))
         check_readable(metadata)
+        if metadata.objects is not None:
+            write_label_maps(context.run_dir, metadata.label_map)
         publish(context.output, context.run_dir, metadata, context.previous_run_id, context.previous_files)
     except RunFailed as exc:
         files.write_atomically(join(context.run_dir, VERDICT_FILE), str(exc).encode("utf-8", "backslashreplace"))
@@ -108,8 +113,14 @@ class ConvertToTFRecords(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec, context = self._spec, self._context
-        discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder,
-                                                          spread=not context.in_one_process)
+        if spec.input.detection:
+            discovered = pbegin | "Discover" >> DiscoverAnnotated(spec.input, spec.annotations.masks)
+            label_map = discovered[LABEL_MAP]
+        else:
+            discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder,
+                                                              spread=not context.in_one_process)
+            label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
+                spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))
         candidates = discovered["candidates"]
         if not context.in_one_process:  # one process spreads the work on its own pool
             candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()
@@ -118,8 +129,6 @@ class ConvertToTFRecords(beam.PTransform):
                     spec.image, spec.input.max_file_bytes, context.writer.local_processes,
                     context.writer.converter)).with_outputs(
                     REJECTED, main="images"))
-        label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
-            spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))
         early_rejections = (discovered[REJECTED], read[REJECTED]) | "EarlyRejections" >> beam.Flatten()
         fingerprint = ((read.images, early_rejections, label_map)
                        | "Fingerprint" >> InputFingerprint(spec, context.library_versions))
@@ -132,7 +141,7 @@ class ConvertToTFRecords(beam.PTransform):
         written = to_write | "WriteShards" >> WriteShards(context.writer, spread=not context.in_one_process)
         _ = (written["planned_counts"], written["parts"]) | "RecordProgress" >> RecordProgress(context.run_dir)
         inputs = ((discovered["candidates"] | "BatchSizes" >> beam.Map(len),
-                   discovered[REJECTED] | "One" >> beam.Map(lambda _: 1))
+                   discovered[REJECTED] | "One" >> beam.Map(lambda r: int(r.stage != OBJECT_STAGE)))
                   | "AllInputs" >> beam.Flatten())
         rejected = (early_rejections, plan[REJECTED], written[REJECTED]) | "AllRejections" >> beam.Flatten()
         dead_letter_runs = rejected | "DeadLetters" >> beam.ParDo(WriteSortedRuns(context.run_dir))

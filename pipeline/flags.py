@@ -15,10 +15,10 @@ import os
 import pathlib
 from typing import Any, Callable, Optional
 
-from transforms.specs import FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
+from transforms.specs import AnnotationSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
 
 SECTIONS = {"input": InputSpec, "output": OutputSpec, "image": ImageSpec, "features": FeatureKeys,
-            "splits": SplitSpec}
+            "splits": SplitSpec, "annotations": AnnotationSpec}
 CONFIG_PACKAGE = "imgrec.configs"  # configs/ as installed, so --config=seed works anywhere
 MAX_CONVERT_PROCESSES = 64  # at least; or 4 per core on bigger machines
 
@@ -95,7 +95,7 @@ class Flag:
 
 FLAGS = (
     Flag("input", "input", "path", str, "Class-folder root, glob, or CSV/JSONL manifest (any Beam filesystem)."),
-    Flag("input_kind", "input", "kind", str, "auto | folders | glob | csv | jsonl."),
+    Flag("input_kind", "input", "kind", str, "auto | folders | glob | csv | jsonl | coco | voc."),
     Flag("class_names", "input", "class_names", _csv_of(str),
          "Fixed label map, comma-separated; other labels are rejected."),
     Flag("max_file_bytes", "input", "max_file_bytes", int, "Reject larger files without reading them.", False),
@@ -103,6 +103,10 @@ FLAGS = (
          "relative (below the input folder) | absolute: what records' source_path holds.", False),
     Flag("manifest_columns", "input", "manifest_columns", _csv_of(str),
          "PATH_COLUMN,LABEL_COLUMN: manifest column (CSV header) or key (JSONL) names.", False),
+    Flag("images_root", "input", "images_root", str,
+         "COCO: the folder file_names resolve against (default: the annotation file's folder)."),
+    Flag("keep_empty_images", "input", "keep_empty_images", None,
+         "COCO/VOC: write images without objects (on by default; --no_keep_empty_images skips them, counted)."),
     Flag("output", "output", "path", str, "Output folder ({date} and {timestamp} expand, UTC)."),
     Flag("num_shards", "output", "num_shards", int, "Shards per split; 0 picks them from --target_shard_mb."),
     Flag("target_shard_mb", "output", "target_shard_bytes", mebibytes,
@@ -125,7 +129,7 @@ FLAGS = (
     Flag("allow_empty", "output", "allow_empty", None, "Publish a dataset even when no image was written.", False),
     Flag("height", "image", "height", int, "Output height in pixels."),
     Flag("width", "image", "width", int, "Output width in pixels."),
-    Flag("resize_mode", "image", "resize_mode", str, "center_crop | pad | stretch."),
+    Flag("resize_mode", "image", "resize_mode", str, "center_crop | pad | stretch | none (keep each image's size)."),
     Flag("interpolation", "image", "interpolation", str, "area | linear | cubic | lanczos | nearest.", False),
     Flag("normalize", "image", "normalize", str, "none (uint8) | unit (float32 0..1) | mean_std (raw only)."),
     Flag("encoding", "image", "encoding", str, "jpeg | png | raw."),
@@ -139,11 +143,14 @@ FLAGS = (
          False),
     Flag("max_decoded_bytes", "image", "max_decoded_bytes", int, "Reject images whose decode needs more memory.",
          False),
-    Flag("split_method", "splits", "method", str, "hash | stratified."),
+    Flag("split_method", "splits", "method", str, "hash | stratified (single-label inputs)."),
     Flag("split_key", "splits", "key", str, "content | path: what the split hash is computed from.", False),
     Flag("split_names", "splits", "names", _csv_of(str), "Split names, comma-separated (letters, digits, _ and -)."),
     Flag("split_ratios", "splits", "ratios", _csv_of(float), "Split ratios, comma-separated, summing to 1."),
     Flag("split_salt", "splits", "salt", str, "Salt of the split hash; change it to re-draw splits.", False),
+    Flag("masks", "annotations", "masks", None, "COCO: an instance mask (PNG) per object, from polygons or RLE."),
+    Flag("min_visible", "annotations", "min_visible", float,
+         "center_crop: drop a box left with less than this fraction of its area (counted).", False),
 )
 
 
@@ -205,7 +212,8 @@ def add_imgrec_flags(parser: argparse.ArgumentParser, everyday_only: bool = Fals
 
 
 HELP_GROUPS = {"input": "what to convert", "output": "where and how the dataset is written",
-               "image": "pixels", "splits": "train/val/test", "runner": "how it runs"}
+               "image": "pixels", "splits": "train/val/test", "annotations": "COCO and VOC objects",
+               "runner": "how it runs"}
 EPILOG = ("Every other flag is a Beam pipeline option and passes straight to Beam: --runner (DirectRunner, "
           "PrismRunner, FlinkRunner, SparkRunner, DataflowRunner, PortableRunner), --job_endpoint, "
           "--environment_type, --project, --region, --temp_location, --s3_endpoint_url, ... A config's beam: "

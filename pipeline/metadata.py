@@ -15,7 +15,15 @@ from typing import Mapping, Optional
 
 from pipeline import __version__
 from pipeline.errors import RunFailed
-from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAccounting, ReuseSummary, SplitInfo
+from transforms.dataset_format import (
+    DatasetMetadata,
+    DuplicateSummary,
+    InputAccounting,
+    ObjectAccounting,
+    ReuseSummary,
+    SplitInfo,
+)
+from transforms.detection_example import detection_feature_spec
 from transforms.example import feature_spec, image_description
 from transforms.fingerprint import pixel_library_versions
 from transforms.parts import ShardResult
@@ -65,6 +73,7 @@ class RunTotals:
     duplicates: DuplicateSummary
     error_files: tuple[str, ...]
     fingerprint: str
+    objects_dropped: Mapping[str, int] = dataclasses.field(default_factory=dict)  # by error class
 
 
 def split_infos(spec: ConversionSpec, totals: RunTotals) -> dict[str, SplitInfo]:
@@ -107,7 +116,7 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
     reused = sum(s.reused for s in totals.shards)
     return DatasetMetadata(
         splits=splits,
-        features=feature_spec(spec.image, spec.features),
+        features=(detection_feature_spec if spec.input.detection else feature_spec)(spec.image, spec.features),
         image=image_description(spec.image),
         compression=spec.output.compression,
         label_map=dict(totals.label_map),
@@ -122,7 +131,17 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
              "resumed_records": sum(shard.resumed for shard in totals.shards)},
         versions=dict(library_versions),
         reuse=ReuseSummary(reuse_source, reused, inputs.written - reused) if reuse_source else None,
+        objects=object_accounting(splits, totals) if spec.input.detection else None,
     )
+
+
+def object_accounting(splits: Mapping[str, SplitInfo], totals: RunTotals) -> ObjectAccounting:
+    """COCO and VOC: objects written per class (each split's label_counts counts objects) and
+    objects or annotation entries dropped, by reason."""
+    written: collections.Counter[str] = collections.Counter()
+    for info in splits.values():
+        written.update(info.label_counts)
+    return ObjectAccounting(dict(written), dict(totals.objects_dropped))
 
 
 def rejections_by_error(inputs: InputAccounting, errors_only: bool = False) -> str:

@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentP
 from pipeline.errors import CommandLineParser, UsageError
 from pipeline.flags import FLAGS, SECTIONS, add_imgrec_flags, comma_separated, shipped_configs
 from transforms import files
-from transforms.specs import ConversionSpec
+from transforms.specs import DETECTION_KEYS, ConversionSpec, FeatureKeys
 
 
 class ImgrecOptions(PipelineOptions):
@@ -180,7 +180,8 @@ def beam_args_from_config(config: dict) -> list[str]:
 
 
 # Settings that name a file or folder: a file:// URL there is taken as the local path.
-PATH_FIELDS = (("input", "path"), ("output", "path"), ("output", "compare_to"), ("output", "reuse_from"))
+PATH_FIELDS = (("input", "path"), ("input", "images_root"), ("output", "path"), ("output", "compare_to"),
+               ("output", "reuse_from"))
 
 
 def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
@@ -198,8 +199,9 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
     for section, field in PATH_FIELDS:
         if isinstance(values[section].get(field), str):  # anything else is refused by `coerce`
             values[section][field] = files.beam_path(values[section][field])
-    if isinstance(values["input"]["path"], str):  # the same folder spelled two ways gives the same records
-        values["input"]["path"] = files.absolute(values["input"]["path"])
+    for field in ("path", "images_root"):  # the same folder spelled two ways gives the same records
+        if isinstance(values["input"].get(field), str):
+            values["input"][field] = files.absolute(values["input"][field])
     specs = {}
     for section, cls in SECTIONS.items():
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -211,7 +213,14 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
             specs[section] = cls(**{k: coerce(v, hints[k], f"{section}.{k}") for k, v in values[section].items()})
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from None
-    return ConversionSpec(**specs)
+    try:
+        if specs["input"].detection:  # TF's detection keys; each image keeps its size unless told otherwise
+            specs["features"] = DETECTION_KEYS if specs["features"] == FeatureKeys() else specs["features"]
+            if "resize_mode" not in values["image"]:
+                specs["image"] = dataclasses.replace(specs["image"], resize_mode="none")
+        return ConversionSpec(**specs)
+    except ValueError as exc:  # settings of two sections that do not go together
+        raise UsageError(str(exc)) from None
 
 
 def coerce(value: Any, hint: Any, name: str) -> Any:

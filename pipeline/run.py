@@ -63,8 +63,10 @@ from pipeline.reaper import reaped
 from pipeline.retention import check_retention, datasets_to_remove, remove_dataset
 from pipeline.summary import format_header, format_summary
 from transforms import files
+from transforms.coco import AnnotationFileError
 from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
+from transforms.discover_annotated import coco_categories
 from transforms.files import list_names, local_path
 from transforms.manifests import ManifestError, manifest_layout
 from transforms.parts import WriterSettings, record_digest
@@ -204,6 +206,15 @@ def check_input(spec: ConversionSpec) -> None:
                 raise UsageError(f"--input={path}: {problem}: {exc.strerror or exc}") from None
     if local is None and kind not in ("csv", "jsonl"):
         reachable("--input", path)  # a folder or glob on an object store need not exist as such
+    if kind == "coco":
+        if not reachable("--input", path):
+            raise UsageError(f"--input={path}: no such annotation file")
+        try:
+            coco_categories(path, spec.input.class_names)
+        except AnnotationFileError as exc:
+            raise UsageError(f"--input={path}: {exc}") from None
+    if kind == "voc" and not reachable("--input", join(path, "Annotations")):
+        raise UsageError(f"--input={path}: no Annotations folder (Pascal VOC: Annotations/*.xml, JPEGImages/)")
     if kind in ("csv", "jsonl"):
         if not reachable("--input", path):
             raise UsageError(f"--input={path}: no such manifest")
@@ -305,12 +316,15 @@ def convert(argv: Sequence[str]) -> Conversion:
     interval = options.view_as(ImgrecOptions).progress_interval
     this_run = run_dir(output, run_id)
     source_root = spec.input.root() if spec.input.source_paths == "relative" else ""
+    objects = spec.annotations if spec.input.detection else None
     writer = WriterSettings(image=spec.image, keys=spec.features, output=spec.output,
                             max_file_bytes=spec.input.max_file_bytes, run_dir=this_run,
                             parts_dir=parts_dir(output),
-                            record_digest=record_digest(spec.image, spec.features, library_versions, source_root),
+                            record_digest=record_digest(spec.image, spec.features, library_versions, source_root,
+                                                        objects),
                             local_processes=convert_processes(options), filesystems=filesystems,
-                            source_root=source_root)
+                            source_root=source_root, objects=spec.annotations,
+                            voc_fields=spec.input.resolved_kind() == "voc")
     run_info = {"run_id": run_id, "started": started.isoformat(timespec="seconds"), "runner": runner}
     if _dry_run(options):  # DataflowRunner --dry_run=True only builds the job: leave the output alone
         context = RunContext(run_info, output, this_run, writer, library_versions)

@@ -17,8 +17,10 @@ MAX_CLASSES_NAMED = 10  # in the warning about classes without examples
 def format_header(spec: ConversionSpec, runner: str, config: Optional[str]) -> str:
     image = spec.image
     pixels = "uint8" if image.normalize == "none" else f"float32 ({image.normalize})"
+    size = f"{image.height}x{image.width} {image.resize_mode} ({image.interpolation})" if image.resizes else \
+        "original size (resize_mode none)"
     return (f"imgrec: {spec.input.path} -> {spec.output.path}\n"
-            f"  {image.height}x{image.width} {image.resize_mode} ({image.interpolation}), "
+            f"  {size}, "
             f"{image.encoding} {pixels}, runner {runner}" + (f", config {config}" if config else ""))
 
 
@@ -41,8 +43,11 @@ def inputs_line(metadata: DatasetMetadata) -> str:
     kind) and were never meant to be converted; rejected ones are images that failed."""
     inputs = metadata.inputs
     skipped = inputs.rejected_by_error.get(SkippedFile.__name__, 0)
-    dropped = inputs.rejected - inputs.errors - skipped  # copies of an image or listing, dropped
+    empty = inputs.rejected_by_error.get("NoAnnotations", 0)  # COCO/VOC, --no_keep_empty_images
+    dropped = inputs.rejected - inputs.errors - skipped - empty  # copies of an image or listing, dropped
     parts = [f"{inputs.written} written", f"{skipped} skipped (not images)"]
+    if empty:
+        parts.append(f"{empty} without objects skipped")
     if dropped:
         parts.append(f"{dropped} duplicates dropped")
     return f"inputs: {inputs.total} = {' + '.join([*parts, f'{inputs.errors} rejected'])}"
@@ -82,6 +87,11 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
         if is_error_class(error):
             lines.append(f"  rejected {error}: {n}")
     lines.extend(duplicate_lines(metadata))
+    objects = metadata.objects
+    if objects is not None:
+        why = ", ".join(f"{error}: {n}" for error, n in sorted(objects.dropped.items()))
+        lines.append(f"objects: {sum(objects.written.values())} written (the class columns count objects), "
+                     f"{sum(objects.dropped.values())} dropped" + (f" ({why})" if why else ""))
     if metadata.reuse:
         lines.append(f"reused: {metadata.reuse.reused} images from {metadata.reuse.source}, "
                      f"converted {metadata.reuse.converted}")
@@ -97,7 +107,7 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
     resumed = metadata.run.get("resumed_records", 0)
     if resumed:
         lines.append(f"resumed: {counted(resumed, 'record')} taken from what an earlier, unfinished run had written")
-    if inputs.rejected:
+    if inputs.rejected or (objects and objects.dropped):
         lines.append(f"dead letters: {', '.join(metadata.error_files)}")
     if elapsed is not None:
         rate = f", {inputs.total / elapsed:,.0f} images/s" if elapsed > 0 else ""

@@ -466,12 +466,14 @@ def test_a_reused_record_equals_a_fresh_one_and_a_damaged_source_is_converted_ag
     locations = index_locations(shard, tmp_path)
     assert set(locations) == {im.source.content_hash for im in images}
     image = images[2]
-    fresh, reused = convert_image(image, settings)
+    converted = convert_image(image, settings)
+    fresh, reused = converted.record, converted.reused
     assert reused is False
     with_reuse = dataclasses.replace(image, reuse=locations[image.source.content_hash])
-    assert convert_image(with_reuse, settings) == (fresh, True)
+    assert convert_image(with_reuse, settings) == dataclasses.replace(converted, reused=True)
     # Another label around the same pixels: the record is rebuilt, the pixel bytes copied.
-    record, was_reused = convert_image(dataclasses.replace(with_reuse, label_id=7), settings)
+    again = convert_image(dataclasses.replace(with_reuse, label_id=7), settings)
+    record, was_reused = again.record, again.reused
     assert was_reused and tf.train.Example.FromString(record.data).features.feature["label"].int64_list.value == [7]
     pixels = fresh.data[fresh.image_offset:fresh.image_offset + fresh.image_length]
     assert record.data[record.image_offset:record.image_offset + record.image_length] == pixels
@@ -480,7 +482,7 @@ def test_a_reused_record_equals_a_fresh_one_and_a_damaged_source_is_converted_ag
     entry = locations[image.source.content_hash].entry
     data[entry.offset + entry.image_offset + 5] ^= 0xFF
     pathlib.Path(shard).write_bytes(bytes(data))
-    assert convert_image(with_reuse, settings) == (fresh, False)  # CRC fails: converted from the file
+    assert convert_image(with_reuse, settings) == converted  # CRC fails: converted from the file
 
 
 def index_locations(shard: str, tmp_path) -> dict:
@@ -545,5 +547,6 @@ def test_reuse_needs_no_pixels_of_a_changed_source(tmp_path, images):
     locations = index_locations(shard, tmp_path)
     image = images[0]
     pathlib.Path(image.source.path).unlink()
-    record, reused = convert_image(dataclasses.replace(image, reuse=locations[image.source.content_hash]), settings)
+    converted = convert_image(dataclasses.replace(image, reuse=locations[image.source.content_hash]), settings)
+    record, reused = converted.record, converted.reused
     assert reused and np.frombuffer(record.data[record.image_offset:][:record.image_length], "<f4").size == 8 * 12 * 3

@@ -8,6 +8,7 @@ geometry (transforms/geometry.py, boxes.py, masks.py) and the record builder
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Callable, Iterable, Optional, Union
 
@@ -123,10 +124,29 @@ def box_problem(box: tuple[float, float, float, float], width: int, height: int)
     return None
 
 
+# The stage of a dead-letter row about one object or annotation entry, not about an input image:
+# such rows are counted as objects dropped, apart from the images (pipeline/metadata.py).
+OBJECT_STAGE = "object"
+
+
+def object_row(place: str, problem: Exception) -> Rejection:
+    """The dead-letter row of an object or annotation entry that is dropped while its image (if
+    any) goes on."""
+    return dataclasses.replace(Rejection.from_exception(place, problem), stage=OBJECT_STAGE)
+
+
 def object_rejection(path: str, obj: ObjectAnnotation, problem: AnnotationRejected) -> Rejection:
     """A dropped object's dead-letter row: the image's path, the object named in the message."""
     named = f"{obj.ref} ({obj.text!r})" if obj.text else obj.ref
-    return Rejection.from_exception(path, type(problem)(f"{named}: {problem}"))
+    return object_row(path, type(problem)(f"{named}: {problem}"))
+
+
+def annotation_digest(image: Optional[AnnotatedImage]) -> str:
+    """What the image's annotations say, as a short hash ("" for an image without any): part of
+    the inputs' fingerprint and of a part's digest, so changed annotations convert again."""
+    if image is None:
+        return ""
+    return hashlib.sha256(repr(image).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def finished_image(image: AnnotatedImage, objects: Iterable[ObjectAnnotation],

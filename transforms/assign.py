@@ -75,10 +75,13 @@ class DistinctFn(beam.CombineFn):
 
 
 def attach_label_ids(batch: Batch, label_map: Mapping[str, int]):
-    """A batch of images → the batch with label ids; unknown labels as rejections."""
+    """A batch of images → the batch with label ids; unknown labels as rejections. An annotated
+    image (COCO, VOC) has no image-level class: id 0, its objects carry theirs."""
     labeled = []
     for image in batch:
-        if image.label in label_map:
+        if image.annotations is not None:
+            labeled.append(LabeledImage(image, 0))
+        elif image.label in label_map:
             labeled.append(LabeledImage(image, label_map[image.label]))
         else:
             reason = UnknownLabel(f"label {image.label!r} is not one of the {len(label_map)} configured classes")

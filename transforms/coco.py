@@ -32,6 +32,7 @@ from transforms.annotations import (
     Segmentation,
     finished_image,
     finite_number,
+    object_row,
 )
 from transforms.manifests import resolve_path
 from transforms.rejections import InputRejected, Rejection
@@ -214,7 +215,8 @@ def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = F
         except InputRejected as exc:
             if array == "categories":
                 raise AnnotationFileError(f"categories[{index}]: {exc}") from None
-            yield Rejection.from_exception(place, exc)
+            # An annotation entry is an object dropped, an image entry an input refused.
+            yield (object_row if array == "annotations" else Rejection.from_exception)(place, exc)
 
 
 def one_listing_per_file(listings: Iterable[CocoImage]) -> tuple[Optional[CocoImage], tuple[Rejection, ...]]:
@@ -231,7 +233,7 @@ def one_listing_per_file(listings: Iterable[CocoImage]) -> tuple[Optional[CocoIm
 def orphans(annotations: Iterable[CocoAnnotation], problem: type[AnnotationFileProblem],
             why: str) -> tuple[Rejection, ...]:
     """The rejections of annotations whose image is missing or refused."""
-    return tuple(Rejection.from_exception(a.place, problem(f"{a.obj.ref} refers to image id {a.image_id}, {why}"))
+    return tuple(object_row(a.place, problem(f"{a.obj.ref} refers to image id {a.image_id}, {why}"))
                  for a in annotations)
 
 
@@ -290,3 +292,20 @@ def annotated_images(path: str, images_root: Optional[str] = None, with_masks: b
         if image is not None:
             images.append(image)
     return label_map, images, rejections
+
+
+
+COCO_KEYS = ("info", "licenses", "images", "annotations", "categories")
+
+
+def looks_like_coco(path: str) -> bool:
+    """Whether a `.json` file's top level is an object whose first key is one of COCO's (a JSON
+    manifest of image records is not): read with ijson up to that key, not the whole file."""
+    try:
+        with files.open_read(path) as handle:
+            events = ijson.parse(handle)
+            first, second = next(events, None), next(events, None)
+    except Exception:  # unreadable or not JSON: not COCO; the input check says what is wrong
+        return False
+    return first == ("", "start_map", None) and second is not None and second[:2] == ("", "map_key") \
+        and second[2] in COCO_KEYS

@@ -34,6 +34,8 @@ ERRORS_SUFFIX = ".jsonl"
 DEAD_LETTERS_FILE = f"{ERRORS_PREFIX}-00000-of-00001{ERRORS_SUFFIX}"  # one file: sorted rows, any runner
 # Drawn into the dataset folder by `imgrec verify` (by default): imgrec's, though not listed.
 CONTACT_SHEET = "contact_sheet.png"
+# A detection dataset's label map as the OD API (StringIntLabelMap text) and Model Garden (id,name) read it.
+LABEL_MAP_FILES = ("label_map.pbtxt", "label_map.csv")
 CLASS_COUNTS = "class_counts.png"
 
 # compression name → (shard suffix, TFRecordDataset compression_type)
@@ -279,6 +281,22 @@ class ReuseSummary:
 
 
 @dataclasses.dataclass(frozen=True)
+class ObjectAccounting:
+    """A detection dataset's objects: written per class, dropped per reason (error class). Its
+    label map is also written beside the shards (transforms/label_map_files.py)."""
+
+    written: Mapping[str, int]
+    dropped: Mapping[str, int]
+
+    def to_json(self) -> dict:
+        return {"written": dict(sorted(self.written.items())), "dropped": dict(sorted(self.dropped.items()))}
+
+    @classmethod
+    def from_json(cls, value: Mapping) -> "ObjectAccounting":
+        return cls(_counts(value, "written", "objects"), _counts(value, "dropped", "objects"))
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetMetadata:
     """metadata.json of a finished dataset."""
 
@@ -297,6 +315,7 @@ class DatasetMetadata:
     versions: Mapping[str, str]
     reuse: Optional[ReuseSummary] = None
     exports: tuple[str, ...] = ()  # files added later by `imgrec export-tfds`
+    objects: Optional[ObjectAccounting] = None  # COCO and VOC inputs
     format_version: int = FORMAT_VERSION
 
     @property
@@ -314,7 +333,8 @@ class DatasetMetadata:
 
     def owned_files(self) -> tuple[str, ...]:
         """Every file this dataset consists of (relative names): what a republish may remove."""
-        return (*self.shard_files, *self.index_files, *self.error_files, *self.exports, METADATA_FILE)
+        label_maps = LABEL_MAP_FILES if self.objects is not None else ()
+        return (*self.shard_files, *self.index_files, *self.error_files, *self.exports, *label_maps, METADATA_FILE)
 
     def role_keys(self) -> dict[str, str]:
         """{role: feature key}, e.g. {"image": "image", "label": "label", ...}."""
@@ -338,6 +358,7 @@ class DatasetMetadata:
             "pixel_fingerprint": self.pixel_fingerprint,
             "reuse": self.reuse.to_json() if self.reuse else None,
             "exports": list(self.exports),
+            **({"objects": self.objects.to_json()} if self.objects is not None else {}),
             "config": self.config,
             "run": dict(self.run),
             "versions": dict(self.versions),
@@ -376,6 +397,7 @@ class DatasetMetadata:
             versions=value.get("versions") or {},
             reuse=ReuseSummary.from_json(reuse) if reuse else None,
             exports=tuple(value.get("exports") or ()),
+            objects=ObjectAccounting.from_json(value["objects"]) if isinstance(value.get("objects"), dict) else None,
         )
 
     @classmethod
@@ -430,6 +452,8 @@ def listed_files(value: Mapping) -> list[str]:
     if value.get("format_version", 0) >= 2:
         files += [index_file_name(f) for f in shards if "/" not in f]
     files += [f for f in [*(value.get("error_files") or []), *(value.get("exports") or [])] if _inside(f)]
+    if isinstance(value.get("objects"), dict):
+        files += LABEL_MAP_FILES
     return [posixpath.normpath(f) for f in files]
 
 

@@ -20,6 +20,7 @@ from transforms.example import EncodedRecord, FeatureValue, ListFeature, encode_
 from transforms.geometry import Placement
 from transforms.masks import mask_png, segmentation_mask
 from transforms.rejections import Rejection
+from transforms.specs import FeatureKeys, ImageSpec
 
 IMAGE_KEY = "image/encoded"
 BOX_KEYS = ("image/object/bbox/xmin", "image/object/bbox/ymin", "image/object/bbox/xmax", "image/object/bbox/ymax")
@@ -59,6 +60,31 @@ def place_objects(image: AnnotatedImage, where: Placement, min_visible: float,
         placed.append(PlacedObject(normalized(box.box, where.size), obj.label, obj.text, obj.is_crowd,
                                    obj.area * where.area_scale * box.visible, obj.difficult, obj.truncated, mask))
     return tuple(placed), tuple(rejected)
+
+
+def detection_feature_spec(spec: ImageSpec, keys: FeatureKeys) -> dict[str, dict]:
+    """metadata.json's parse spec of detection records: the image (its own size per record
+    unless resized), and per object lists (`kind: var_len`) a reader parses as ragged tensors."""
+    def objects(role: str, dtype: str) -> dict:
+        return {"role": role, "dtype": dtype, "kind": "var_len"}
+
+    described = {
+        IMAGE_KEY: {"role": "image", "dtype": "string", "encoding": spec.encoding, "pixel_dtype": spec.dtype,
+                    "shape": list(spec.shape), "normalize": spec.normalize},
+        "image/format": {"role": "format", "dtype": "string"},
+        keys.height: {"role": "height", "dtype": "int64"},
+        keys.width: {"role": "width", "dtype": "int64"},
+        "image/source_id": {"role": "source_id", "dtype": "string"},
+        "image/filename": {"role": "filename", "dtype": "string"},
+        **{key: objects(f"bbox/{key.rsplit('/', 1)[1]}", "float32") for key in BOX_KEYS},
+        "image/object/class/label": objects("object_label", "int64"),
+        "image/object/class/text": objects("object_text", "string"),
+        "image/object/is_crowd": objects("is_crowd", "int64"),
+        "image/object/area": objects("area", "float32"),
+        keys.source_path: {"role": "source_path", "dtype": "string"},
+        keys.content_hash: {"role": "content_hash", "dtype": "string"},
+    }
+    return {key: value for key, value in described.items() if key}
 
 
 def _text(value: str) -> bytes:

@@ -11,6 +11,7 @@ from typing import Iterable, Mapping
 
 import apache_beam as beam
 
+from transforms.annotations import annotation_digest
 from transforms.decode import DAMAGE_CHECKS
 from transforms.rejections import Rejection
 from transforms.specs import ConversionSpec
@@ -72,9 +73,11 @@ class FingerprintFn(beam.CombineFn):
         return hashlib.sha256(f"{self._config}:{accumulator:064x}".encode("ascii")).hexdigest()
 
 
-def image_row(path: str, content_hash: str, label: str) -> bytes:
-    """Rows are bytes: a file name that is not UTF-8 (kept by Python as surrogates) still hashes."""
-    return f"image\t{path}\t{content_hash}\t{label}".encode("utf-8", "surrogateescape")
+def image_row(path: str, content_hash: str, label: str, annotations: str = "") -> bytes:
+    """Rows are bytes: a file name that is not UTF-8 (kept by Python as surrogates) still hashes.
+    `annotations`: an annotated image's annotation digest, so changed boxes are a changed input."""
+    row = f"image\t{path}\t{content_hash}\t{label}" + (f"\t{annotations}" if annotations else "")
+    return row.encode("utf-8", "surrogateescape")
 
 
 def rejection_row(path: str, error: str, message: str) -> bytes:
@@ -121,7 +124,8 @@ class InputFingerprint(beam.PTransform):
     def expand(self, inputs) -> beam.PCollection:
         images, rejections, label_map = inputs
         return ((images | "ImageRows" >> beam.Map(
-                    lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label) for i in batch)),
+                    lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label,
+                                                     annotation_digest(i.annotations)) for i in batch)),
                  rejections | "RejectionRows" >> beam.Map(
                      lambda r: rows_sum([rejection_row(r.path, r.error, r.message)])))
                 | "InputRows" >> beam.Flatten()

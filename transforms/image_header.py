@@ -29,7 +29,10 @@ class ImageHeader:
     sample OpenCV decodes (an upper bound where Pillow cannot tell, e.g. palettes that may gain
     alpha); the EXIF orientation imgrec applies itself (OpenCV turns JPEGs and TIFFs on its
     own); a grey PNG's transparent grey in the decoded sample's scale; whether the decoded
-    colours come premultiplied by their alpha."""
+    colours come premultiplied by their alpha; `turned`: the orientation the decoded pixels are
+    turned upright by, whoever turns them (OpenCV: a JPEG's EXIF, a TIFF's tag; imgrec: a PNG's
+    or WebP's EXIF, `orientation`), which annotations on the stored grid follow
+    (transforms/geometry.py)."""
 
     format: str
     width: int
@@ -39,6 +42,7 @@ class ImageHeader:
     orientation: int = 1
     transparent_grey: Optional[int] = None
     premultiplied: bool = False
+    turned: int = 1
 
     @property
     def decoded_bytes(self) -> int:
@@ -122,6 +126,22 @@ def _orientation(image: Image.Image) -> int:
     return orientation if isinstance(orientation, int) and 1 <= orientation <= 8 else 1
 
 
+def _turned(image: Image.Image, orientation: int) -> int:
+    """What OpenCV turns a JPEG by (its EXIF orientation) or a TIFF by (its Orientation tag),
+    or imgrec a PNG or WebP by (`orientation`); 1 for a malformed or missing value, which
+    neither applies."""
+    try:
+        if image.format in ("JPEG", "MPO"):
+            value = image.getexif().get(_EXIF_ORIENTATION, 1)
+        elif image.format == "TIFF":
+            value = _first(image.tag_v2.get(_EXIF_ORIENTATION), 1)
+        else:
+            value = orientation
+    except Exception:  # Pillow raises whatever its parsing of a malformed block runs into
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
 def _transparent_grey(image: Image.Image) -> Optional[int]:
     """A grey PNG's tRNS grey, scaled as OpenCV widens 1, 2 and 4-bit grey to 8 bits (Pillow
     gives mode 1's widened already, 2 and 4-bit grey's as stored)."""
@@ -164,7 +184,9 @@ def read_header(data: bytes) -> ImageHeader:
     # libtiff's RGBA interface, which OpenCV decodes 8-bit TIFFs through, premultiplies; deeper
     # TIFFs come as stored, premultiplied when their ExtraSamples say associated alpha.
     premultiplied = fmt == "tiff" and channels == 4 and (bits == 8 or associated)
-    return ImageHeader(fmt, width, height, channels, max(1, -(-bits // 8)), _orientation(image), grey, premultiplied)
+    orientation = _orientation(image)
+    return ImageHeader(fmt, width, height, channels, max(1, -(-bits // 8)), orientation, grey, premultiplied,
+                       _turned(image, orientation))
 
 
 # Bytes per pixel that decoding needs beyond the decoded array: the 8-bit RGB copy and the

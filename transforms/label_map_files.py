@@ -13,7 +13,10 @@ from typing import Mapping
 
 from google.protobuf import text_encoding
 
-PBTXT_FILE, CSV_FILE = "label_map.pbtxt", "label_map.csv"
+from transforms import files
+from transforms.dataset_format import LABEL_MAP_FILES, join
+
+PBTXT_FILE, CSV_FILE = LABEL_MAP_FILES
 
 
 def _by_id(label_map: Mapping[str, int]) -> list[tuple[int, str]]:
@@ -24,6 +27,12 @@ def label_map_pbtxt(label_map: Mapping[str, int]) -> str:
     """One `item { id name }` per class, by id; names escaped as protobuf text format escapes them."""
     return "".join(f'item {{\n  id: {label_id}\n  name: "{text_encoding.CEscape(name, as_utf8=True)}"\n}}\n'
                    for label_id, name in _by_id(label_map))
+
+
+def write_label_maps(folder: str, label_map: Mapping[str, int]) -> None:
+    """Both files into `folder` (a run's staging: published with the shards)."""
+    for name, text in ((PBTXT_FILE, label_map_pbtxt(label_map)), (CSV_FILE, label_map_csv(label_map))):
+        files.write_atomically(join(folder, name), text.encode("utf-8"))
 
 
 def label_map_csv(label_map: Mapping[str, int]) -> str:

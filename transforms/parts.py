@@ -27,6 +27,7 @@ import uuid
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from transforms import files, limits, tfrecord
+from transforms.annotations import annotation_digest
 from transforms.dataset_format import (
     METADATA_FILE,
     FormatError,
@@ -38,10 +39,11 @@ from transforms.dataset_format import (
 )
 from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
 from transforms.process import image_to_record
+from transforms.process_detection import detection_to_record
 from transforms.process_pool import SubprocessPool, WorkerDied
 from transforms.refs import PlannedImage
 from transforms.rejections import CorruptImage, FileChanged, InputRejected, Rejection
-from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
+from transforms.specs import AnnotationSpec, FeatureKeys, ImageSpec, OutputSpec
 from transforms.split import num_shards_for, order_in_shard
 
 ShardKey = tuple[str, int, int]  # (split, shard index, shard count)
@@ -64,6 +66,8 @@ class WriterSettings:
     local_processes: int = 0  # > 0: convert parts on a pool of this many processes
     filesystems: files.FilesystemOptions = files.FilesystemOptions()  # the run's, for converter processes
     source_root: str = ""  # records name their image below this folder; "": by its path as found
+    objects: AnnotationSpec = AnnotationSpec()  # COCO and VOC images: masks, min_visible
+    voc_fields: bool = False  # VOC's difficult and truncated flags in the records
 
     def record_path(self, path: str) -> str:
         """What a record's source_path holds for the image at `path`."""
@@ -152,10 +156,12 @@ class ShardResult:
     resumed: int = 0  # records taken from what an interrupted run had written
 
 
-def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str], source_root: str = "") -> str:
-    """Everything besides the image and its fields that decides a record's bytes."""
+def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str], source_root: str = "",
+                  objects: Optional[AnnotationSpec] = None) -> str:
+    """Everything besides the image and its fields that decides a record's bytes (`objects`:
+    what detection records hold beyond boxes)."""
     settings = {"image": dataclasses.asdict(image), "keys": dataclasses.asdict(keys), "versions": versions,
-                "source_root": source_root}
+                "source_root": source_root, **({"objects": dataclasses.asdict(objects)} if objects else {})}
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -168,7 +174,8 @@ def part_digest(images: Iterable[PlannedImage], record_settings: str) -> str:
     digest = hashlib.sha256(record_settings.encode("ascii"))
     for image in images:
         digest.update(f"{image.source.path}\t{image.source.content_hash}\t{image.label_id}\t"
-                      f"{image.source.label}\n".encode("utf-8", "surrogateescape"))
+                      f"{image.source.label}{annotation_digest(image.source.annotations)}\n"
+                      .encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
 
 
@@ -254,21 +261,41 @@ def without_reuse(task: PartTask) -> PartTask:
     return dataclasses.replace(task, images=tuple(dataclasses.replace(image, reuse=None) for image in task.images))
 
 
-def convert_image(image: PlannedImage, settings: WriterSettings) -> tuple[EncodedRecord, bool]:
-    """(record, reused?) for one planned image: its previous bytes if it has some, else a fresh
-    conversion of the file, which must still hash to what was planned."""
+@dataclasses.dataclass(frozen=True)
+class Converted:
+    """One image's record; `labels`: the class of each thing it counts (the image's label, or
+    each object's class); `dropped`: the rows of objects left out of it."""
+
+    record: EncodedRecord
+    reused: bool
+    labels: tuple[str, ...]
+    dropped: tuple[Rejection, ...] = ()
+
+
+def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
+    """One planned image's record: its previous bytes if it has some, else a fresh conversion of
+    the file, which must still hash to what was planned. An annotated image's record is always
+    built afresh (its objects are placed from the decoded geometry)."""
     source = image.source
     fields = RecordFields(image.label_id, source.label, settings.record_path(source.path), source.content_hash)
-    if image.reuse is not None:
+    if image.reuse is not None and source.annotations is None:
         try:
-            return reused_record(image, fields, settings), True
+            return Converted(reused_record(image, fields, settings), True, (source.label,))
         except _ReuseFailed:
             pass
     data = files.read_input(source.path, settings.max_file_bytes)
     if files.content_hash(data) != source.content_hash:
         raise FileChanged(f"{source.path} changed while the pipeline ran (sha256 differs)")
     try:
-        return image_to_record(data, source.header, fields, settings.image, settings.keys), False
+        if source.annotations is not None:
+            keys, path = settings.keys, fields.source_path.encode("utf-8", "surrogateescape")
+            extra = {key: value for key, value in ((keys.source_path, path),
+                                                   (keys.content_hash, source.content_hash.encode("ascii"))) if key}
+            record, objects, dropped = detection_to_record(data, source.header, source.annotations, settings.image,
+                                                           settings.objects, settings.voc_fields, extra)
+            return Converted(record, False, tuple(obj.text for obj in objects), dropped)
+        return Converted(image_to_record(data, source.header, fields, settings.image, settings.keys), False,
+                         (source.label,))
     except InputRejected:
         raise
     except Exception as exc:  # OpenCV raises cv2.error on data it cannot handle
@@ -481,19 +508,24 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
                                                                split))
                     continue
                 line = earlier.get(position)
-                converted = line is not None and not line.reused  # a copied record: see still_published
-                framed = salvaged_record(line, image, records, size, settings.keys.image) if converted else None
+                # A copied record: see still_published. An annotated image's dropped objects are not
+                # journalled, so it is converted again.
+                salvage = line is not None and not line.reused and image.source.annotations is None
+                framed = salvaged_record(line, image, records, size, settings.keys.image) if salvage else None
                 if framed is not None:
                     handle.write(framed)
                     entry, was_reused = dataclasses.replace(line.entry, offset=offset), line.reused
+                    labels = (image.source.label,)
                     resumed += 1
                 else:
                     try:
                         with limits.image_time(position, image.source.header.width * image.source.header.height):
-                            record, was_reused = convert_image(image, settings)
+                            converted = convert_image(image, settings)
                     except InputRejected as exc:
                         rejections.append(Rejection.from_exception(image.source.path, exc, split))
                         continue
+                    record, was_reused, labels = converted.record, converted.reused, converted.labels
+                    rejections.extend(dataclasses.replace(row, split=split) for row in converted.dropped)
                     entry = IndexEntry(offset, tfrecord.write_record(handle, record.data),
                                        image.source.content_hash, record.image_offset, record.image_length)
                     if was_reused:
@@ -502,7 +534,7 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
                 journal.add(handle, JournalLine(position, was_reused, entry))
                 offset += entry.length
                 num_bytes += entry.length - tfrecord.framed_length(0)
-                label_counts[image.source.label] += 1
+                label_counts.update(labels)
                 reused += was_reused
     finally:
         journal.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from transforms.annotations import AnnotatedImage
 from transforms.dataset_format import RecordLocation
 from transforms.image_header import ImageHeader
 
@@ -24,10 +25,12 @@ class Batch(tuple):
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """An input file and its label text, before anything is read."""
+    """An input file and its label text, before anything is read; a COCO or VOC image carries
+    its objects (label text "": it has no image-level class)."""
 
     path: str
     label: str
+    annotations: Optional[AnnotatedImage] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +42,7 @@ class SourceImage:
     label: str
     content_hash: str
     header: ImageHeader
+    annotations: Optional[AnnotatedImage] = None  # a COCO or VOC image's objects, on the stored grid
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,7 +128,10 @@ class Rejection:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
-_NOT_ERRORS = frozenset({SkippedFile.__name__, DuplicateImage.__name__, DuplicateListing.__name__})
+# By name: NoAnnotations (an image without objects skipped on request) and BoxCroppedAway (an
+# object a center crop cut off) are transforms/annotations.py's, which imports this module.
+_NOT_ERRORS = frozenset({SkippedFile.__name__, DuplicateImage.__name__, DuplicateListing.__name__,
+                         "NoAnnotations", "BoxCroppedAway"})
 
 
 def is_error_class(error: str) -> bool:

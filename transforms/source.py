@@ -16,7 +16,8 @@ from transforms.specs import ImageSpec
 
 
 def describe_source(candidate: Candidate, data: bytes, spec: ImageSpec) -> SourceImage:
-    return SourceImage(candidate.path, candidate.label, content_hash(data), check_header(data, spec))
+    return SourceImage(candidate.path, candidate.label, content_hash(data), check_header(data, spec),
+                       candidate.annotations)
 
 
 def read_and_check(candidate: Candidate, spec: ImageSpec, max_file_bytes: int) -> SourceImage:

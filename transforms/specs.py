@@ -14,7 +14,9 @@ from typing import Optional
 
 from transforms import dataset_format, files
 
-RESIZE_MODES = ("stretch", "center_crop", "pad")
+# `none` keeps the decoded size, as the detection scripts (create_coco_tf_record.py) do: the
+# records' images differ in size, so they are stored as JPEG or PNG.
+RESIZE_MODES = ("stretch", "center_crop", "pad", "none")
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32
 INTERPOLATIONS = ("nearest", "linear", "area", "cubic", "lanczos")
@@ -31,7 +33,8 @@ DECODERS = ("imgrec", "imread")
 REDUCED_DECODE = ("auto", "off")
 SPLIT_METHODS = ("hash", "stratified")
 SPLIT_KEYS = ("content", "path")
-INPUT_KINDS = ("folders", "glob", "csv", "jsonl")
+INPUT_KINDS = ("folders", "glob", "csv", "jsonl", "coco", "voc")
+DETECTION_KINDS = ("coco", "voc")  # annotation files: objects with boxes per image
 SOURCE_PATHS = ("relative", "absolute")
 COMPRESSIONS = tuple(dataset_format.COMPRESSIONS)
 SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # part of the shard file names: no path in it
@@ -105,6 +108,9 @@ class ImageSpec:
         if not _finite_in_float32(self.mean, self.std):
             raise ValueError(f"mean and std must keep (x/255 - mean) / std finite in float32, the pixels' type; "
                              f"got mean={self.mean} std={self.std}")
+        if self.resize_mode == "none" and self.encoding == "raw":
+            raise ValueError("resize_mode=none keeps each image's own size, which raw records do not store: use "
+                             "encoding=jpeg or png")
         if self.output_bytes > self.max_decoded_bytes:
             raise ValueError(f"a {self.height}x{self.width} {self.dtype} output image takes {self.output_bytes} bytes, "
                              f"more than max_decoded_bytes={self.max_decoded_bytes}")
@@ -117,8 +123,14 @@ class ImageSpec:
 
     @property
     def reduces_jpegs(self) -> bool:
-        """Whether large JPEGs may be decoded at a reduced size (transforms/decode.py jpeg_scale)."""
-        return self.reduced_decode != "off" and self.interpolation in REDUCING_INTERPOLATIONS
+        """Whether large JPEGs may be decoded at a reduced size (transforms/decode.py jpeg_scale);
+        never when the decoded size is kept."""
+        return self.reduced_decode != "off" and self.interpolation in REDUCING_INTERPOLATIONS and self.resizes
+
+    @property
+    def resizes(self) -> bool:
+        """False for resize_mode=none: every record keeps its image's decoded size."""
+        return self.resize_mode != "none"
 
     @property
     def dtype(self) -> str:
@@ -126,8 +138,9 @@ class ImageSpec:
         return "uint8" if self.normalize == "none" else "float32"
 
     @property
-    def shape(self) -> tuple[int, int, int]:
-        return (self.height, self.width, 3)
+    def shape(self) -> tuple[Optional[int], Optional[int], int]:
+        """The stored image's shape; height and width are None when each image keeps its own."""
+        return (self.height, self.width, 3) if self.resizes else (None, None, 3)
 
     @property
     def output_bytes(self) -> int:
@@ -147,7 +160,8 @@ class ImageSpec:
         normalize is mean_std, quality unless encoding is jpeg, ...): what metadata.json records."""
         unused = {"quality": self.encoding != "jpeg", "mean": self.normalize != "mean_std",
                   "std": self.normalize != "mean_std", "pad_value": self.resize_mode != "pad",
-                  "background": self.alpha != "composite", "reduced_decode": not self.reduces_jpegs}
+                  "background": self.alpha != "composite", "reduced_decode": not self.reduces_jpegs,
+                  "height": not self.resizes, "width": not self.resizes, "interpolation": not self.resizes}
         return {name: value for name, value in dataclasses.asdict(self).items() if not unused.get(name)}
 
 
@@ -170,6 +184,12 @@ class FeatureKeys:
         keys = [k for k in dataclasses.astuple(self) if k]
         if len(keys) != len(set(keys)):
             raise ValueError(f"feature keys must be distinct; got {keys}")
+
+
+# Detection records' keys, as TF's detection decoders read them (transforms/detection_example.py);
+# imgrec's own source path and content hash beside them.
+DETECTION_KEYS = FeatureKeys(image="image/encoded", label="image/object/class/label",
+                             label_text="image/object/class/text", channels="")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,12 +259,25 @@ def _is_local_folder(path: str) -> bool:
     return local is not None and os.path.isdir(local)
 
 
+def _is_coco_file(path: str) -> bool:
+    from transforms.coco import looks_like_coco  # coco.py reads manifests' paths, which import this module
+
+    return looks_like_coco(path)
+
+
+def _is_voc_folder(path: str) -> bool:
+    """A local folder holding `Annotations/` and `JPEGImages/` (Pascal VOC's layout). On object
+    stores `auto` does not look (settling a spec must not wait on a store): --input_kind=voc."""
+    local = files.local_path(path)
+    return local is not None and all(os.path.isdir(os.path.join(local, name)) for name in ("Annotations", "JPEGImages"))
+
+
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """What to discover: a folder of class folders, a glob, or a CSV/JSONL manifest."""
 
     path: str
-    kind: str = "auto"  # auto | folders | glob | csv | jsonl
+    kind: str = "auto"  # auto | folders | glob | csv | jsonl | coco | voc
     extensions: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif")
     class_names: Optional[tuple[str, ...]] = None  # fixed label map; other labels are rejected
     max_file_bytes: int = 256 * 2**20  # larger files are rejected without being read
@@ -253,6 +286,8 @@ class InputSpec:
     # What the records' source_path holds: the path below the input root (`root`), so a dataset's
     # bytes do not depend on where its input lies; or the path as found.
     source_paths: str = "relative"
+    images_root: Optional[str] = None  # COCO: where file_names resolve (default: the annotation file's folder)
+    keep_empty_images: bool = True  # COCO/VOC: images without objects are written (negative examples)
 
     def __post_init__(self) -> None:
         if self.kind != "auto":
@@ -267,27 +302,57 @@ class InputSpec:
         if self.manifest_columns is not None and (len(self.manifest_columns) != 2 or not all(self.manifest_columns)):
             raise ValueError("manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; "
                              f"got {self.manifest_columns}")
+        kind = self.resolved_kind()
+        if self.images_root is not None and kind != "coco":
+            raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}")
 
     def root(self) -> str:
         """The folder the input's files are named from: the folder itself, a glob's folder above
-        its first wildcard, a manifest's folder."""
+        its first wildcard, a manifest's folder, a COCO file's images_root (default: its folder),
+        a VOC folder."""
         kind = self.resolved_kind()
-        if kind == "folders":
+        if kind in ("folders", "voc"):
             return self.path.rstrip("/")
+        if kind == "coco" and self.images_root is not None:
+            return self.images_root.rstrip("/")
         return glob_root(self.path) if kind == "glob" else posixpath.dirname(self.path)
 
     def resolved_kind(self) -> str:
-        """`auto` picks by the path: manifests by extension, globs by wildcard, else folders."""
+        """`auto` picks by the path: manifests by extension (a `.json` whose top level starts with
+        a COCO key is COCO), globs by wildcard, a folder holding Annotations/ and JPEGImages/
+        is Pascal VOC, else folders. COCO and VOC are recognised on local disks only."""
         if self.kind != "auto":
             return self.kind
         lower = self.path.lower()
         if lower.endswith(".csv"):
             return "csv"
+        if lower.endswith(".json") and files.local_path(self.path) is not None and _is_coco_file(self.path):
+            return "coco"
         if lower.endswith((".jsonl", ".json")):
             return "jsonl"
         if any(ch in self.path for ch in "*?[") and not _is_local_folder(self.path):
             return "glob"
+        if _is_voc_folder(self.path):
+            return "voc"
         return "folders"
+
+    @property
+    def detection(self) -> bool:
+        """Annotation files (COCO, VOC): records of objects with boxes."""
+        return self.resolved_kind() in DETECTION_KINDS
+
+
+@dataclasses.dataclass(frozen=True)
+class AnnotationSpec:
+    """What detection records hold beyond boxes and classes (COCO and VOC inputs)."""
+
+    masks: bool = False  # image/object/mask: a PNG per object, from COCO polygons or RLE
+    # center_crop: a box left with less than this fraction of its area is dropped (counted).
+    min_visible: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_visible <= 1:
+            raise ValueError(f"min_visible must be in [0, 1]; got {self.min_visible}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,6 +364,26 @@ class ConversionSpec:
     image: ImageSpec = ImageSpec()
     features: FeatureKeys = FeatureKeys()
     splits: SplitSpec = SplitSpec()
+    annotations: AnnotationSpec = AnnotationSpec()
+
+    def __post_init__(self) -> None:
+        kind = self.input.resolved_kind()
+        objects = self.input.detection
+        if objects and self.splits.method == "stratified":
+            raise ValueError(f"split_method=stratified needs one label per image; {kind} images have objects, so "
+                             "they are split by hash (split_method=hash)")
+        if objects and self.image.encoding == "raw":
+            raise ValueError("detection records hold JPEG or PNG images, which TF's detection decoders read; "
+                             "use encoding=jpeg or png")
+        if self.annotations.masks and kind != "coco":
+            raise ValueError(f"masks are made from COCO segmentations; the input is {kind}")
+        if objects and self.features not in (FeatureKeys(), DETECTION_KEYS):
+            raise ValueError("detection records have the feature keys TF's detection decoders read; features "
+                             "cannot be renamed for them")
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "image": self.image.used_settings()}
+        """The settings that apply (`annotations` for COCO and VOC inputs only)."""
+        settings = {**dataclasses.asdict(self), "image": self.image.used_settings()}
+        if not self.input.detection:
+            del settings["annotations"]
+        return settings
