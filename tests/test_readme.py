@@ -1,5 +1,6 @@
 """The README's commands run as written: every ```sh and ```python block, in order, in a fresh
-folder where `photos/` is the bundled sample (its class folders), as a user would paste them.
+folder where `photos/` is the bundled sample (its class folders) and `data/detection/` the bundled
+detection sample, as a user would paste them.
 
 Blocks in other languages (```text, ```console, ```crontab) are shown, not run: output, and
 commands that need a cluster, a cloud store or a scheduler (make test-engines and make
@@ -30,6 +31,7 @@ def test_readme_commands_run_as_written_on_the_sample(tmp_path):
     assert any(kind == "sh" for kind, _ in blocks) and any(kind == "python" for kind, _ in blocks)
     for name in SAMPLE_CLASSES:
         shutil.copytree(SAMPLE / name, tmp_path / "photos" / name)
+    shutil.copytree(REPO / "data" / "detection", tmp_path / "data" / "detection")
     env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
                TF_CPP_MIN_LOG_LEVEL="2")
     for kind, code in blocks:
