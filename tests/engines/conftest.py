@@ -21,7 +21,7 @@ from tests.helpers import REPO, SAMPLE
 from tests.portable import brief
 
 CONFIG = REPO / "configs" / "local.yaml"
-DATASETS = ("sample", "generated")
+DATASETS = ("sample", "generated")  # what every engine run is compared on ("one_shard": see data.py)
 # The reference: what `--runner=DirectRunner --direct_running_mode=in_memory` runs when Prism
 # can't be had (as in CI here). Named directly, because DirectRunner first tries Prism (Beam
 # >= 2.65) and would run the reference on Prism wherever Beam can download or has cached it.
@@ -108,9 +108,10 @@ class Timer:
 
 @pytest.fixture(scope="session")
 def inputs(tmp_path_factory) -> dict[str, tuple[pathlib.Path, tuple[str, ...]]]:
-    """Dataset name → (input folder, extra flags); both convert with configs/local.yaml."""
-    generated = data.write_generated_images(tmp_path_factory.mktemp("engine-inputs") / "generated")
-    return {"sample": (SAMPLE, ()), "generated": (generated, data.FLAGS)}
+    """Dataset name → (input folder, extra flags); all convert with configs/local.yaml."""
+    root = tmp_path_factory.mktemp("engine-inputs")
+    return {"sample": (SAMPLE, ()), "generated": (data.write_generated_images(root / "generated"), data.FLAGS),
+            "one_shard": (data.write_one_shard_images(root / "one_shard"), data.ONE_SHARD_FLAGS)}
 
 
 def imgrec_flags(inputs, dataset: str, output: pathlib.Path, runner: tuple[str, ...],

@@ -26,6 +26,14 @@ BAD_FILES = {
 # The error budget has to allow the bad files (3 errors in ~300 inputs is above the 1% default).
 FLAGS = ("--max_error_fraction=0.05",)
 
+# The one-shard set: one split of one shard, cut by a cluster into parts of 256 images
+# (transforms/parts.py) that the slots convert side by side. 12 parts: the reshuffle that spreads
+# them leaves all on one slot once in 2,048 runs. Larger photos than the generated set's, so
+# that its conversion lasts long enough to kill a worker in the middle of it.
+ONE_SHARD_PER_CLASS = 1024
+ONE_SHARD_SIZE = (300, 400)
+ONE_SHARD_FLAGS = ("--split_names=train", "--split_ratios=1", "--num_shards=1")
+
 
 def write_generated_images(root: pathlib.Path, per_class: int = PER_CLASS) -> pathlib.Path:
     """Writes the set into `root` (created) and returns it."""
@@ -36,6 +44,12 @@ def write_generated_images(root: pathlib.Path, per_class: int = PER_CLASS) -> pa
     (root / "bee" / "empty.jpg").write_bytes(b"")
     (root / "cat" / "README.txt").write_text("not an image\n")
     (root / "cat" / "copy_of_ant_0001.jpg").write_bytes(good_jpeg)
+    return root
+
+
+def write_one_shard_images(root: pathlib.Path, per_class: int = ONE_SHARD_PER_CLASS) -> pathlib.Path:
+    """Writes the one-shard set (good photos only) into `root` (created) and returns it."""
+    make_good_images(root, per_class, classes=CLASSES, size=ONE_SHARD_SIZE)
     return root
 
 

@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
         if jar is None:
             print(f"no Beam {engine} job-server jar (see ~/.cache/imgrec-engines/versions.json): cluster only")
         else:
-            served = stack.enter_context(job_server(engine, jar, running.master, work / "job-server"))
+            served = stack.enter_context(job_server(engine, jar, running, work / "job-server"))
             print("run imgrec on it with:\n  python -m pipeline.run "
                   f"--config=configs/{engine}.yaml --input=data/sample --output=out/{engine} --overwrite "
                   + " ".join(served.runner_flags()[1:]))

@@ -1,17 +1,24 @@
 """imgrec on a Flink session cluster and on a Spark standalone cluster, through Beam's job servers.
 
 Each cluster runs as real separate processes started by the fixture from the fetched
-distributions (Flink: a JobManager and a TaskManager with 2 slots; Spark: a Master and a Worker
-with 2 cores), all on 127.0.0.1. Beam's job server for the engine (`java -jar`, from Maven) turns
-the pipeline into a Flink or Spark job; the Python code runs in an EXTERNAL worker pool. Over
-data/sample and the generated set, the published shards, dead letters and metadata counts must
-equal the DirectRunner reference's.
+distributions (Flink 1.19: a JobManager and a TaskManager with 2 slots; Spark 3.5: a Master and
+a Worker with 2 cores), all on 127.0.0.1, once per engine for the whole module. Beam's job server
+for the engine is the jar `make engines` built from engines/ (Maven Central's Beam 2.70 runner
+modules; the Python SDK is the lock's Beam). Two ways to run, each over data/sample and the
+generated set, with shards, dead letters and metadata counts equal to the FnApiRunner reference's:
 
-Beam's job-server jars come from Maven Central (`mvn dependency:copy`, see fetch.py). Where the
-registry does not serve them, the pipeline tests are skipped with the Maven error, and the
-cluster tests still start, check and stop each cluster.
+- "external": the job server the fixture started, `--runner=PortableRunner`, with the Python
+  code in imgrec's worker pool (`python -m pipeline.worker_pool`), as on a real cluster;
+- "loopback": Beam's `--runner=FlinkRunner`/`SparkRunner` with `--*_job_server_jar`, which start
+  the job server for the run, and the Python code in the launching process.
+
+Then, on the one-shard set: both slots (cores) convert parts of the one shard, and a worker
+killed with SIGKILL in the middle of the conversion does what docs/runners.md says.
 """
 from __future__ import annotations
+
+import json
+import pathlib
 
 import psutil
 import pytest
@@ -26,12 +33,27 @@ from tests.engines.conftest import (
     check_against_reference,
     expect_known_bug,
     imgrec_flags,
+    load_metadata,
 )
-from tests.engines.engines import cluster, fetch_report, job_server, job_server_jar, run_imgrec
+from tests.engines.engines import (
+    JOB_SERVER_JARS,
+    cluster,
+    job_server,
+    job_server_jar,
+    loopback_flags,
+    run_imgrec,
+)
 from tests.helpers import REPO
-from tests.portable import live_group_members
+from tests.portable import live_group_members, subprocess_env
+from transforms.dataset_format import METADATA_FILE, parts_dir
 
 ENGINES = ("flink", "spark")
+ENVIRONMENTS = ("external", "loopback")
+# What a SIGKILLed worker in the middle of the conversion leads to (docs/runners.md, "Faults").
+AFTER_A_KILLED_WORKER = {
+    "flink": "fails",  # no restart strategy without checkpointing: the job fails; the next run resumes
+    "spark": "recovers",  # the lost tasks run again on the Worker that replaces it
+}
 
 
 def group_pids(services) -> list[int]:
@@ -88,15 +110,19 @@ def test_cluster_has_a_worker_and_listens_only_on_loopback(engine_cluster):
 
 
 @pytest.fixture(scope="module")
-def portable_engine(engine_cluster):
-    engine, running, work = engine_cluster
+def built_jar(engine_cluster) -> pathlib.Path:
+    engine = engine_cluster[0]
     jar = job_server_jar(engine)
-    if jar is None:
-        recorded = fetch_report().get(f"{engine}_job_server", {})
-        pytest.skip(f"no Beam {engine} job server jar: `{recorded.get('command', 'mvn dependency:copy')}` "
-                    f"failed: {recorded.get('error', 'not fetched')}")
+    assert jar is not None, (f"no {JOB_SERVER_JARS[engine]} built from the current engines/*.pom: run `make engines` "
+                             "(~/.cache/imgrec-engines/versions.json says what the last build did)")
+    return jar
+
+
+@pytest.fixture(scope="module")
+def portable_engine(engine_cluster, built_jar):
+    engine, running, work = engine_cluster
     with Timer(f"{engine}: start Beam's job server + worker pool"):
-        context = job_server(engine, jar, running.master, work / "job-server")
+        context = job_server(engine, built_jar, running, work / "job-server")
         served = context.__enter__()
     try:
         yield served
@@ -104,29 +130,121 @@ def portable_engine(engine_cluster):
         context.__exit__(None, None, None)
 
 
-@pytest.fixture(scope="module")
-def cluster_output(engine_cluster, portable_engine, inputs, tmp_path_factory):
-    engine = engine_cluster[0]
-    outputs = {}
+def runner_flags(engine_cluster, portable_engine, built_jar, environment: str) -> tuple[tuple[str, ...], pathlib.Path]:
+    """(runner flags, config) of one way to run on the module's cluster."""
+    engine, running, _ = engine_cluster
+    if environment == "external":
+        return portable_engine.runner_flags(), REPO / "configs" / f"{engine}.yaml"
+    return loopback_flags(engine, running, built_jar), CONFIG
 
-    def get(dataset: str):
-        if dataset not in outputs:
-            work = tmp_path_factory.mktemp(f"{engine}-{dataset}")
-            flags = imgrec_flags(inputs, dataset, work / "out", portable_engine.runner_flags(),
-                                 config=REPO / "configs" / f"{engine}.yaml")
-            with Timer(f"{engine}: imgrec on {dataset}"):
-                run = run_imgrec(flags, work / "imgrec.log")
+
+# SPARK_LOCAL_IP: the driver inside the job server a loopback run starts binds to loopback.
+RUN_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+@pytest.fixture(scope="module")
+def cluster_run(engine_cluster, portable_engine, built_jar, inputs, tmp_path_factory):
+    """(environment, dataset) → (output folder, log) of that run on the module's cluster, once."""
+    engine = engine_cluster[0]
+    runs: dict[tuple[str, str], tuple[pathlib.Path, pathlib.Path]] = {}
+
+    def get(environment: str, dataset: str) -> tuple[pathlib.Path, pathlib.Path]:
+        if (environment, dataset) not in runs:
+            work = tmp_path_factory.mktemp(f"{engine}-{environment}-{dataset}")
+            flags, config = runner_flags(engine_cluster, portable_engine, built_jar, environment)
+            with Timer(f"{engine} {environment}: imgrec on {dataset}"):
+                run = run_imgrec(imgrec_flags(inputs, dataset, work / "out", flags, config=config),
+                                 work / "imgrec.log", env=subprocess_env(RUN_ENV))
             assert_run_ok(run)
-            outputs[dataset] = work / "out"
-        return outputs[dataset]
+            runs[(environment, dataset)] = (work / "out", run.log)
+        return runs[(environment, dataset)]
     return get
 
 
 @pytest.mark.engines
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("dataset", DATASETS)
-def test_cluster_matches_direct_runner(engine_cluster, cluster_output, reference, dataset, check, request):
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_cluster_matches_direct_runner(engine_cluster, cluster_run, reference, environment, dataset, check, request):
     expected = reference(dataset)
-    output = cluster_output(dataset)
+    output, _ = cluster_run(environment, dataset)
     expect_known_bug(request, engine_cluster[0], check, dataset)
     check_against_reference(check, output, expected)
+
+
+SUMMARY_ENGINES = {
+    ("flink", "external"): "on PortableRunner (Flink job server at 127.0.0.1:",
+    ("flink", "loopback"): f"on FlinkRunner (job server {JOB_SERVER_JARS['flink']}, LOOPBACK environment)",
+    ("spark", "external"): "on PortableRunner (Spark job server at 127.0.0.1:",
+    ("spark", "loopback"): f"on SparkRunner (job server {JOB_SERVER_JARS['spark']}, LOOPBACK environment)",
+}
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_summary_names_the_engine(engine_cluster, cluster_run, environment):
+    _, log = cluster_run(environment, "sample")
+    time_line = next(line for line in log.read_text().splitlines() if line.startswith("time: "))
+    assert SUMMARY_ENGINES[(engine_cluster[0], environment)] in time_line
+
+
+@pytest.mark.engines
+def test_both_slots_convert_parts_of_one_shard(engine_cluster, cluster_run, reference):
+    """The one-shard set is one shard of 12 parts: the cluster's two SDK workers (one per slot
+    or core, `sdk_worker_parallelism: 2` in configs/<engine>.yaml) each convert some of them,
+    and the shard is the reference's, byte for byte."""
+    output, _ = cluster_run("external", "one_shard")
+    metadata = load_metadata(output)
+    assert [info["shard_lengths"] for info in metadata["splits"].values()] == [[3072]]
+    assert metadata["run"]["converter_processes"] == 2, metadata["run"]
+    check_against_reference("shards", output, reference("one_shard"))
+
+
+def finished_parts(output: pathlib.Path) -> int:
+    folder = pathlib.Path(parts_dir(str(output)))
+    return len(list(folder.glob("*.json"))) if folder.is_dir() else 0
+
+
+@pytest.mark.engines
+def test_a_worker_killed_while_converting(engine_cluster, portable_engine, inputs, reference, tmp_path):
+    """SIGKILL to the TaskManager (Flink) or the Worker (Spark) once the first part of the
+    one-shard set is converted. Flink fails the job: nothing is published, the finished parts
+    stay, and the same command with a new TaskManager resumes from them. Spark runs the lost
+    tasks again on the Worker that replaces the killed one (started at once, as a supervisor
+    would). Either way the published dataset is the reference's, byte for byte: no record twice."""
+    engine, running, _ = engine_cluster
+    output = tmp_path / "out"
+    flags = imgrec_flags(inputs, "one_shard", output, portable_engine.runner_flags(),
+                         config=REPO / "configs" / f"{engine}.yaml")
+    killed_after: list[int] = []
+
+    def kill_mid_conversion() -> bool:
+        done = finished_parts(output)
+        if done < 1:
+            return False
+        running.kill_worker()
+        killed_after.append(done)
+        if AFTER_A_KILLED_WORKER[engine] == "recovers":
+            running.start_worker()
+        return True
+
+    with Timer(f"{engine}: imgrec on one_shard, worker killed"):
+        first = run_imgrec(flags, tmp_path / "killed.log", meanwhile=kill_mid_conversion)
+    assert killed_after and killed_after[0] < 12, f"no worker was killed in the middle: {killed_after}"
+    if AFTER_A_KILLED_WORKER[engine] == "fails":
+        assert first.returncode == 1, first.tail()
+        assert "imgrec: error: the run failed" in first.tail(5)
+        assert not (output / METADATA_FILE).exists()
+        kept = finished_parts(output)
+        assert kept >= killed_after[0]
+        running.start_worker()
+        with Timer(f"{engine}: imgrec on one_shard, resumed"):
+            second = run_imgrec(flags, tmp_path / "resumed.log")
+        assert_run_ok(second)
+        resumed = json.loads((output / METADATA_FILE).read_text())["run"]["resumed_records"]
+        assert resumed >= 256 * kept, (resumed, kept)
+        assert "resumed: " in second.tail(15)
+    else:
+        assert_run_ok(first)
+    for check in ("shards", "metadata_counts"):
+        check_against_reference(check, output, reference("one_shard"))
