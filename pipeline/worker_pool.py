@@ -65,6 +65,8 @@ class ForkingWorkerPool(beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer):
         except Exception as exc:  # the runner reports the error with the worker id
             return beam_fn_api_pb2.StartWorkerResponse(error=f"cannot start SDK worker {request.worker_id}: {exc}")
         with self._lock:
+            # Workers a runner never stopped (its TaskManager died) ended with their control stream.
+            self._workers = {key: worker for key, worker in self._workers.items() if worker.is_alive()}
             self._workers[request.worker_id] = process
         return beam_fn_api_pb2.StartWorkerResponse()
 
@@ -90,10 +92,9 @@ def stop(process: multiprocessing.process.BaseProcess) -> None:
         process.join()
 
 
-def serve(port: int, host: str = "[::]",
-          pool: Optional[ForkingWorkerPool] = None) -> tuple[grpc.Server, ForkingWorkerPool]:
-    """Starts the pool's gRPC service on host:port (port 0: any free port); returns it running."""
-    pool = pool or ForkingWorkerPool()
+def serve(port: int, host: str = "[::]") -> tuple[grpc.Server, ForkingWorkerPool]:
+    """Starts the pool's gRPC service on host:port; returns it running."""
+    pool = ForkingWorkerPool()
     pool.warm_up()
     # Beam's pool sets these too: the runner keeps the connection idle between StartWorker calls.
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16),

@@ -1,21 +1,25 @@
 """Real Beam engines on this machine, started as process groups for tests: Prism, a Flink session
-cluster and a Spark standalone cluster (with Beam's job servers where their jars are present).
+cluster and a Spark standalone cluster, with Beam's job servers (built by `make engines`) and an
+EXTERNAL worker pool.
 
 What `python -m tests.engines.fetch` put in the cache (`IMGREC_ENGINES_CACHE`, default
-`~/.cache/imgrec-engines`) is used from there; nothing is downloaded here. Every process is
-started in a new session (its own process group) and stopped by `tests.portable.stop_service`
-(SIGTERM, then SIGKILL, to the whole group), and every context manager below stops what it
-started on the way out, whatever raised inside the block.
+`~/.cache/imgrec-engines`) is used from there; nothing is downloaded here. The versions are
+engines/pom.xml's. Every process is started in a new session (its own process group) and stopped
+by `tests.portable.stop_service` (SIGTERM, then SIGKILL, to the whole group), and every context
+manager below stops what it started on the way out, whatever raised inside the block.
 
-Servers bind 127.0.0.1 (Flink, Spark and Beam's job servers are told so). Prism and Beam's
-Python worker pool always listen on every interface (Prism has no host flag; the pool binds
-`[::]`), so the Prism tests run them, and the pipeline that talks to them, in a private network
-namespace that has only a loopback interface (`unshare --net`, `nsenter`; needs root). Where no
-namespace can be made, they run in the host's namespace and the tests say so.
+Servers are told to bind 127.0.0.1 where they can be. Prism, Beam's Python worker pool and
+Beam's Java servers (the job server's job and artifact ports, the Fn API servers inside Flink's
+TaskManagers and Spark's executors) listen on every interface whatever they are told, so the
+tests run them, and the pipelines that talk to them, in a private network namespace that has
+only a loopback interface (`unshare --net`, `nsenter`; needs root). Where no namespace can be
+made, they run in the host's namespace.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -108,12 +112,6 @@ def job_server_jar(engine: str) -> Optional[pathlib.Path]:
     return path if path.is_file() else None
 
 
-def fetch_report() -> dict:
-    """What the fetch step recorded (versions, timings, what Maven refused), if it ran."""
-    path = CACHE / "versions.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 # --- processes -----------------------------------------------------------------------------------
 
 def start_command(name: str, argv: Sequence[str], log_dir: pathlib.Path, env: Mapping[str, str],
@@ -172,11 +170,14 @@ class Netns:
     """Runs commands in a private network namespace that has only `lo` (127.0.0.1, ::1).
 
     A `sleep` process holds the namespace (made by `unshare --net`); commands join it with
-    `nsenter --net=/proc/PID/ns/net`. Nothing in it can reach or be reached from outside.
+    `nsenter --net=/proc/PID/ns/net`, and this process reaches into it from one thread that
+    joined it (setns(2) moves only the calling thread). Nothing in it can reach or be reached
+    from outside. Without a holder it is the host's namespace.
     """
 
     def __init__(self, holder: Optional[Service]):
         self.holder = holder
+        self._inside: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     @property
     def isolated(self) -> bool:
@@ -187,11 +188,36 @@ class Netns:
             return [str(a) for a in argv]
         return ["nsenter", f"--net=/proc/{self.holder.process.pid}/ns/net", "--", *map(str, argv)]
 
+    def call(self, function: Callable, *args):
+        """function(*args), on a thread inside the namespace."""
+        if self.holder is None:
+            return function(*args)
+        if self._inside is None:
+            self._inside = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="netns",
+                                                                 initializer=self._join)
+        return self._inside.submit(function, *args).result()
+
+    def _join(self) -> None:
+        fd = os.open(f"/proc/{self.holder.process.pid}/ns/net", os.O_RDONLY)
+        try:
+            if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns into the test namespace failed")
+        finally:
+            os.close(fd)
+
     def accepts_connections(self, port: int) -> bool:
-        probe = ("import socket,sys\n"
-                 f"socket.create_connection(('127.0.0.1', {port}), timeout=0.5).close()")
-        return subprocess.run(self.wrap([sys.executable, "-c", probe]), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, check=False).returncode == 0
+        return self.call(accepts_connections, port, "127.0.0.1")
+
+    def http_json(self, url: str):
+        return self.call(http_json, url)
+
+    def close(self) -> None:
+        if self._inside is not None:
+            self._inside.shutdown()
+
+
+_CLONE_NEWNET = 0x40000000
+HOST_NETNS = Netns(None)
 
 
 def netns_supported() -> bool:
@@ -225,7 +251,17 @@ def loopback_netns(log_dir: pathlib.Path, started: list[Service]) -> Iterator[Ne
     started.append(holder)
     netns = Netns(holder)
     subprocess.run(netns.wrap(["ip", "link", "set", "lo", "up"]), check=True)
-    yield netns
+    try:
+        yield netns
+    finally:
+        netns.close()
+
+
+@contextlib.contextmanager
+def private_netns(log_dir: pathlib.Path) -> Iterator[Netns]:
+    """loopback_netns on its own: the namespace (holder) goes when the block exits."""
+    with services_stopped_on_exit() as started, loopback_netns(log_dir, started) as netns:
+        yield netns
 
 
 # --- Prism --------------------------------------------------------------------------------------------
@@ -308,6 +344,7 @@ class FlinkCluster:
     slots: int
     started: list[Service]  # the JobManager, then every TaskManager started; all stopped on exit
     start_worker: Callable[[], Service]  # one more TaskManager (after kill_worker, its replacement)
+    netns: Netns
 
     @property
     def master(self) -> str:
@@ -322,7 +359,7 @@ class FlinkCluster:
         return len(self.taskmanagers())
 
     def taskmanagers(self) -> list[dict]:
-        return http_json(f"http://{self.master}/taskmanagers")["taskmanagers"]
+        return self.netns.http_json(f"http://{self.master}/taskmanagers")["taskmanagers"]
 
     def kill_worker(self) -> None:
         """kill -9 the newest TaskManager's JVM."""
@@ -369,9 +406,10 @@ def write_flink_conf(conf_dir: pathlib.Path, tmp_dir: pathlib.Path, slots: int =
 
 
 @contextlib.contextmanager
-def flink_cluster(work_dir: pathlib.Path, timeout: float = 120, slots: int = 2) -> Iterator[FlinkCluster]:
+def flink_cluster(work_dir: pathlib.Path, netns: Netns = HOST_NETNS, timeout: float = 120,
+                  slots: int = 2) -> Iterator[FlinkCluster]:
     """A JobManager and one TaskManager (`slots` slots) started with Flink's own scripts
-    (`bin/jobmanager.sh start-foreground`, `bin/taskmanager.sh start-foreground`)."""
+    (`bin/jobmanager.sh start-foreground`, `bin/taskmanager.sh start-foreground`), in `netns`."""
     home = flink_home()
     if not (home / "bin" / "jobmanager.sh").exists():
         raise FileNotFoundError(f"{home} is missing: run `python -m tests.engines.fetch` (make test-engines does)")
@@ -381,8 +419,8 @@ def flink_cluster(work_dir: pathlib.Path, timeout: float = 120, slots: int = 2) 
     rest = f"http://127.0.0.1:{ports['rest']}"
     with services_stopped_on_exit() as started:
         started.append(start_command(
-            "jobmanager", [home / "bin" / "jobmanager.sh", "start-foreground"], log_dir, env,
-            ready=lambda: "taskmanagers" in http_json(f"{rest}/overview"), timeout=timeout, port=ports["rest"]))
+            "jobmanager", netns.wrap([home / "bin" / "jobmanager.sh", "start-foreground"]), log_dir, env,
+            ready=lambda: "taskmanagers" in netns.http_json(f"{rest}/overview"), timeout=timeout, port=ports["rest"]))
 
         def start_taskmanager() -> Service:
             """A TaskManager on fresh ports, ready once the JobManager lists it."""
@@ -390,20 +428,20 @@ def flink_cluster(work_dir: pathlib.Path, timeout: float = 120, slots: int = 2) 
             count = sum(1 for s in started if s.name.startswith("taskmanager"))
             service = start_command(
                 f"taskmanager-{count}" if count else "taskmanager",
-                [home / "bin" / "taskmanager.sh", "start-foreground", "-D", f"taskmanager.rpc.port={rpc}",
-                 "-D", f"taskmanager.data.port={data}"], log_dir, env,
+                netns.wrap([home / "bin" / "taskmanager.sh", "start-foreground", "-D", f"taskmanager.rpc.port={rpc}",
+                            "-D", f"taskmanager.data.port={data}"]), log_dir, env,
                 ready=lambda: any(tm["id"].startswith(f"127.0.0.1:{rpc}-") for tm in
-                                  http_json(f"{rest}/taskmanagers")["taskmanagers"]),
+                                  netns.http_json(f"{rest}/taskmanagers")["taskmanagers"]),
                 timeout=timeout, port=rpc)
             started.append(service)
             return service
 
         start_taskmanager()
-        yield FlinkCluster(ports["rest"], conf_dir, slots, started, start_taskmanager)
+        yield FlinkCluster(ports["rest"], conf_dir, slots, started, start_taskmanager, netns)
 
 
 @contextlib.contextmanager
-def cluster(engine: str, work_dir: pathlib.Path, attempts: int = 2) -> Iterator:
+def cluster(engine: str, work_dir: pathlib.Path, netns: Netns = HOST_NETNS, attempts: int = 2) -> Iterator:
     """flink_cluster or spark_cluster: a value with .master, .services and .workers() (the number
     of registered workers).
 
@@ -415,7 +453,8 @@ def cluster(engine: str, work_dir: pathlib.Path, attempts: int = 2) -> Iterator:
     for attempt in range(1, attempts + 1):
         with contextlib.ExitStack() as stack:
             try:
-                running = stack.enter_context(start(work_dir if attempt == 1 else work_dir / f"attempt-{attempt}"))
+                running = stack.enter_context(start(work_dir if attempt == 1 else work_dir / f"attempt-{attempt}",
+                                                    netns))
             except ServiceFailed as failure:
                 if attempt == attempts:
                     raise
@@ -434,6 +473,7 @@ class SparkCluster:
     webui_port: int
     started: list[Service]  # the Master, then every Worker started; all stopped on exit
     start_worker: Callable[[], Service]  # one more Worker (after kill_worker, its replacement)
+    netns: Netns
 
     @property
     def master(self) -> str:
@@ -447,7 +487,7 @@ class SparkCluster:
         return self.status()["aliveworkers"]
 
     def status(self) -> dict:
-        return http_json(f"http://127.0.0.1:{self.webui_port}/json/")
+        return self.netns.http_json(f"http://127.0.0.1:{self.webui_port}/json/")
 
     def kill_worker(self) -> None:
         """kill -9 the newest Worker's JVM (its executors notice and exit)."""
@@ -455,7 +495,7 @@ class SparkCluster:
 
 
 @contextlib.contextmanager
-def spark_cluster(work_dir: pathlib.Path, timeout: float = 120, cores: int = 2,
+def spark_cluster(work_dir: pathlib.Path, netns: Netns = HOST_NETNS, timeout: float = 120, cores: int = 2,
                   memory: str = "2g") -> Iterator[SparkCluster]:
     """A standalone Master and one Worker started with `bin/spark-class` (as `sbin/start-*.sh`
     would, but in the foreground so that they are our child processes)."""
@@ -468,11 +508,11 @@ def spark_cluster(work_dir: pathlib.Path, timeout: float = 120, cores: int = 2,
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_LOCAL_DIRS": str(work_dir / "spark-tmp"), "SPARK_LOG_DIR": str(log_dir)}
     port, webui = free_port(), free_port()
-    status = lambda: http_json(f"http://127.0.0.1:{webui}/json/")  # noqa: E731
+    status = lambda: netns.http_json(f"http://127.0.0.1:{webui}/json/")  # noqa: E731
     with services_stopped_on_exit() as started:
         started.append(start_command(
-            "spark-master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                             "--port", port, "--webui-port", webui],
+            "spark-master", netns.wrap([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                        "--port", port, "--webui-port", webui]),
             log_dir, env, ready=lambda: status()["status"] == "ALIVE", timeout=timeout, port=port))
 
         def start_worker() -> Service:
@@ -481,16 +521,16 @@ def spark_cluster(work_dir: pathlib.Path, timeout: float = 120, cores: int = 2,
             count = sum(1 for s in started if s.name.startswith("spark-worker"))
             service = start_command(
                 f"spark-worker-{count}" if count else "spark-worker",
-                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                 "--port", worker_port, "--webui-port", worker_webui, "--cores", cores, "--memory", memory,
-                 "--work-dir", work_dir / "spark-work", f"spark://127.0.0.1:{port}"],
+                netns.wrap([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                            "--port", worker_port, "--webui-port", worker_webui, "--cores", cores, "--memory", memory,
+                            "--work-dir", work_dir / "spark-work", f"spark://127.0.0.1:{port}"]),
                 log_dir, env, timeout=timeout, port=worker_port,
                 ready=lambda: any(w["port"] == worker_port and w["state"] == "ALIVE" for w in status()["workers"]))
             started.append(service)
             return service
 
         start_worker()
-        yield SparkCluster(port, webui, started, start_worker)
+        yield SparkCluster(port, webui, started, start_worker, netns)
 
 
 # --- Beam's job servers (Java) for Flink and Spark, with a Python worker pool ------------------------
@@ -545,18 +585,20 @@ def job_server_command(engine: str, jar: pathlib.Path, cluster: "FlinkCluster | 
 @contextlib.contextmanager
 def job_server(engine: str, jar: pathlib.Path, cluster: "FlinkCluster | SparkCluster", log_dir: pathlib.Path,
                timeout: float = 120) -> Iterator[PortableEngine]:
-    """Beam's job server for `engine` on 127.0.0.1 plus an EXTERNAL worker pool (which the
-    cluster's workers reach: on one machine, they do)."""
+    """Beam's job server for `engine` plus an EXTERNAL worker pool (which the cluster's workers
+    reach: on one machine, they do), in the cluster's network namespace: Beam's Java servers
+    listen on every interface whatever --job-host says (its ServerFactory binds the port only)."""
     env = subprocess_env({"SPARK_LOCAL_IP": "127.0.0.1"})
+    netns = cluster.netns
     ports = {name: free_port() for name in ("job", "artifact", "expansion", "pool")}
     with services_stopped_on_exit() as started:
         started.append(start_command(
-            f"{engine}-job-server", job_server_command(engine, jar, cluster, ports, log_dir / "artifacts"), log_dir,
-            env, ready=lambda: accepts_connections(ports["job"], "127.0.0.1"), timeout=timeout, port=ports["job"]))
+            f"{engine}-job-server", netns.wrap(job_server_command(engine, jar, cluster, ports, log_dir / "artifacts")),
+            log_dir, env, ready=lambda: netns.accepts_connections(ports["job"]), timeout=timeout, port=ports["job"]))
         started.append(start_command(
-            "worker_pool", [sys.executable, "-m", FAST_WORKER_POOL_MODULE, f"--service_port={ports['pool']}",
-                            "--host=127.0.0.1"],
-            log_dir, env, ready=lambda: accepts_connections(ports["pool"], "127.0.0.1"), timeout=timeout,
+            "worker_pool", netns.wrap([sys.executable, "-m", FAST_WORKER_POOL_MODULE, f"--service_port={ports['pool']}",
+                                       "--host=127.0.0.1"]),
+            log_dir, env, ready=lambda: netns.accepts_connections(ports["pool"]), timeout=timeout,
             port=ports["pool"]))
         yield PortableEngine(started[0], started[1])
 

@@ -41,6 +41,7 @@ from tests.engines.engines import (
     job_server,
     job_server_jar,
     loopback_flags,
+    private_netns,
     run_imgrec,
 )
 from tests.helpers import REPO
@@ -86,12 +87,21 @@ def test_teardown_stops_every_process_when_the_test_fails(engine, tmp_path):
                          psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.fixture(scope="module")
+def netns(tmp_path_factory):
+    """Where the clusters, job servers, worker pools and pipelines run: a network namespace with
+    only loopback (Beam's Java servers, in the job server and inside Flink's TaskManagers and
+    Spark's executors, listen on every interface)."""
+    with private_netns(tmp_path_factory.mktemp("netns")) as namespace:
+        yield namespace
+
+
 @pytest.fixture(scope="module", params=ENGINES)
-def engine_cluster(request, tmp_path_factory):
+def engine_cluster(request, netns, tmp_path_factory):
     engine = request.param
     work = tmp_path_factory.mktemp(engine)
     with Timer(f"{engine}: start the cluster"):
-        context = cluster(engine, work)
+        context = cluster(engine, work, netns)
         running = context.__enter__()
     try:
         yield engine, running, work
@@ -154,7 +164,7 @@ def cluster_run(engine_cluster, portable_engine, built_jar, inputs, tmp_path_fac
             flags, config = runner_flags(engine_cluster, portable_engine, built_jar, environment)
             with Timer(f"{engine} {environment}: imgrec on {dataset}"):
                 run = run_imgrec(imgrec_flags(inputs, dataset, work / "out", flags, config=config),
-                                 work / "imgrec.log", env=subprocess_env(RUN_ENV))
+                                 work / "imgrec.log", engine_cluster[1].netns, env=subprocess_env(RUN_ENV))
             assert_run_ok(run)
             runs[(environment, dataset)] = (work / "out", run.log)
         return runs[(environment, dataset)]
@@ -229,7 +239,7 @@ def test_a_worker_killed_while_converting(engine_cluster, portable_engine, input
         return True
 
     with Timer(f"{engine}: imgrec on one_shard, worker killed"):
-        first = run_imgrec(flags, tmp_path / "killed.log", meanwhile=kill_mid_conversion)
+        first = run_imgrec(flags, tmp_path / "killed.log", running.netns, meanwhile=kill_mid_conversion)
     assert killed_after and killed_after[0] < 12, f"no worker was killed in the middle: {killed_after}"
     if AFTER_A_KILLED_WORKER[engine] == "fails":
         assert first.returncode == 1, first.tail()
@@ -239,7 +249,7 @@ def test_a_worker_killed_while_converting(engine_cluster, portable_engine, input
         assert kept >= killed_after[0]
         running.start_worker()
         with Timer(f"{engine}: imgrec on one_shard, resumed"):
-            second = run_imgrec(flags, tmp_path / "resumed.log")
+            second = run_imgrec(flags, tmp_path / "resumed.log", running.netns)
         assert_run_ok(second)
         resumed = json.loads((output / METADATA_FILE).read_text())["run"]["resumed_records"]
         assert resumed >= 256 * kept, (resumed, kept)
