@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
+import subprocess
 
 import psutil
 import pytest
@@ -109,14 +111,21 @@ def engine_cluster(request, netns, tmp_path_factory):
         context.__exit__(None, None, None)  # raises if a process survived
 
 
+def listening(netns, pids: set[int]) -> set[str]:
+    """host:port of every TCP socket the processes `pids` listen on, as `ss` in their network
+    namespace lists them (psutil reads this process's namespace only)."""
+    lines = subprocess.run(netns.wrap(["ss", "-H", "-ltnp"]), capture_output=True, text=True, check=True).stdout
+    return {line.split()[3] for line in lines.splitlines()
+            if {int(pid) for pid in re.findall(r"pid=(\d+)", line)} & pids}
+
+
 @pytest.mark.engines
 def test_cluster_has_a_worker_and_listens_only_on_loopback(engine_cluster):
     engine, running, _ = engine_cluster
     assert running.workers() == 1
-    listening = {(conn.laddr.ip, conn.laddr.port) for pid in group_pids(running.services)
-                 for conn in psutil.Process(pid).net_connections("inet") if conn.status == psutil.CONN_LISTEN}
-    assert listening
-    assert {ip for ip, _ in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+    addresses = listening(running.netns, set(group_pids(running.services)))
+    assert addresses
+    assert {address.rsplit(":", 1)[0] for address in addresses} <= {"127.0.0.1", "[::ffff:127.0.0.1]"}, addresses
 
 
 @pytest.fixture(scope="module")
