@@ -6,7 +6,7 @@
 Starts each engine the way `make test-engines` does (tests/engines/engines.py: a Flink session
 cluster with a 2-slot TaskManager, a Spark standalone cluster with a 2-core worker, Beam's job
 server, imgrec's worker pool), then runs, per round and interleaved, the DirectRunner
-(configs/local.yaml: the FnApiRunner with imgrec's own converter processes) and every variant
+(the built-in defaults: the FnApiRunner with imgrec's own converter processes) and every variant
 on every engine, on the corpora of benchmarks/make_corpus.py (`--sizes` images each). A variant
 is a set of extra runner flags (default: the flags configs/<engine>.yaml and docs/runners.md
 give). The cost per extra image is the slope between the two sizes (benchmarks/ratios.py's
@@ -212,13 +212,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             engine_groups[engine] = [s.process.pid for s in (*running.services, served[engine].job_server)]
         for rnd in range(-args.warmup, args.rounds):  # rounds below 0 warm the JVMs up and are not kept
             for size in sizes:
-                base = [f"--config={REPO / 'configs' / 'local.yaml'}", f"--input={corpora[size]}", *imgrec_flags]
+                base = [f"--input={corpora[size]}", "--num_shards=2", *imgrec_flags]
                 contenders = [("direct", base, None, ())]
                 for engine in engines:
                     config = REPO / "configs" / f"{engine}.yaml"
                     for name, flags in variants[engine].items():
                         contenders.append((f"{engine}:{name}",
-                                           [f"--config={config}", *base[1:], *served[engine].runner_flags(), *flags],
+                                           [f"--config={config}", *base, *served[engine].runner_flags(), *flags],
                                            served[engine].worker_pool.process.pid, engine_groups[engine]))
                 for name, flags, pool, groups in contenders:
                     result = one_run(name.replace(":", "-"), flags, work / f"r{rnd}-{size}", pool, groups, netns)

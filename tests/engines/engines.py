@@ -306,8 +306,9 @@ class PrismEngine:
           launching process starts its own Prism and runs the SDK harness in-process (LOOPBACK,
           PrismRunner's default). This server is not used.
         - "external": this Prism server, with user code in this worker pool's processes.
-        - "direct": none (configs/local.yaml's `--runner=DirectRunner`, multi_processing): run
-          with HOME where `install_prism_in_beam_cache` put Prism, Beam starts Prism itself.
+        - "direct": none, so the default `--runner=DirectRunner` with no running-mode flags, run
+          with HOME where `install_prism_in_beam_cache` put Prism (where Beam's own DirectRunner
+          would start it).
         """
         if environment == "direct":
             return ()

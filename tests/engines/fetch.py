@@ -12,7 +12,8 @@
   $CACHE/spark-<version>.
 - Beam's Flink and Spark job servers: `mvn -B package` of the Maven project in engines/ (the
   runner modules from Maven Central, shaded into runnable jars; Maven keeps what it downloads
-  in ~/.m2), moved to $CACHE/job-servers/<digest of the poms>/. Flags for Maven (`-o` to build
+  in ~/.m2), moved to $CACHE/job-servers/<digest of the poms>/, which $CACHE/job-servers/current
+  links to (the path docs/runners.md gives users). Flags for Maven (`-o` to build
   offline from ~/.m2, `-Dmaven.repo.local=DIR`) come from $IMGREC_MVN_FLAGS.
 
 The versions are engines/pom.xml's. What is already there is kept. $CACHE is
@@ -204,6 +205,7 @@ def fetch_job_servers() -> dict:
     info = {"beam": JOB_SERVER_BEAM_VERSION, "dir": str(target), "jars": sorted(JOB_SERVER_JARS.values()),
             "from": f"mvn package of {ENGINES_POM.parent.name}/ (Maven Central, cached in ~/.m2)"}
     if all((target / name).is_file() for name in JOB_SERVER_JARS.values()):
+        link_current(target)
         return {**info, "status": "cached"}
     if not shutil.which("mvn"):
         raise FetchFailed("Beam's job servers are built with Maven (`mvn`), which is not on PATH")
@@ -216,10 +218,26 @@ def fetch_job_servers() -> dict:
         for engine, name in JOB_SERVER_JARS.items():
             shutil.move(ENGINES_POM.parent / engine / "target" / name, staging / name)
     install_atomically(build, target)
+    link_current(target)
     for older in target.parent.iterdir():  # builds of earlier poms: 450 MB each
-        if older != target and not older.name.startswith("."):
+        if older not in (target, current_link(target)) and not older.name.startswith("."):
             shutil.rmtree(older, ignore_errors=True)
     return {**info, "command": " ".join(argv), "status": "built"}
+
+
+def current_link(build: pathlib.Path) -> pathlib.Path:
+    return build.parent / "current"
+
+
+def link_current(build: pathlib.Path) -> None:
+    """Points job-servers/current at `build` (replacing the link in one rename)."""
+    link = current_link(build)
+    if link.is_symlink() and os.readlink(link) == build.name:
+        return
+    staging = link.with_name(".current.tmp")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(build.name)
+    staging.replace(link)
 
 
 def main(argv: list[str]) -> int:
