@@ -85,7 +85,9 @@ lock-modelgarden: venv
 		--custom-compile-command "make lock-modelgarden" --quiet -o $(MODELGARDEN_LOCK)
 
 # Real engines (Prism, a Flink session cluster, a Spark standalone cluster): fetch whatever is not
-# cached yet (Go module cache, pip's cache, ~/.m2, ~/.cache/imgrec-engines), then run their tests.
+# cached yet (Go module cache, pip's cache, ~/.m2, ~/.cache/imgrec-engines) and build Beam's Flink
+# and Spark job servers from engines/ with Maven (skipped while the poms are unchanged; flags for
+# mvn in IMGREC_MVN_FLAGS, e.g. -o to build from ~/.m2 alone), then run their tests.
 engines: venv
 	$(PY) -m tests.engines.fetch
 

@@ -40,6 +40,7 @@ from apache_beam.runners.worker import statesampler
 
 from pipeline import stores
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
+from pipeline.engine_name import engine_name
 from pipeline.errors import ImgrecError, Interrupted, OutOfSpace, RunFailed, UsageError
 from pipeline.heap import imports_frozen
 from pipeline.lock import OutputLock
@@ -101,13 +102,13 @@ def runner_name(options: beam.options.pipeline_options.PipelineOptions) -> str:
 
 def runs_in_one_process(options) -> bool:
     """True when the runner executes every step in the launching process (FnApiRunner in_memory,
-    Prism's loopback workers): then imgrec converts on a pool of processes of its own."""
+    and the LOOPBACK environment of Prism, Flink, Spark, which runs the SDK harness on threads of
+    the launching process): then imgrec converts on a pool of processes of its own."""
     name = runner_name(options)
     if name in ("DirectRunner", "BundleBasedDirectRunner"):
         return options.view_as(DirectOptions).direct_running_mode in (None, "in_memory")
-    if name == "PrismRunner":
-        return options.view_as(PortableOptions).environment_type in (None, "LOOPBACK")
-    return False
+    environment = options.view_as(PortableOptions).environment_type
+    return environment == "LOOPBACK" or (name == "PrismRunner" and environment is None)
 
 
 def convert_processes(options) -> int:
@@ -161,11 +162,6 @@ def bundles_ending_promptly() -> Iterator[None]:
         yield
     finally:
         init.__defaults__ = (statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
-
-
-def engine_of(runner: str) -> str:
-    """What the summary names: the runner, and for the DirectRunner the engine under it."""
-    return "DirectRunner (FnApiRunner)" if runner == "DirectRunner" else runner
 
 
 def check_runner_options(options) -> None:
@@ -397,7 +393,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             finally:
                 close_shared_pools()
         elapsed = time.monotonic() - clock
-        engine = engine_of(runner)
+        engine = engine_name(runner, options)
         if files.exists(join(this_run, UNCHANGED_MARKER)):
             _cleanup(output, this_run, keep_run=False, keep_parts=False)
             conversion = Conversion(result, spec, run_id, engine, elapsed, unchanged_from=compared.dataset)

@@ -216,8 +216,10 @@ class PortableServices:
 
 
 @contextlib.contextmanager
-def local_portable_services(work_dir: pathlib.Path, timeout: float = 60.0) -> Iterator[PortableServices]:
-    """Job service + EXTERNAL worker pool for `--runner=PortableRunner`; logs go to work_dir."""
+def local_portable_services(work_dir: pathlib.Path, timeout: float = 60.0,
+                            worker_pool_module: str = WORKER_POOL_MODULE) -> Iterator[PortableServices]:
+    """Job service + EXTERNAL worker pool (Beam's, or another with the same command line, such
+    as imgrec's `pipeline.worker_pool`) for `--runner=PortableRunner`; logs go to work_dir."""
     env = subprocess_env()
     started: list[Service] = []
     try:
@@ -228,7 +230,7 @@ def local_portable_services(work_dir: pathlib.Path, timeout: float = 60.0) -> It
             job_port, work_dir, env, timeout))
         worker_port = free_port()
         started.append(start_service(
-            "worker_pool", WORKER_POOL_MODULE, [f"--service_port={worker_port}"],
+            "worker_pool", worker_pool_module, [f"--service_port={worker_port}"],
             worker_port, work_dir, env, timeout))
         yield PortableServices(*started)
     finally:

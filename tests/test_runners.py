@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from typing import Sequence
 
 import grpc
@@ -91,6 +92,16 @@ def assert_same_dataset(actual: Dataset, expected: Dataset) -> None:
 @pytest.fixture(scope="module")
 def portable_services(tmp_path_factory) -> PortableServices:
     with local_portable_services(tmp_path_factory.mktemp("portable_services")) as services:
+        yield services
+    left = [pid for service in (services.job_service, services.worker_pool)
+            for pid in live_group_members(service.process.pid)]
+    assert not left, f"processes left running: {left}\n{services.output()}"
+
+
+@pytest.fixture(scope="module")
+def forking_pool_services(tmp_path_factory) -> PortableServices:
+    with local_portable_services(tmp_path_factory.mktemp("forking_pool"),
+                                 worker_pool_module="pipeline.worker_pool") as services:
         yield services
     left = [pid for service in (services.job_service, services.worker_pool)
             for pid in live_group_members(service.process.pid)]
@@ -194,6 +205,25 @@ def test_portable_runner_external_workers_matches_direct(portable, in_memory, mu
     assert "Starting worker with command" in portable_services.worker_pool.output()
     assert_same_dataset(portable, in_memory)
     assert_same_dataset(portable, multi_processing)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_imgrecs_worker_pool_runs_the_sdk_workers(tmp_path, forking_pool_services, in_memory):
+    """`python -m pipeline.worker_pool` (SDK workers forked from a process that has Beam and
+    imgrec imported) in place of Beam's pool: the same dataset, and the pool is left with no
+    worker once the job is done."""
+    pool = forking_pool_services.worker_pool.process.pid
+    idle = set(live_group_members(pool))
+    try:
+        dataset = convert(tmp_path / "dataset", forking_pool_services.runner_flags())
+    except Exception as exc:
+        raise AssertionError(f"PortableRunner run failed: {exc}\n{forking_pool_services.output()}") from exc
+    assert_same_dataset(dataset, in_memory)
+    deadline = time.monotonic() + 30
+    while set(live_group_members(pool)) != idle and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert set(live_group_members(pool)) == idle, forking_pool_services.output()
 
 
 # --- DataflowRunner, dry run -------------------------------------------------------------------

@@ -11,27 +11,20 @@ import hashlib
 import json
 import pathlib
 import time
-from typing import Callable, Optional
+from typing import Optional
 
 import pytest
 
 from tests.engines import data
 from tests.engines.engines import PipelineRun, run_imgrec
-from tests.helpers import REPO, SAMPLE
+from tests.helpers import REPO
 from tests.portable import brief
 
-CONFIG = REPO / "configs" / "local.yaml"
-DATASETS = ("sample", "generated")
 # The reference: what `--runner=DirectRunner --direct_running_mode=in_memory` runs when Prism
 # can't be had (as in CI here). Named directly, because DirectRunner first tries Prism (Beam
 # >= 2.65) and would run the reference on Prism wherever Beam can download or has cached it.
 REFERENCE_RUNNER = ("--runner=FnApiRunner", "--direct_running_mode=in_memory", "--direct_num_workers=1")
 TIMINGS_FILE = REPO / "out" / "test-engines" / "timings.json"
-
-# Product problems these tests found, by (engine, check, dataset): the check is expected to fail
-# until the pipeline is fixed (once it passes, pytest reports XPASS: delete the entry). Not strict:
-# whether a broken check happens to match can depend on bundling.
-KNOWN_PRODUCT_BUGS: dict[tuple[str, str, str], str] = {}
 
 _timings: dict[str, dict] = {"tests": {}, "phases": {}}
 # Each distinct failure message → the tests it failed (a fixture that fails fails them all).
@@ -107,32 +100,28 @@ class Timer:
 # --- inputs and the reference -----------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def inputs(tmp_path_factory) -> dict[str, tuple[pathlib.Path, tuple[str, ...]]]:
-    """Dataset name → (input folder, extra flags); both convert with configs/local.yaml."""
-    generated = data.write_generated_images(tmp_path_factory.mktemp("engine-inputs") / "generated")
-    return {"sample": (SAMPLE, ()), "generated": (generated, data.FLAGS)}
+def inputs(tmp_path_factory) -> pathlib.Path:
+    """The input folder every engine run converts (tests/engines/data.py)."""
+    return data.write_images(tmp_path_factory.mktemp("engine-inputs") / "images")
 
 
-def imgrec_flags(inputs, dataset: str, output: pathlib.Path, runner: tuple[str, ...],
-                 config: pathlib.Path = CONFIG) -> list[str]:
-    path, extra = inputs[dataset]
-    return [f"--config={config}", f"--input={path}", f"--output={output}", *extra, *runner]
+def imgrec_flags(inputs: pathlib.Path, output: pathlib.Path, runner: tuple[str, ...],
+                 config: Optional[pathlib.Path] = None) -> list[str]:
+    """The command line of one run: the built-in defaults, or `config` (a runner's settings only)."""
+    return [*([f"--config={config}"] if config else []), f"--input={inputs}", f"--output={output}", *runner]
 
 
 @pytest.fixture(scope="session")
-def reference(inputs, tmp_path_factory) -> Callable[[str], pathlib.Path]:
-    """Dataset name → output folder of the DirectRunner (FnApiRunner, in_memory) run, made once."""
-    outputs: dict[str, pathlib.Path] = {}
-
-    def get(dataset: str) -> pathlib.Path:
-        if dataset not in outputs:
-            work = tmp_path_factory.mktemp(f"reference-{dataset}")
-            with Timer(f"reference run (FnApiRunner in_memory) on {dataset}"):
-                run = run_imgrec(imgrec_flags(inputs, dataset, work / "out", REFERENCE_RUNNER), work / "imgrec.log")
-            assert run.returncode == 0, f"reference run failed:\n{run.tail()}"
-            outputs[dataset] = work / "out"
-        return outputs[dataset]
-    return get
+def reference(inputs, tmp_path_factory) -> pathlib.Path:
+    """Output folder of the DirectRunner (FnApiRunner, in_memory) run on `inputs`; it holds a
+    dead letter for each bad file, so the comparisons cover dead letters too."""
+    work = tmp_path_factory.mktemp("reference")
+    with Timer("reference run (FnApiRunner in_memory)"):
+        run = run_imgrec(imgrec_flags(inputs, work / "out", REFERENCE_RUNNER), work / "imgrec.log")
+    assert run.returncode == 0, f"reference run failed:\n{run.tail()}"
+    dead_letters = "".join(path.read_text() for path in (work / "out").rglob("errors-*"))
+    assert all(name in dead_letters for name in data.REJECTED), dead_letters[:2000]
+    return work / "out"
 
 
 # --- comparing a run with the reference ----------------------------------------------------------------
@@ -186,12 +175,6 @@ def check_against_reference(check: str, output: pathlib.Path, expected: pathlib.
 
 
 CHECKS = ("shards", "dead_letters", "metadata_counts")
-
-
-def expect_known_bug(request, engine: str, check: str, dataset: str) -> None:
-    reason: Optional[str] = KNOWN_PRODUCT_BUGS.get((engine, check, dataset))
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=f"product bug: {reason}", strict=False))
 
 
 def assert_run_ok(run: PipelineRun) -> None:

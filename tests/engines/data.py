@@ -1,45 +1,50 @@
-"""The generated input set the engine tests convert besides data/sample.
+"""The input the engine tests convert: data/sample, a generated set with the bad files a real
+folder has, and enough small photos for the parts of a shard to spread over two slots, in one
+folder, so that one run per engine and environment checks all of it.
 
-A few hundred small, distinct photo-like JPEG and PNG images in class folders, plus the bad files
-a real folder has: a truncated JPEG, text saved as .jpg, a zero-byte .jpg, a .txt file and an
-exact copy of an image in another class. Everything is a pure function of the arguments, so the
-DirectRunner reference and every engine convert the same bytes.
+- data/sample as it is (its real-world images: grayscale, CMYK, EXIF-turned, PNG with alpha, ...;
+  the manifests at its root are skipped: not images);
+- PER_CLASS distinct small JPEG and PNG photos in each of CLASSES;
+- the bad files: a truncated JPEG, text saved as .jpg, a zero-byte .jpg, a .txt file and an exact
+  copy of an image in another class.
 
-    python -m tests.engines.data DIR [PER_CLASS]   # writes the set into DIR (for the docs' guide)
+With the built-in defaults (train/val/test 0.7/0.2/0.1, one shard per split at this size) a
+cluster cuts the shards into parts of 256 images (transforms/parts.py): 14 parts, which the
+slots convert side by side; the reshuffle that spreads them leaves all on one slot once in 8,192
+runs. Everything is a pure function of the arguments, so the DirectRunner reference and every
+engine convert the same bytes.
+
+    python -m tests.engines.data DIR [PER_CLASS]   # writes the set into DIR
 """
 from __future__ import annotations
 
 import pathlib
+import shutil
 import sys
 
-from tests.test_messy_data import make_good_images
+from tests.helpers import SAMPLE, make_good_images
 
-CLASSES = ("ant", "bee", "cat")
-PER_CLASS = 100
-# What the bad files become (file → (stage, error)); the .txt is skipped, the rest are errors.
-BAD_FILES = {
-    "ant/truncated.jpg": ("header", "CorruptImage"),
-    "ant/notes.jpg": ("header", "NotAnImage"),
-    "bee/empty.jpg": ("read", "EmptyFile"),
-    "cat/README.txt": ("discover", "SkippedFile"),
-}
-# The error budget has to allow the bad files (3 errors in ~300 inputs is above the 1% default).
-FLAGS = ("--max_error_fraction=0.05",)
+CLASSES = ("ant", "bee", "dog")  # not the sample's (cat, coffee, rocket)
+PER_CLASS = 1000
+PHOTO_SIZE = (48, 64)
+# The bad files that are images by name (the .txt is skipped): each must end as a dead letter.
+REJECTED = ("ant/truncated.jpg", "ant/notes.jpg", "bee/empty.jpg")
 
 
-def write_generated_images(root: pathlib.Path, per_class: int = PER_CLASS) -> pathlib.Path:
+def write_images(root: pathlib.Path, per_class: int = PER_CLASS) -> pathlib.Path:
     """Writes the set into `root` (created) and returns it."""
-    make_good_images(root, per_class, classes=CLASSES, size=(48, 64))
+    shutil.copytree(SAMPLE, root)
+    make_good_images(root, per_class, classes=CLASSES, size=PHOTO_SIZE)
     good_jpeg = (root / "ant" / "ant_0001.jpg").read_bytes()
     (root / "ant" / "truncated.jpg").write_bytes(good_jpeg[: len(good_jpeg) // 2])
     (root / "ant" / "notes.jpg").write_bytes(b"these are not pixels, just text in a .jpg\n" * 4)
     (root / "bee" / "empty.jpg").write_bytes(b"")
-    (root / "cat" / "README.txt").write_text("not an image\n")
-    (root / "cat" / "copy_of_ant_0001.jpg").write_bytes(good_jpeg)
+    (root / "dog" / "README.txt").write_text("not an image\n")
+    (root / "dog" / "copy_of_ant_0001.jpg").write_bytes(good_jpeg)
     return root
 
 
 if __name__ == "__main__":
     target = pathlib.Path(sys.argv[1])
-    write_generated_images(target, int(sys.argv[2]) if len(sys.argv) > 2 else PER_CLASS)
+    write_images(target, int(sys.argv[2]) if len(sys.argv) > 2 else PER_CLASS)
     print(f"{sum(1 for p in target.rglob('*') if p.is_file())} files in {target}")

@@ -1,32 +1,39 @@
 """Real Beam engines on this machine, started as process groups for tests: Prism, a Flink session
-cluster and a Spark standalone cluster (with Beam's job servers where their jars are present).
+cluster and a Spark standalone cluster, with Beam's job servers (built by `make engines`) and an
+EXTERNAL worker pool.
 
 What `python -m tests.engines.fetch` put in the cache (`IMGREC_ENGINES_CACHE`, default
-`~/.cache/imgrec-engines`) is used from there; nothing is downloaded here. Every process is
-started in a new session (its own process group) and stopped by `tests.portable.stop_service`
-(SIGTERM, then SIGKILL, to the whole group), and every context manager below stops what it
-started on the way out, whatever raised inside the block.
+`~/.cache/imgrec-engines`) is used from there; nothing is downloaded here. The versions are
+engines/pom.xml's. Every process is started in a new session (its own process group) and stopped
+by `tests.portable.stop_service` (SIGTERM, then SIGKILL, to the whole group), and every context
+manager below stops what it started on the way out, whatever raised inside the block.
 
-Servers bind 127.0.0.1 (Flink, Spark and Beam's job servers are told so). Prism and Beam's
-Python worker pool always listen on every interface (Prism has no host flag; the pool binds
-`[::]`), so the Prism tests run them, and the pipeline that talks to them, in a private network
-namespace that has only a loopback interface (`unshare --net`, `nsenter`; needs root). Where no
-namespace can be made, they run in the host's namespace and the tests say so.
+Servers are told to bind 127.0.0.1 where they can be. Prism, Beam's Python worker pool and
+Beam's Java servers (the job server's job and artifact ports, the Fn API servers inside Flink's
+TaskManagers and Spark's executors) listen on every interface whatever they are told, so the
+tests run them, and the pipelines that talk to them, in a private network namespace that has
+only a loopback interface (`unshare --net`, `nsenter`; needs root). Where no namespace can be
+made, they run in the host's namespace.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import ctypes
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 import warnings
 from typing import Callable, Iterator, Mapping, Optional, Sequence
+from xml.etree import ElementTree
 
 import yaml
 from apache_beam.version import __version__ as BEAM_VERSION
@@ -46,14 +53,28 @@ from tests.portable import (
 )
 
 CACHE = pathlib.Path(os.environ.get("IMGREC_ENGINES_CACHE", "~/.cache/imgrec-engines")).expanduser()
+ENGINES_POM = REPO / "engines" / "pom.xml"  # the Maven project of Beam's job servers (make engines)
+JOB_SERVER_POMS = (ENGINES_POM, REPO / "engines" / "flink" / "pom.xml", REPO / "engines" / "spark" / "pom.xml")
 
-# Versions the fetch step gets and the tests start (see docs/runners.md for why these).
-FLINK_VERSION = "1.20.5"          # PyPI apache-flink / apache-flink-libraries
-FLINK_MINOR = FLINK_VERSION.rsplit(".", 1)[0]
-SPARK_VERSION = "3.5.8"           # PyPI pyspark (Spark 3; Beam's Spark runner is for Spark 3)
+
+def pom_properties(pom: pathlib.Path = ENGINES_POM) -> dict[str, str]:
+    """The <properties> of a pom.xml (no interpolation): engines/pom.xml holds every engine version."""
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    properties = ElementTree.parse(pom).getroot().find("m:properties", namespace)
+    return {child.tag.split("}", 1)[1]: (child.text or "").strip() for child in properties}
+
+
+# One place for the versions (engines/pom.xml): the clusters the tests start are those the job
+# servers are built for. See docs/runners.md for why these.
+_VERSIONS = pom_properties()
+JOB_SERVER_BEAM_VERSION = _VERSIONS["beam.version"]   # Beam's Java runners (Maven)
+FLINK_VERSION = _VERSIONS["flink.version"]            # PyPI apache-flink / apache-flink-libraries
+FLINK_MINOR = _VERSIONS["flink.minor"]
+SPARK_VERSION = _VERSIONS["spark.version"]            # PyPI pyspark, and the Spark in Spark's job server
 PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
-FLINK_JOB_SERVER = f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}-job-server:{BEAM_VERSION}"
-SPARK_JOB_SERVER = f"org.apache.beam:beam-runners-spark-3-job-server:{BEAM_VERSION}"
+FAST_WORKER_POOL_MODULE = "pipeline.worker_pool"  # what docs/runners.md tells cluster users to run
+JOB_SERVER_JARS = {"flink": f"beam-runners-flink-{FLINK_MINOR}-job-server-{JOB_SERVER_BEAM_VERSION}.jar",
+                   "spark": f"beam-runners-spark-3-job-server-{JOB_SERVER_BEAM_VERSION}.jar"}
 
 
 def prism_binary() -> pathlib.Path:
@@ -68,27 +89,27 @@ def spark_home() -> pathlib.Path:
     return CACHE / f"spark-{SPARK_VERSION}"
 
 
-def maven_jar_path(coordinates: str) -> pathlib.Path:
-    _group, artifact, version = coordinates.split(":")
-    return CACHE / "jars" / f"{artifact}-{version}.jar"
+def job_servers_digest() -> str:
+    """Names a build of the job servers: the poms' bytes decide what Maven builds."""
+    digest = hashlib.sha256()
+    for pom in JOB_SERVER_POMS:
+        digest.update(pom.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def job_servers_dir() -> pathlib.Path:
+    """Where `make engines` keeps the jars built from the poms as they are now."""
+    return CACHE / "job-servers" / job_servers_digest()
 
 
 def job_server_jar(engine: str) -> Optional[pathlib.Path]:
     """Beam's job-server jar for 'flink' or 'spark': $IMGREC_<ENGINE>_JOB_SERVER_JAR, else the
-    one the fetch step copied from Maven, else one staged in Beam's jar cache, else None."""
+    one `make engines` built from the current poms, else None."""
     override = os.environ.get(f"IMGREC_{engine.upper()}_JOB_SERVER_JAR")
     if override:
         return pathlib.Path(override)
-    path = maven_jar_path(FLINK_JOB_SERVER if engine == "flink" else SPARK_JOB_SERVER)
-    # Where Beam's own FlinkRunner/SparkRunner cache (or are told to find) the same jar.
-    beam_cache = pathlib.Path("~/.apache_beam/cache/jars").expanduser() / path.name
-    return next((p for p in (path, beam_cache) if p.is_file()), None)
-
-
-def fetch_report() -> dict:
-    """What the fetch step recorded (versions, timings, what Maven refused), if it ran."""
-    path = CACHE / "versions.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    path = job_servers_dir() / JOB_SERVER_JARS[engine]
+    return path if path.is_file() else None
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -149,11 +170,14 @@ class Netns:
     """Runs commands in a private network namespace that has only `lo` (127.0.0.1, ::1).
 
     A `sleep` process holds the namespace (made by `unshare --net`); commands join it with
-    `nsenter --net=/proc/PID/ns/net`. Nothing in it can reach or be reached from outside.
+    `nsenter --net=/proc/PID/ns/net`, and this process reaches into it from one thread that
+    joined it (setns(2) moves only the calling thread). Nothing in it can reach or be reached
+    from outside. Without a holder it is the host's namespace.
     """
 
     def __init__(self, holder: Optional[Service]):
         self.holder = holder
+        self._inside: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     @property
     def isolated(self) -> bool:
@@ -164,11 +188,36 @@ class Netns:
             return [str(a) for a in argv]
         return ["nsenter", f"--net=/proc/{self.holder.process.pid}/ns/net", "--", *map(str, argv)]
 
+    def call(self, function: Callable, *args):
+        """function(*args), on a thread inside the namespace."""
+        if self.holder is None:
+            return function(*args)
+        if self._inside is None:
+            self._inside = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="netns",
+                                                                 initializer=self._join)
+        return self._inside.submit(function, *args).result()
+
+    def _join(self) -> None:
+        fd = os.open(f"/proc/{self.holder.process.pid}/ns/net", os.O_RDONLY)
+        try:
+            if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns into the test namespace failed")
+        finally:
+            os.close(fd)
+
     def accepts_connections(self, port: int) -> bool:
-        probe = ("import socket,sys\n"
-                 f"socket.create_connection(('127.0.0.1', {port}), timeout=0.5).close()")
-        return subprocess.run(self.wrap([sys.executable, "-c", probe]), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, check=False).returncode == 0
+        return self.call(accepts_connections, port, "127.0.0.1")
+
+    def http_json(self, url: str):
+        return self.call(http_json, url)
+
+    def close(self) -> None:
+        if self._inside is not None:
+            self._inside.shutdown()
+
+
+_CLONE_NEWNET = 0x40000000
+HOST_NETNS = Netns(None)
 
 
 def netns_supported() -> bool:
@@ -202,7 +251,17 @@ def loopback_netns(log_dir: pathlib.Path, started: list[Service]) -> Iterator[Ne
     started.append(holder)
     netns = Netns(holder)
     subprocess.run(netns.wrap(["ip", "link", "set", "lo", "up"]), check=True)
-    yield netns
+    try:
+        yield netns
+    finally:
+        netns.close()
+
+
+@contextlib.contextmanager
+def private_netns(log_dir: pathlib.Path) -> Iterator[Netns]:
+    """loopback_netns on its own: the namespace (holder) goes when the block exits."""
+    with services_stopped_on_exit() as started, loopback_netns(log_dir, started) as netns:
+        yield netns
 
 
 # --- Prism --------------------------------------------------------------------------------------------
@@ -247,8 +306,9 @@ class PrismEngine:
           launching process starts its own Prism and runs the SDK harness in-process (LOOPBACK,
           PrismRunner's default). This server is not used.
         - "external": this Prism server, with user code in this worker pool's processes.
-        - "direct": none (configs/local.yaml's `--runner=DirectRunner`, multi_processing): run
-          with HOME where `install_prism_in_beam_cache` put Prism, Beam starts Prism itself.
+        - "direct": none, so the default `--runner=DirectRunner` with no running-mode flags, run
+          with HOME where `install_prism_in_beam_cache` put Prism (where Beam's own DirectRunner
+          would start it).
         """
         if environment == "direct":
             return ()
@@ -281,9 +341,11 @@ def prism_engine(log_dir: pathlib.Path, timeout: float = 60) -> Iterator[PrismEn
 @dataclasses.dataclass
 class FlinkCluster:
     rest_port: int
-    jobmanager: Service
-    taskmanager: Service
     conf_dir: pathlib.Path
+    slots: int
+    started: list[Service]  # the JobManager, then every TaskManager started; all stopped on exit
+    start_worker: Callable[[], Service]  # one more TaskManager (after kill_worker, its replacement)
+    netns: Netns
 
     @property
     def master(self) -> str:
@@ -292,13 +354,23 @@ class FlinkCluster:
 
     @property
     def services(self) -> list[Service]:
-        return [self.jobmanager, self.taskmanager]
+        return list(self.started)
 
     def workers(self) -> int:
         return len(self.taskmanagers())
 
     def taskmanagers(self) -> list[dict]:
-        return http_json(f"http://{self.master}/taskmanagers")["taskmanagers"]
+        return self.netns.http_json(f"http://{self.master}/taskmanagers")["taskmanagers"]
+
+    def kill_worker(self) -> None:
+        """kill -9 the newest TaskManager's JVM."""
+        kill_hard(self.started[-1])
+
+
+def kill_hard(service: Service) -> None:
+    """SIGKILL to a service's own process (a JVM: the start scripts exec it), not its group."""
+    os.kill(service.process.pid, signal.SIGKILL)
+    service.process.wait(timeout=30)
 
 
 def flink_config(ports: Mapping[str, int], tmp_dir: pathlib.Path, slots: int) -> dict:
@@ -309,9 +381,13 @@ def flink_config(ports: Mapping[str, int], tmp_dir: pathlib.Path, slots: int) ->
         "env": {"java": {"opts": {"all": shipped["env"]["java"]["opts"]["all"]}}},
         "jobmanager": {"bind-host": "127.0.0.1", "rpc": {"address": "127.0.0.1", "port": ports["jm_rpc"]},
                        "memory": {"process": {"size": "1024m"}}},
-        "taskmanager": {"bind-host": "127.0.0.1", "host": "127.0.0.1", "rpc": {"port": ports["tm_rpc"]},
-                        "data": {"port": ports["tm_data"]}, "numberOfTaskSlots": slots,
-                        "memory": {"process": {"size": "1536m"}}},
+        # Each TaskManager gets its own rpc and data ports (start_taskmanager).
+        "taskmanager": {"bind-host": "127.0.0.1", "host": "127.0.0.1", "numberOfTaskSlots": slots,
+                        # Beam's batch stages read many inputs at once (a Flatten of 8 is one task
+                        # with 8 input gates): 2 slots need more than the default 10% for buffers.
+                        "memory": {"process": {"size": "1536m"}, "network": {"min": "256m", "max": "256m"}}},
+        # A killed TaskManager is noticed in seconds (default: 50 s), which the fault test waits for.
+        "heartbeat": {"interval": 2000, "timeout": 10000},
         "rest": {"address": "127.0.0.1", "bind-address": "127.0.0.1", "port": ports["rest"]},
         "blob": {"server": {"port": ports["blob"]}},
         "parallelism": {"default": slots},
@@ -320,7 +396,7 @@ def flink_config(ports: Mapping[str, int], tmp_dir: pathlib.Path, slots: int) ->
 
 
 def write_flink_conf(conf_dir: pathlib.Path, tmp_dir: pathlib.Path, slots: int = 2) -> dict[str, int]:
-    ports = {name: free_port() for name in ("jm_rpc", "tm_rpc", "tm_data", "rest", "blob")}
+    ports = {name: free_port() for name in ("jm_rpc", "rest", "blob")}
     conf_dir.mkdir(parents=True, exist_ok=True)
     tmp_dir.mkdir(parents=True, exist_ok=True)
     config = flink_config(ports, tmp_dir, slots)
@@ -331,9 +407,10 @@ def write_flink_conf(conf_dir: pathlib.Path, tmp_dir: pathlib.Path, slots: int =
 
 
 @contextlib.contextmanager
-def flink_cluster(work_dir: pathlib.Path, timeout: float = 120, slots: int = 2) -> Iterator[FlinkCluster]:
+def flink_cluster(work_dir: pathlib.Path, netns: Netns = HOST_NETNS, timeout: float = 120,
+                  slots: int = 2) -> Iterator[FlinkCluster]:
     """A JobManager and one TaskManager (`slots` slots) started with Flink's own scripts
-    (`bin/jobmanager.sh start-foreground`, `bin/taskmanager.sh start-foreground`)."""
+    (`bin/jobmanager.sh start-foreground`, `bin/taskmanager.sh start-foreground`), in `netns`."""
     home = flink_home()
     if not (home / "bin" / "jobmanager.sh").exists():
         raise FileNotFoundError(f"{home} is missing: run `python -m tests.engines.fetch` (make test-engines does)")
@@ -343,17 +420,29 @@ def flink_cluster(work_dir: pathlib.Path, timeout: float = 120, slots: int = 2) 
     rest = f"http://127.0.0.1:{ports['rest']}"
     with services_stopped_on_exit() as started:
         started.append(start_command(
-            "jobmanager", [home / "bin" / "jobmanager.sh", "start-foreground"], log_dir, env,
-            ready=lambda: "taskmanagers" in http_json(f"{rest}/overview"), timeout=timeout, port=ports["rest"]))
-        started.append(start_command(
-            "taskmanager", [home / "bin" / "taskmanager.sh", "start-foreground"], log_dir, env,
-            ready=lambda: http_json(f"{rest}/overview")["taskmanagers"] >= 1, timeout=timeout,
-            port=ports["tm_rpc"]))
-        yield FlinkCluster(ports["rest"], started[0], started[1], conf_dir)
+            "jobmanager", netns.wrap([home / "bin" / "jobmanager.sh", "start-foreground"]), log_dir, env,
+            ready=lambda: "taskmanagers" in netns.http_json(f"{rest}/overview"), timeout=timeout, port=ports["rest"]))
+
+        def start_taskmanager() -> Service:
+            """A TaskManager on fresh ports, ready once the JobManager lists it."""
+            rpc, data = free_port(), free_port()
+            count = sum(1 for s in started if s.name.startswith("taskmanager"))
+            service = start_command(
+                f"taskmanager-{count}" if count else "taskmanager",
+                netns.wrap([home / "bin" / "taskmanager.sh", "start-foreground", "-D", f"taskmanager.rpc.port={rpc}",
+                            "-D", f"taskmanager.data.port={data}"]), log_dir, env,
+                ready=lambda: any(tm["id"].startswith(f"127.0.0.1:{rpc}-") for tm in
+                                  netns.http_json(f"{rest}/taskmanagers")["taskmanagers"]),
+                timeout=timeout, port=rpc)
+            started.append(service)
+            return service
+
+        start_taskmanager()
+        yield FlinkCluster(ports["rest"], conf_dir, slots, started, start_taskmanager, netns)
 
 
 @contextlib.contextmanager
-def cluster(engine: str, work_dir: pathlib.Path, attempts: int = 2) -> Iterator:
+def cluster(engine: str, work_dir: pathlib.Path, netns: Netns = HOST_NETNS, attempts: int = 2) -> Iterator:
     """flink_cluster or spark_cluster: a value with .master, .services and .workers() (the number
     of registered workers).
 
@@ -365,7 +454,8 @@ def cluster(engine: str, work_dir: pathlib.Path, attempts: int = 2) -> Iterator:
     for attempt in range(1, attempts + 1):
         with contextlib.ExitStack() as stack:
             try:
-                running = stack.enter_context(start(work_dir if attempt == 1 else work_dir / f"attempt-{attempt}"))
+                running = stack.enter_context(start(work_dir if attempt == 1 else work_dir / f"attempt-{attempt}",
+                                                    netns))
             except ServiceFailed as failure:
                 if attempt == attempts:
                     raise
@@ -382,8 +472,9 @@ def cluster(engine: str, work_dir: pathlib.Path, attempts: int = 2) -> Iterator:
 class SparkCluster:
     port: int
     webui_port: int
-    master_process: Service
-    worker: Service
+    started: list[Service]  # the Master, then every Worker started; all stopped on exit
+    start_worker: Callable[[], Service]  # one more Worker (after kill_worker, its replacement)
+    netns: Netns
 
     @property
     def master(self) -> str:
@@ -391,17 +482,21 @@ class SparkCluster:
 
     @property
     def services(self) -> list[Service]:
-        return [self.master_process, self.worker]
+        return list(self.started)
 
     def workers(self) -> int:
         return self.status()["aliveworkers"]
 
     def status(self) -> dict:
-        return http_json(f"http://127.0.0.1:{self.webui_port}/json/")
+        return self.netns.http_json(f"http://127.0.0.1:{self.webui_port}/json/")
+
+    def kill_worker(self) -> None:
+        """kill -9 the newest Worker's JVM (its executors notice and exit)."""
+        kill_hard(self.started[-1])
 
 
 @contextlib.contextmanager
-def spark_cluster(work_dir: pathlib.Path, timeout: float = 120, cores: int = 2,
+def spark_cluster(work_dir: pathlib.Path, netns: Netns = HOST_NETNS, timeout: float = 120, cores: int = 2,
                   memory: str = "2g") -> Iterator[SparkCluster]:
     """A standalone Master and one Worker started with `bin/spark-class` (as `sbin/start-*.sh`
     would, but in the foreground so that they are our child processes)."""
@@ -413,20 +508,30 @@ def spark_cluster(work_dir: pathlib.Path, timeout: float = 120, cores: int = 2,
     conf_dir.mkdir(parents=True, exist_ok=True)  # empty: no spark-defaults.conf or spark-env.sh from elsewhere
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_LOCAL_DIRS": str(work_dir / "spark-tmp"), "SPARK_LOG_DIR": str(log_dir)}
-    port, webui, worker_port, worker_webui = (free_port() for _ in range(4))
-    status = lambda: http_json(f"http://127.0.0.1:{webui}/json/")  # noqa: E731
+    port, webui = free_port(), free_port()
+    status = lambda: netns.http_json(f"http://127.0.0.1:{webui}/json/")  # noqa: E731
     with services_stopped_on_exit() as started:
         started.append(start_command(
-            "spark-master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                             "--port", port, "--webui-port", webui],
+            "spark-master", netns.wrap([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                        "--port", port, "--webui-port", webui]),
             log_dir, env, ready=lambda: status()["status"] == "ALIVE", timeout=timeout, port=port))
-        started.append(start_command(
-            "spark-worker", [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                             "--port", worker_port, "--webui-port", worker_webui, "--cores", cores,
-                             "--memory", memory, "--work-dir", work_dir / "spark-work",
-                             f"spark://127.0.0.1:{port}"],
-            log_dir, env, ready=lambda: status()["aliveworkers"] >= 1, timeout=timeout, port=worker_port))
-        yield SparkCluster(port, webui, started[0], started[1])
+
+        def start_worker() -> Service:
+            """A Worker on fresh ports, ready once the Master lists it alive."""
+            worker_port, worker_webui = free_port(), free_port()
+            count = sum(1 for s in started if s.name.startswith("spark-worker"))
+            service = start_command(
+                f"spark-worker-{count}" if count else "spark-worker",
+                netns.wrap([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                            "--port", worker_port, "--webui-port", worker_webui, "--cores", cores, "--memory", memory,
+                            "--work-dir", work_dir / "spark-work", f"spark://127.0.0.1:{port}"]),
+                log_dir, env, timeout=timeout, port=worker_port,
+                ready=lambda: any(w["port"] == worker_port and w["state"] == "ALIVE" for w in status()["workers"]))
+            started.append(service)
+            return service
+
+        start_worker()
+        yield SparkCluster(port, webui, started, start_worker, netns)
 
 
 # --- Beam's job servers (Java) for Flink and Spark, with a Python worker pool ------------------------
@@ -440,7 +545,18 @@ class PortableEngine:
 
     def runner_flags(self) -> tuple[str, ...]:
         return ("--runner=PortableRunner", f"--job_endpoint=127.0.0.1:{self.job_server.port}",
-                "--environment_type=EXTERNAL", f"--environment_config=localhost:{self.worker_pool.port}")
+                "--environment_type=EXTERNAL", f"--environment_config=127.0.0.1:{self.worker_pool.port}")
+
+
+def loopback_flags(engine: str, running: "FlinkCluster | SparkCluster", jar: pathlib.Path) -> tuple[str, ...]:
+    """Beam's own FlinkRunner or SparkRunner with the job-server jar `make engines` built: Beam
+    starts the job server for the run, and the Python code runs in the launching process
+    (LOOPBACK). What docs/runners.md gives users whose network has only a Maven mirror."""
+    if engine == "flink":
+        return ("--runner=FlinkRunner", f"--flink_master={running.master}", f"--flink_version={FLINK_MINOR}",
+                f"--flink_job_server_jar={jar}", "--environment_type=LOOPBACK", f"--parallelism={running.slots}")
+    return ("--runner=SparkRunner", f"--spark_master_url={running.master}", f"--spark_job_server_jar={jar}",
+            "--environment_type=LOOPBACK")
 
 
 # What Spark's launcher adds for Java 17 (JavaModuleOptions); `java -jar` adds nothing by itself.
@@ -450,31 +566,41 @@ SPARK_JAVA17_OPTIONS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for 
     "sun.security.action", "sun.util.calendar"))
 
 
-def job_server_command(engine: str, jar: pathlib.Path, master: str, ports: Mapping[str, int],
+def job_server_command(engine: str, jar: pathlib.Path, cluster: "FlinkCluster | SparkCluster", ports: Mapping[str, int],
                        artifacts_dir: pathlib.Path) -> list[str]:
-    """`java -jar` Beam's Flink or Spark job server, serving on 127.0.0.1, for `master`
-    (Flink: the JobManager's REST host:port; Spark: spark://host:port)."""
-    java_options = ["-XX:+IgnoreUnrecognizedVMOptions", *SPARK_JAVA17_OPTIONS] if engine == "spark" else []
-    master_flag = f"--flink-master={master}" if engine == "flink" else f"--spark-master-url={master}"
+    """`java -jar` Beam's Flink or Spark job server, serving on 127.0.0.1, for `cluster`. A Flink
+    job server reads the cluster's config.yaml, as Flink's own client does: jobs get its default
+    parallelism (one task per slot) unless the pipeline sets --parallelism."""
+    if engine == "flink":  # slf4j-simple logs without a time unless told
+        java_options = ["-Dorg.slf4j.simpleLogger.showDateTime=true",
+                        "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS"]
+        master_flags = [f"--flink-master={cluster.master}", f"--flink-conf-dir={cluster.conf_dir}"]
+    else:
+        java_options = ["-XX:+IgnoreUnrecognizedVMOptions", *SPARK_JAVA17_OPTIONS]
+        master_flags = [f"--spark-master-url={cluster.master}"]
     return ["java", *java_options, "-jar", str(jar), "--job-host=127.0.0.1", f"--job-port={ports['job']}",
             f"--artifact-port={ports['artifact']}", f"--expansion-port={ports['expansion']}",
-            f"--artifacts-dir={artifacts_dir}", master_flag]
+            f"--artifacts-dir={artifacts_dir}", *master_flags]
 
 
 @contextlib.contextmanager
-def job_server(engine: str, jar: pathlib.Path, master: str, log_dir: pathlib.Path,
+def job_server(engine: str, jar: pathlib.Path, cluster: "FlinkCluster | SparkCluster", log_dir: pathlib.Path,
                timeout: float = 120) -> Iterator[PortableEngine]:
-    """Beam's job server for `engine` on 127.0.0.1 plus an EXTERNAL worker pool (which the
-    cluster's workers reach: on one machine, they do)."""
+    """Beam's job server for `engine` plus an EXTERNAL worker pool (which the cluster's workers
+    reach: on one machine, they do), in the cluster's network namespace: Beam's Java servers
+    listen on every interface whatever --job-host says (its ServerFactory binds the port only)."""
     env = subprocess_env({"SPARK_LOCAL_IP": "127.0.0.1"})
+    netns = cluster.netns
     ports = {name: free_port() for name in ("job", "artifact", "expansion", "pool")}
     with services_stopped_on_exit() as started:
         started.append(start_command(
-            f"{engine}-job-server", job_server_command(engine, jar, master, ports, log_dir / "artifacts"), log_dir, env,
-            ready=lambda: accepts_connections(ports["job"], "127.0.0.1"), timeout=timeout, port=ports["job"]))
+            f"{engine}-job-server", netns.wrap(job_server_command(engine, jar, cluster, ports, log_dir / "artifacts")),
+            log_dir, env, ready=lambda: netns.accepts_connections(ports["job"]), timeout=timeout, port=ports["job"]))
         started.append(start_command(
-            "worker_pool", [sys.executable, "-m", WORKER_POOL_MODULE, f"--service_port={ports['pool']}"],
-            log_dir, env, ready=lambda: accepts_connections(ports["pool"]), timeout=timeout, port=ports["pool"]))
+            "worker_pool", netns.wrap([sys.executable, "-m", FAST_WORKER_POOL_MODULE, f"--service_port={ports['pool']}",
+                                       "--host=127.0.0.1"]),
+            log_dir, env, ready=lambda: netns.accepts_connections(ports["pool"]), timeout=timeout,
+            port=ports["pool"]))
         yield PortableEngine(started[0], started[1])
 
 
@@ -495,10 +621,13 @@ class PipelineRun:
 
 def run_imgrec(flags: Sequence[str], log_path: pathlib.Path, netns: Optional[Netns] = None,
                timeout: float = 900, env: Optional[Mapping[str, str]] = None,
-               terminate_when: Optional[Callable[[], bool]] = None) -> PipelineRun:
+               terminate_when: Optional[Callable[[], bool]] = None,
+               meanwhile: Optional[Callable[[], bool]] = None) -> PipelineRun:
     """`python -m pipeline.run FLAGS` as a subprocess (in its own process group, in `netns`
     if given); waits for it, then kills and reports any process it left behind. With
-    `terminate_when`, SIGTERM goes to the driver as soon as that turns true (a scheduler's timeout)."""
+    `terminate_when`, SIGTERM goes to the driver as soon as that turns true (a scheduler's timeout).
+    `meanwhile` is called while the driver runs until it returns True (it did what it waits for:
+    kill a worker in the middle of the conversion, say)."""
     argv = [sys.executable, "-m", "pipeline.run", *flags]
     wrapped = netns.wrap(argv) if netns else argv  # nsenter execs: the pid is the driver's
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -508,10 +637,13 @@ def run_imgrec(flags: Sequence[str], log_path: pathlib.Path, netns: Optional[Net
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         service = Service("imgrec", 0, process, log_path, log_path)
         try:
-            if terminate_when is not None:
-                while process.poll() is None and not terminate_when() and time.monotonic() - started < timeout:
-                    time.sleep(0.01)
-                process.terminate()
+            while (terminate_when or meanwhile) and process.poll() is None and time.monotonic() - started < timeout:
+                if terminate_when is not None and terminate_when():
+                    process.terminate()
+                    break
+                if meanwhile is not None and meanwhile():
+                    meanwhile = None
+                time.sleep(0.01)
             returncode = process.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
         except subprocess.TimeoutExpired:
             returncode = -9

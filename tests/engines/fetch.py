@@ -1,6 +1,6 @@
 """Gets the engines the engine tests start, from nothing, with the ordinary clients, into caches.
 
-    python -m tests.engines.fetch [prism] [flink] [spark] [jars]   # default: all of them
+    python -m tests.engines.fetch [prism] [flink] [spark] [jobservers]   # default: all of them
 
 - Prism: `go install github.com/apache/beam/sdks/v2/go/cmd/prism@v<apache-beam version>` with
   GOBIN=$CACHE/prism-v<version> (sources stay in the Go module cache).
@@ -10,13 +10,15 @@
   distribution (bin/ conf/ lib/ opt/ plugins/).
 - Spark: PyPI's pyspark 3.5 sdist, `pip download --no-deps`, whose deps/{bin,sbin,jars} make
   $CACHE/spark-<version>.
-- Beam's Flink and Spark job servers: `mvn dependency:copy` of
-  org.apache.beam:beam-runners-flink-<minor>-job-server and beam-runners-spark-3-job-server at the
-  apache-beam version into $CACHE/jars (Maven keeps them in ~/.m2). Where Maven does not serve
-  them, that is recorded and the tests that need them are skipped with the reason.
+- Beam's Flink and Spark job servers: `mvn -B package` of the Maven project in engines/ (the
+  runner modules from Maven Central, shaded into runnable jars; Maven keeps what it downloads
+  in ~/.m2), moved to $CACHE/job-servers/<digest of the poms>/, which $CACHE/job-servers/current
+  links to (the path docs/runners.md gives users). Flags for Maven (`-o` to build
+  offline from ~/.m2, `-Dmaven.repo.local=DIR`) come from $IMGREC_MVN_FLAGS.
 
-What is already there is kept. $CACHE is $IMGREC_ENGINES_CACHE or ~/.cache/imgrec-engines; the
-versions, where each came from, and how long each step took go to $CACHE/versions.json.
+The versions are engines/pom.xml's. What is already there is kept. $CACHE is
+$IMGREC_ENGINES_CACHE or ~/.cache/imgrec-engines; the versions, where each came from, and how
+long each step took go to $CACHE/versions.json.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import os
 import pathlib
 import platform
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -37,13 +40,14 @@ import zipfile
 from tests.engines.engines import (
     BEAM_VERSION,
     CACHE,
-    FLINK_JOB_SERVER,
+    ENGINES_POM,
     FLINK_VERSION,
+    JOB_SERVER_BEAM_VERSION,
+    JOB_SERVER_JARS,
     PRISM_PACKAGE,
-    SPARK_JOB_SERVER,
     SPARK_VERSION,
     flink_home,
-    maven_jar_path,
+    job_servers_dir,
     prism_binary,
     spark_home,
 )
@@ -79,6 +83,16 @@ def pip_download(dest: pathlib.Path, *args: str) -> pathlib.Path:
     if len(new) != 1:
         raise FetchFailed(f"pip download {' '.join(args)} saved {new}")
     return new[0]
+
+
+def archive_root(archive: pathlib.Path, member: str) -> str:
+    """The folder inside a tar archive that holds `member` (a relative path ending its name):
+    sdists name their top folder apache-flink-libraries-V or apache_flink_libraries-V."""
+    with tarfile.open(archive) as tar:
+        for name in tar.getnames():
+            if name.endswith("/" + member):
+                return name[:-len(member)]
+    raise FetchFailed(f"no {member} in {archive.name}")
 
 
 def extract_tar(archive: pathlib.Path, prefix: str, target: pathlib.Path) -> None:
@@ -149,8 +163,9 @@ def fetch_flink(downloads: pathlib.Path) -> dict:
                          "--python-version=3.11", "--implementation=cp", "--abi=cp311",
                          f"apache-flink=={FLINK_VERSION}")
 
+    root = archive_root(libraries, f"deps/lib/flink-dist-{FLINK_VERSION}.jar") + "deps/"
+
     def build(staging: pathlib.Path) -> None:
-        root = f"apache_flink_libraries-{FLINK_VERSION}/deps/"
         for part in ("lib", "opt", "plugins"):
             extract_tar(libraries, root + part, staging / part)
         extract_tar(libraries, root + "bin", staging / "bin")  # bash-java-utils.jar
@@ -184,30 +199,53 @@ def fetch_spark(downloads: pathlib.Path) -> dict:
     return {**info, "status": "downloaded"}
 
 
-def fetch_jar(coordinates: str) -> dict:
-    """`mvn dependency:copy` of one artifact (no transitive dependencies: job servers are shaded)."""
-    target = maven_jar_path(coordinates)
-    info = {"artifact": coordinates, "jar": str(target)}
-    if target.exists():
+def fetch_job_servers() -> dict:
+    """Both job servers from one `mvn package` of engines/, unless this build of the poms is cached."""
+    target = job_servers_dir()
+    info = {"beam": JOB_SERVER_BEAM_VERSION, "dir": str(target), "jars": sorted(JOB_SERVER_JARS.values()),
+            "from": f"mvn package of {ENGINES_POM.parent.name}/ (Maven Central, cached in ~/.m2)"}
+    if all((target / name).is_file() for name in JOB_SERVER_JARS.values()):
+        link_current(target)
         return {**info, "status": "cached"}
     if not shutil.which("mvn"):
-        return {**info, "status": "unavailable", "error": "`mvn` is not on PATH"}
-    argv = ["mvn", "-B", "-q", "-U", "dependency:copy", f"-Dartifact={coordinates}",
-            f"-DoutputDirectory={target.parent}"]
-    try:
-        with tempfile.TemporaryDirectory() as empty:  # no pom.xml around: Maven's standalone project
-            run(argv, cwd=pathlib.Path(empty))
-    except FetchFailed as failure:
-        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in str(failure).splitlines()]
-        errors = [line for line in lines if "ERROR" in line] or lines
-        error = next((line for line in errors if "not found" in line or "Could not find" in line), errors[0])
-        print(f"  {coordinates}: not available ({error.strip()[:300]})", flush=True)
-        return {**info, "status": "unavailable", "command": " ".join(argv), "error": error.strip()}
-    return {**info, "status": "downloaded"}
+        raise FetchFailed("Beam's job servers are built with Maven (`mvn`), which is not on PATH")
+    argv = ["mvn", "-B", "-q", *shlex.split(os.environ.get("IMGREC_MVN_FLAGS", "")), "-f", str(ENGINES_POM),
+            "package"]
+    run(argv, cwd=ENGINES_POM.parent)
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+    def build(staging: pathlib.Path) -> None:
+        for engine, name in JOB_SERVER_JARS.items():
+            shutil.move(ENGINES_POM.parent / engine / "target" / name, staging / name)
+    install_atomically(build, target)
+    link_current(target)
+    for older in target.parent.iterdir():  # builds of earlier poms: 450 MB each
+        if older not in (target, current_link(target)) and not older.name.startswith("."):
+            shutil.rmtree(older, ignore_errors=True)
+    return {**info, "command": " ".join(argv), "status": "built"}
+
+
+def current_link(build: pathlib.Path) -> pathlib.Path:
+    return build.parent / "current"
+
+
+def link_current(build: pathlib.Path) -> None:
+    """Points job-servers/current at `build` (replacing the link in one rename)."""
+    link = current_link(build)
+    if link.is_symlink() and os.readlink(link) == build.name:
+        return
+    staging = link.with_name(".current.tmp")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(build.name)
+    staging.replace(link)
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv) or {"prism", "flink", "spark", "jars"}
+    known = ("prism", "flink", "spark", "jobservers")
+    if set(argv) - set(known):
+        print(f"usage: python -m tests.engines.fetch [{'] ['.join(known)}]", file=sys.stderr)
+        return 2
+    wanted = set(argv) or set(known)
     CACHE.mkdir(parents=True, exist_ok=True)
     report_path = CACHE / "versions.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
@@ -219,11 +257,9 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix=".downloads-", dir=CACHE) as tmp:
         downloads = pathlib.Path(tmp)
         steps = [("prism", fetch_prism), ("flink", lambda: fetch_flink(downloads)),
-                 ("spark", lambda: fetch_spark(downloads))]
-        steps += [(f"{name}_job_server", lambda c=c: fetch_jar(c))
-                  for name, c in (("flink", FLINK_JOB_SERVER), ("spark", SPARK_JOB_SERVER))]
+                 ("spark", lambda: fetch_spark(downloads)), ("jobservers", fetch_job_servers)]
         for name, step in steps:
-            if name.split("_")[0] not in wanted and not (name.endswith("job_server") and "jars" in wanted):
+            if name not in wanted:
                 continue
             started = time.monotonic()
             try:

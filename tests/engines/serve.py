@@ -2,9 +2,10 @@
 
     python -m tests.engines.serve flink|spark [WORK_DIR]
 
-Prints the cluster's endpoints and, where Beam's job-server jar is present, starts the job
-server and a worker pool too and prints the imgrec command to run against them. Everything it
-started is stopped on the way out. (Prism needs no server: `--runner=PrismRunner
+Prints the cluster's endpoints and, where `make engines` built Beam's job server for it, starts
+the job server and imgrec's worker pool too and prints the imgrec command to run against them.
+Everything it started is stopped on the way out. It runs in this host's network namespace (the
+tests use a private one): Beam's job server listens on every interface. (Prism needs no server: `--runner=PrismRunner
 --prism_location=...` starts one per run; see docs/runners.md.)
 """
 from __future__ import annotations
@@ -30,9 +31,9 @@ def main(argv: list[str]) -> int:
         print(f"{engine}: master {running.master}, {running.workers()} worker(s); logs and config in {work}")
         jar = job_server_jar(engine)
         if jar is None:
-            print(f"no Beam {engine} job-server jar (see ~/.cache/imgrec-engines/versions.json): cluster only")
+            print(f"no Beam {engine} job-server jar: run `make engines`; cluster only")
         else:
-            served = stack.enter_context(job_server(engine, jar, running.master, work / "job-server"))
+            served = stack.enter_context(job_server(engine, jar, running, work / "job-server"))
             print("run imgrec on it with:\n  python -m pipeline.run "
                   f"--config=configs/{engine}.yaml --input=data/sample --output=out/{engine} --overwrite "
                   + " ".join(served.runner_flags()[1:]))

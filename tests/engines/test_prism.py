@@ -1,31 +1,22 @@
 """imgrec on Prism, Beam's Go runner (`--runner=PrismRunner`; Beam's own DirectRunner would run on it
 wherever it can get it, imgrec's does not).
 
-Three ways, each over data/sample and the generated set, compared with the DirectRunner reference:
+Three ways, each over the engine tests' input (tests/engines/data.py: data/sample, bad files and
+small photos), compared with the DirectRunner reference:
 - "loopback": `--runner=PrismRunner --prism_location=BINARY`, the user's command: the pipeline
   process starts Prism itself and runs the Python SDK harness in-process (LOOPBACK).
 - "external": a Prism job server started by the fixture, `--runner=PortableRunner`, with the
   Python code in processes of an EXTERNAL worker pool (as on a cluster).
-- "direct": `--runner=DirectRunner` as in configs/local.yaml (no running-mode flags) with
+- "direct": the default `--runner=DirectRunner` (no runner or running-mode flags) with
   Prism in Beam's own cache, as it is on any machine where Beam could download it once: Beam's
   DirectRunner would run the pipeline on Prism; imgrec's runs it on the FnApiRunner.
 Prism, the worker pool and the pipeline share a network namespace that has only loopback.
 """
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
-from tests.engines.conftest import (
-    CHECKS,
-    DATASETS,
-    Timer,
-    assert_run_ok,
-    check_against_reference,
-    expect_known_bug,
-    imgrec_flags,
-)
+from tests.engines.conftest import CHECKS, Timer, assert_run_ok, check_against_reference, imgrec_flags
 from tests.engines.engines import (
     PipelineRun,
     PrismEngine,
@@ -34,6 +25,7 @@ from tests.engines.engines import (
     prism_engine,
     run_imgrec,
 )
+from tests.helpers import SAMPLE
 from tests.portable import live_group_members, subprocess_env
 
 ENVIRONMENTS = ("loopback", "external", "direct")
@@ -51,47 +43,38 @@ def prism(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def prism_output(prism: PrismEngine, inputs, tmp_path_factory):
-    """(environment, dataset) → output folder of that run on Prism, each run once."""
-    outputs: dict[tuple[str, str], pathlib.Path] = {}
-    runs: dict[tuple[str, str], PipelineRun] = {}
+def prism_run(prism: PrismEngine, inputs, tmp_path_factory):
+    """environment → the run on Prism that way (its output is beside its log), each run once."""
+    runs: dict[str, PipelineRun] = {}
 
-    def get(environment: str, dataset: str) -> pathlib.Path:
-        key = (environment, dataset)
-        if key not in outputs:
-            work = tmp_path_factory.mktemp(f"prism-{environment}-{dataset}")
+    def get(environment: str) -> PipelineRun:
+        if environment not in runs:
+            work = tmp_path_factory.mktemp(f"prism-{environment}")
             env = None
-            if environment == "direct":  # config's runner flags; Beam finds Prism in HOME's cache
+            if environment == "direct":  # no runner flags; Beam finds Prism in HOME's cache
                 install_prism_in_beam_cache(work / "home")
                 env = subprocess_env({"HOME": str(work / "home")})
-            flags = imgrec_flags(inputs, dataset, work / "out", prism.runner_flags(environment))
-            with Timer(f"prism {environment}: imgrec on {dataset}"):
+            flags = imgrec_flags(inputs, work / "out", prism.runner_flags(environment))
+            with Timer(f"prism {environment}: imgrec"):
                 run = run_imgrec(flags, work / "imgrec.log", prism.netns, env=env)
             assert_run_ok(run)
-            runs[key] = run
-            outputs[key] = work / "out"
-        return outputs[key]
-    get.runs = runs
+            runs[environment] = run
+        return runs[environment]
     return get
 
 
 @pytest.mark.engines
 @pytest.mark.parametrize("check", CHECKS)
-@pytest.mark.parametrize("dataset", DATASETS)
 @pytest.mark.parametrize("environment", ENVIRONMENTS)
-def test_prism_matches_direct_runner(prism_output, reference, environment, dataset, check, request):
-    expected = reference(dataset)
-    output = prism_output(environment, dataset)
-    expect_known_bug(request, "prism", check, dataset)
-    check_against_reference(check, output, expected)
+def test_prism_matches_direct_runner(prism_run, reference, environment, check):
+    check_against_reference(check, prism_run(environment).log.parent / "out", reference)
 
 
 @pytest.mark.engines
-def test_direct_runner_stays_on_the_fn_api_runner_where_beam_has_prism(prism_output):
+def test_direct_runner_stays_on_the_fn_api_runner_where_beam_has_prism(prism_run):
     """Beam's DirectRunner submits the job to Prism once Beam has it (2.3 s more per run for this
     job); imgrec's `--runner=DirectRunner` runs on the FnApiRunner all the same."""
-    prism_output("direct", "sample")
-    run = prism_output.runs[("direct", "sample")]
+    run = prism_run("direct")
     cached = run.log.parent / "home" / ".apache_beam" / "cache" / "prism" / "bin" / beam_prism_cache_name()
     assert cached.with_name(cached.name + ".zip").exists()
     # Beam unzips the cached Prism beside the zip before it starts it.
@@ -126,7 +109,7 @@ def test_prism_teardown_stops_every_process_when_the_test_fails(tmp_path):
 
 @pytest.mark.engines
 @pytest.mark.parametrize("moment", ["staging", "summary"])
-def test_sigterm_on_prism_tells_what_the_output_holds(prism, inputs, tmp_path, moment):
+def test_sigterm_on_prism_tells_what_the_output_holds(prism, tmp_path, moment):
     """SIGTERM to `--runner=PrismRunner` (loopback), the user's command. While the run stages,
     it exits 130 with one line and stops the Prism it started. Once the summary is out, what is
     left is Beam stopping Prism (an atexit hook that sleeps a second): the run keeps its exit 0,
@@ -136,7 +119,7 @@ def test_sigterm_on_prism_tells_what_the_output_holds(prism, inputs, tmp_path, m
     def summary_printed() -> bool:
         return f"output: {out} (metadata.json" in log_path.read_text(errors="replace")
 
-    run = run_imgrec(imgrec_flags(inputs, "sample", out, prism.runner_flags("loopback")), log_path, prism.netns,
+    run = run_imgrec(imgrec_flags(SAMPLE, out, prism.runner_flags("loopback")), log_path, prism.netns,
                      terminate_when=summary_printed if moment == "summary" else (out / ".imgrec-staging").exists,
                      timeout=300)
     assert not run.survivors, f"processes outlived the pipeline: {run.survivors}"
