@@ -103,6 +103,16 @@ def draw_contact_sheet(sections: Sequence[tuple[str, Sequence[np.ndarray], Seque
     return canvas
 
 
+def draw_boxes(image: np.ndarray, boxes: np.ndarray, color: tuple[int, int, int] = (255, 0, 255)) -> np.ndarray:
+    """A copy of the image with each box (ymin, xmin, ymax, xmax in [0, 1]) outlined."""
+    canvas = _as_rgb_uint8(image).copy()
+    height, width = canvas.shape[:2]
+    for ymin, xmin, ymax, xmax in np.asarray(boxes, np.float64).reshape(-1, 4):
+        corners = np.clip([xmin * width, ymin * height, xmax * width - 1, ymax * height - 1], 0, [width - 1, height - 1] * 2)
+        cv2.rectangle(canvas, (round(corners[0]), round(corners[1])), (round(corners[2]), round(corners[3])), color, 1)
+    return canvas
+
+
 def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Optional[Sequence[str]] = None,
                    bar_height: int = 18, bar_width: int = 220,
                    title: str = "examples per class") -> np.ndarray:
