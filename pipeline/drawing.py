@@ -108,8 +108,9 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, color: tuple[int, int, int]
     canvas = _as_rgb_uint8(image).copy()
     height, width = canvas.shape[:2]
     for ymin, xmin, ymax, xmax in np.asarray(boxes, np.float64).reshape(-1, 4):
-        corners = np.clip([xmin * width, ymin * height, xmax * width - 1, ymax * height - 1], 0, [width - 1, height - 1] * 2)
-        cv2.rectangle(canvas, (round(corners[0]), round(corners[1])), (round(corners[2]), round(corners[3])), color, 1)
+        x0, y0, x1, y1 = np.clip([xmin * width, ymin * height, xmax * width - 1, ymax * height - 1], 0,
+                                 [width - 1, height - 1] * 2).round().astype(int)
+        cv2.rectangle(canvas, (x0, y0), (x1, y1), color, 1)
     return canvas
 
 

@@ -196,7 +196,8 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     files, lengths = list(info.files), list(info.shard_lengths)
     detection = bool(layout.box_keys)  # label_counts count objects, not records
     unit = "objects" if detection else "records"
-    consistent = sum(lengths) == info.num_examples and (detection or sum(info.label_counts.values()) == info.num_examples)
+    counted = detection or sum(info.label_counts.values()) == info.num_examples
+    consistent = sum(lengths) == info.num_examples and counted
     checks.append(Check(consistent, f"{name}: metadata is self-consistent",
                         "" if consistent else f"sum(shard_lengths) {sum(lengths)}, label_counts sum "
                         f"{sum(info.label_counts.values())}, num_examples {info.num_examples}"))
@@ -480,8 +481,9 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     layout = reader.layout_from_metadata(metadata, with_metadata=True)
     label_map = metadata.label_map
     classes = metadata.class_names()
+    shape = "x".join("?" if d is None else str(d) for d in layout.shape)
     say(f"imgrec dataset {output}: format {metadata.format_version}, {metadata.image.get('encoding')} "
-        f"{layout.pixel_dtype.name} {'x'.join('?' if d is None else str(d) for d in layout.shape)}, compression {metadata.compression}, "
+        f"{layout.pixel_dtype.name} {shape}, compression {metadata.compression}, "
         f"{len(classes)} classes", stream)
     checks = [label_map_check(label_map), description_check(metadata)]
     checks.extend(accounting_checks(metadata, dead_letter_counts(output, metadata)))
