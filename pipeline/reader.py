@@ -429,6 +429,8 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
 
     Images are uint8 for normalize=none datasets and jpeg/png, float32 when normalized (at write
     time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata.label_map.
+    A detection dataset's label is {"boxes": float32 [N, 4] as (ymin, xmin, ymax, xmax) in [0, 1],
+    "classes": int64 [N]}, and its batches are ragged (docs/detection.md).
     `batch_size=None` yields single examples. With an `input_context` (from
     `strategy.distribute_datasets_from_function`) each input pipeline reads its own shard files,
     and `batch_size` is the per-replica batch. If another run replaces the dataset while it is
