@@ -103,6 +103,17 @@ def draw_contact_sheet(sections: Sequence[tuple[str, Sequence[np.ndarray], Seque
     return canvas
 
 
+def draw_boxes(image: np.ndarray, boxes: np.ndarray, color: tuple[int, int, int] = (255, 0, 255)) -> np.ndarray:
+    """A copy of the image with each box (ymin, xmin, ymax, xmax in [0, 1]) outlined."""
+    canvas = _as_rgb_uint8(image).copy()
+    height, width = canvas.shape[:2]
+    for ymin, xmin, ymax, xmax in np.asarray(boxes, np.float64).reshape(-1, 4):
+        x0, y0, x1, y1 = np.clip([xmin * width, ymin * height, xmax * width - 1, ymax * height - 1], 0,
+                                 [width - 1, height - 1] * 2).round().astype(int)
+        cv2.rectangle(canvas, (x0, y0), (x1, y1), color, 1)
+    return canvas
+
+
 def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Optional[Sequence[str]] = None,
                    bar_height: int = 18, bar_width: int = 220,
                    title: str = "examples per class") -> np.ndarray:

@@ -42,8 +42,14 @@ _FEATURE_DTYPES = {"string": tf.string, "int64": tf.int64, "float32": tf.float32
 _PIXEL_DTYPES = {"uint8": tf.uint8, "float32": tf.float32}
 _ENCODINGS = ("raw", "jpeg", "png")
 
+# A detection record's box lists, in the order its boxes are read: (ymin, xmin, ymax, xmax) in
+# [0, 1], as TFDS's BBoxFeature and KerasCV's `rel_yxyx` format hold them.
+BOX_ROLES = ("bbox/ymin", "bbox/xmin", "bbox/ymax", "bbox/xmax")
+OBJECT_LABEL_ROLE = "object_label"
+
 ImageDecoder = Callable[[tf.Tensor], tf.Tensor]
 Files = Union[str, Sequence[str]]
+Shape = tuple[Optional[int], ...]
 
 
 class NotAnImgrecDataset(FileNotFoundError):
@@ -69,16 +75,37 @@ class RecordLayout:
 
     Both the metadata layout and the seed layout reduce to this, so they share one parser.
     `extras` maps a role (label_text, source_path, ...) to its feature key; roles are used as
-    the names a caller sees because feature keys are configurable per dataset.
+    the names a caller sees because feature keys are configurable per dataset. A detection
+    layout has `box_keys` (the BOX_ROLES' keys): its label is {"boxes", "classes"}, and
+    `label_key` is the objects' class list.
     """
 
-    parse_spec: Mapping[str, tf.io.FixedLenFeature]
+    parse_spec: Mapping[str, Union[tf.io.FixedLenFeature, tf.io.VarLenFeature]]
     image_key: str
     label_key: str
     decode_image: ImageDecoder
     pixel_dtype: tf.DType
-    shape: tuple[int, int, int]
+    shape: Shape  # None where each record has its own size (resize_mode none)
     extras: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    box_keys: tuple[str, ...] = ()
+
+    @property
+    def ragged(self) -> bool:
+        """Whether examples differ in shape (objects per image, image sizes), so batches are ragged."""
+        return bool(self.box_keys) or None in self.shape
+
+    def parse(self, record: tf.Tensor) -> dict[str, tf.Tensor]:
+        """One serialized record → {feature key: tensor}; per-object lists as dense 1-D tensors."""
+        parsed = tf.io.parse_single_example(record, self.parse_spec)
+        return {key: tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor) else value
+                for key, value in parsed.items()}
+
+    def label(self, parsed: Mapping[str, tf.Tensor]) -> Union[tf.Tensor, dict[str, tf.Tensor]]:
+        """The class id, or a detection record's {"boxes": float32 [N, 4] (ymin, xmin, ymax, xmax),
+        "classes": int64 [N]}: the dict KerasCV's bounding-box utilities take."""
+        if not self.box_keys:
+            return parsed[self.label_key]
+        return {"boxes": tf.stack([parsed[key] for key in self.box_keys], axis=-1), "classes": parsed[self.label_key]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,13 +187,13 @@ def shard_for_input_pipeline(files: Sequence[str], num_shards: int, index: int, 
 # Layouts: parse spec + image decoder
 
 
-def image_decoder(encoding: str, pixel_dtype: tf.DType, shape: Sequence[int]) -> ImageDecoder:
+def image_decoder(encoding: str, pixel_dtype: tf.DType, shape: Sequence[Optional[int]]) -> ImageDecoder:
     """Encoded image bytes → an image tensor with a static, checked shape.
 
     Raw pixels are stored little-endian (transforms/example.py); JPEG/PNG are decoded to RGB
     with channels=3, matching how the pipeline encoded them.
     """
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(None if d is None else int(d) for d in shape)
     if encoding == "raw":
         def decode(data: tf.Tensor) -> tf.Tensor:
             return tf.reshape(tf.io.decode_raw(data, pixel_dtype, little_endian=True), shape)
@@ -190,30 +217,42 @@ def _feature_dtype(key: str, described: Mapping) -> tf.DType:
     return _FEATURE_DTYPES[dtype]
 
 
+def _parsed_feature(key: str, described: Mapping) -> Union[tf.io.FixedLenFeature, tf.io.VarLenFeature]:
+    """One value per record, or a list per record (`kind: var_len`: a detection record's objects)."""
+    dtype = _feature_dtype(key, described)
+    return tf.io.VarLenFeature(dtype) if described.get("kind") == "var_len" else tf.io.FixedLenFeature([], dtype)
+
+
 def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False) -> RecordLayout:
-    """The layout metadata.features describes; only the image and label roles are required.
+    """The layout metadata.features describes; only the image and label roles are required (a
+    detection dataset's: image, object_label and the four box roles).
 
     Without `with_metadata` only image and label are parsed: parsing fewer features is cheaper.
     """
     features: Mapping[str, Mapping] = metadata.features
     by_role = {described.get("role"): key for key, described in features.items()}
-    missing = [role for role in ("image", "label") if role not in by_role]
+    detection = OBJECT_LABEL_ROLE in by_role
+    label_role = OBJECT_LABEL_ROLE if detection else "label"
+    box_roles = BOX_ROLES if detection else ()
+    missing = [role for role in ("image", label_role, *box_roles) if role not in by_role]
     if missing:
         raise UnsupportedDataset(f"metadata features have no {' or '.join(missing)} role: {sorted(features)}")
-    image_key, label_key = by_role["image"], by_role["label"]
+    image_key, label_key = by_role["image"], by_role[label_role]
+    box_keys = tuple(by_role[role] for role in box_roles)
     image = features[image_key]
     pixel_dtype_name = image.get("pixel_dtype")
     if pixel_dtype_name not in _PIXEL_DTYPES:
         raise UnsupportedDataset(f"image pixel_dtype {pixel_dtype_name!r} is not one of {sorted(_PIXEL_DTYPES)}")
     pixel_dtype = _PIXEL_DTYPES[pixel_dtype_name]
-    shape = tuple(int(d) for d in image["shape"])
-    extras = {role: key for role, key in by_role.items() if role not in ("image", "label")} if with_metadata else {}
-    keys = [image_key, label_key, *extras.values()]
+    shape = tuple(None if d is None else int(d) for d in image["shape"])
+    read = ("image", label_role, *box_roles)
+    extras = {role: key for role, key in by_role.items() if role not in read} if with_metadata else {}
+    keys = [image_key, label_key, *box_keys, *extras.values()]
     return RecordLayout(
-        parse_spec={key: tf.io.FixedLenFeature([], _feature_dtype(key, features[key])) for key in keys},
+        parse_spec={key: _parsed_feature(key, features[key]) for key in keys},
         image_key=image_key, label_key=label_key,
         decode_image=image_decoder(image.get("encoding", "raw"), pixel_dtype, shape),
-        pixel_dtype=pixel_dtype, shape=shape, extras=extras)
+        pixel_dtype=pixel_dtype, shape=shape, extras=extras, box_keys=box_keys)
 
 
 def seed_layout(image_key: str = "train/image", label_key: str = "train/label",
@@ -314,11 +353,11 @@ def _read_checked(shards: tf.data.Dataset, compression_type: str, published: Opt
 def _record_fn(layout: RecordLayout, normalize: Optional[str], mean: Sequence[float], std: Sequence[float],
                with_metadata: bool) -> Callable[[tf.Tensor], tuple]:
     def parse(record: tf.Tensor) -> tuple:
-        parsed = tf.io.parse_single_example(record, layout.parse_spec)
+        parsed = layout.parse(record)
         image = layout.decode_image(parsed[layout.image_key])
         if normalize:
             image = normalize_images(image, normalize, mean, std)
-        label = parsed[layout.label_key]
+        label = layout.label(parsed)
         if with_metadata:
             return image, label, {role: parsed[key] for role, key in layout.extras.items()}
         return image, label
@@ -369,8 +408,8 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
         records = records.shuffle(shuffle_buffer, seed=seed)
     dataset = records.map(_record_fn(layout, normalize, mean, std, with_metadata),
                           num_parallel_calls=tf.data.AUTOTUNE)
-    if batch_size is not None:
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if batch_size is not None:  # ragged: per-object lists and per-record image sizes, as KerasCV batches them
+        dataset = (dataset.ragged_batch if layout.ragged else dataset.batch)(batch_size, drop_remainder=drop_remainder)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -390,6 +429,8 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
 
     Images are uint8 for normalize=none datasets and jpeg/png, float32 when normalized (at write
     time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata.label_map.
+    A detection dataset's label is {"boxes": float32 [N, 4] as (ymin, xmin, ymax, xmax) in [0, 1],
+    "classes": int64 [N]}, and its batches are ragged (docs/detection.md).
     `batch_size=None` yields single examples. With an `input_context` (from
     `strategy.distribute_datasets_from_function`) each input pipeline reads its own shard files,
     and `batch_size` is the per-replica batch. If another run replaces the dataset while it is

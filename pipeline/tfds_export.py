@@ -18,7 +18,9 @@ they are:
 Keys are our feature keys unchanged. TFDS only splits keys on '/' for nested FeaturesDicts,
 so a flat FeaturesDict with 'image' next to 'image/height' parses the records as written.
 
-Refused: gzip shards (TFDS opens TFRecords without a compression type), split or file names
+Refused: detection datasets (COCO, VOC: TFDS's detection features hold each object's box as one
+[4] row of a Sequence, not as our four coordinate lists, so TFDS would need the records
+rewritten), gzip shards (TFDS opens TFRecords without a compression type), split or file names
 that TFDS's filename template cannot reproduce. Splits without shards are left out, because
 TFDS requires every split to have files.
 
@@ -115,6 +117,11 @@ def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
     """{our feature key: TFDS feature} for every feature metadata.json lists."""
     import numpy as np
 
+    if metadata.objects is not None:
+        raise NotExportable("detection datasets (COCO, VOC) are not exportable to TFDS: its detection features "
+                            "(Sequence of BBoxFeature) store one [ymin, xmin, ymax, xmax] row per object, the records "
+                            "hold four coordinate lists, and export never rewrites records; read them with "
+                            "imgrec.load_dataset")
     tfds = _tfds()
     connectors: dict[str, Any] = {}
     for key, described in metadata.features.items():

@@ -7,11 +7,15 @@ counts, per-split totals, label counts and record bytes). The parse spec must be
 config gives and agree with each record's height/width/channels features. The accounting is
 checked too: every input was written or rejected, and the dead letters hold one row per
 rejection, per split and per error class, and every record index line must frame a record
-holding its content hash (in the decompressed stream for gzip shards).
+holding its content hash (in the decompressed stream for gzip shards). Detection datasets (COCO,
+VOC) are checked per object: boxes in [0, 1] with min <= max, one value per object in every
+per-object list, object counts per class against each split's label_counts, and the objects
+written and dropped (dead letters of stage "object") against metadata.json's `objects`.
 Prints OK/FAILED per check and exits 0 (all passed), 1 (a check failed) or 2 (not a readable
 imgrec dataset, or --out is a file), so it can gate a training job or a copy to another bucket.
 
-It also draws `contact_sheet.png` and `class_counts.png` (pipeline/drawing.py) for a human.
+It also draws `contact_sheet.png` (with a detection dataset's boxes) and `class_counts.png`
+(pipeline/drawing.py) for a human.
 """
 from __future__ import annotations
 
@@ -39,12 +43,13 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline import reader
-from pipeline.drawing import draw_bar_chart, draw_contact_sheet, to_display_uint8
+from pipeline.drawing import draw_bar_chart, draw_boxes, draw_contact_sheet, to_display_uint8
 from pipeline.errors import CommandLineParser, UsageError
 from pipeline.heap import imports_frozen
 from pipeline.interrupts import exit_quietly
 from pipeline.tables import format_table
 from transforms import files, tfrecord
+from transforms.annotations import OBJECT_STAGE
 from transforms.dataset_format import (
     CLASS_COUNTS,
     CONTACT_SHEET,
@@ -56,6 +61,7 @@ from transforms.dataset_format import (
     parse_shard_file_name,
     tf_compression_type,
 )
+from transforms.detection_example import detection_feature_spec
 from transforms.example import feature_spec, image_description, locates_image
 from transforms.specs import FeatureKeys, ImageSpec
 
@@ -80,37 +86,65 @@ class ShardScan:
     path: str
     records: int = 0
     record_bytes: int = 0
-    labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # per object in detection
     # (label id, label text) pairs, to check the text agrees with label_map.
     label_pairs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     non_finite: int = 0
-    wrong_size: int = 0  # records whose height/width/channels features are not the parse spec's shape
+    wrong_size: int = 0  # records whose height/width/channels features are not the decoded image's shape
+    bad_boxes: int = 0  # detection: objects whose box is outside [0, 1] or has min > max
+    bad_lengths: int = 0  # detection: records whose per-object lists differ in length
     error: Optional[str] = None
 
 
 def _size_keys(layout: reader.RecordLayout) -> dict[str, int]:
-    """{feature key: the dimension it must hold} for the size features the records have: a raw
+    """{feature key: the image axis it must equal} for the size features the records have: a raw
     image reshapes to any shape of the same element count, so only these tell a wrong shape."""
-    return {layout.extras[role]: dim for role, dim in zip(_SIZE_ROLES, layout.shape) if role in layout.extras}
+    return {layout.extras[role]: axis for axis, role in enumerate(_SIZE_ROLES) if role in layout.extras}
+
+
+def _object_values(parsed: Mapping[str, tf.Tensor], layout: reader.RecordLayout) -> dict[str, tf.Tensor]:
+    """A detection record's per-object checks: whether every per-object list has one value per
+    object, and how many boxes are not 0 <= min <= max <= 1 (NaN included)."""
+    count = tf.size(parsed[layout.label_key])
+    lists = [key for key, feature in layout.parse_spec.items() if isinstance(feature, tf.io.VarLenFeature)]
+    lengths_ok = tf.reduce_all(tf.stack([tf.equal(tf.size(parsed[key]), count) for key in lists]))
+
+    def bad_boxes() -> tf.Tensor:
+        ymin, xmin, ymax, xmax = tf.unstack(layout.label(parsed)["boxes"], 4, axis=-1)
+        ok = (0 <= xmin) & (xmin <= xmax) & (xmax <= 1) & (0 <= ymin) & (ymin <= ymax) & (ymax <= 1)
+        return tf.reduce_sum(tf.cast(~ok, tf.int64))
+    # boxes of unequal lists cannot be paired up: such a record is reported by lengths_ok
+    return {"lengths_ok": lengths_ok, "bad_boxes": tf.cond(lengths_ok, bad_boxes, lambda: tf.constant(0, tf.int64))}
 
 
 def _scan_fn(layout: reader.RecordLayout):
-    """record → the few values the checks need; using the pixels keeps the decode from being pruned."""
-    text_key = layout.extras.get("label_text")
+    """record → the few values the checks need; using the pixels keeps the decode from being pruned.
+    Labels (and their texts) are lists: one per record, or a detection record's one per object."""
+    text_key = layout.extras.get("object_text" if layout.box_keys else "label_text")
     sizes = _size_keys(layout)
 
     def scan(record: tf.Tensor) -> dict:
-        parsed = tf.io.parse_single_example(record, layout.parse_spec)
+        parsed = layout.parse(record)
         image = layout.decode_image(parsed[layout.image_key])
         values = {"bytes": tf.strings.length(record, unit="BYTE"),
-                  "label": parsed[layout.label_key],
+                  "label": tf.reshape(parsed[layout.label_key], [-1]),
                   "finite": tf.reduce_all(tf.math.is_finite(tf.cast(image, tf.float32)))}
         if text_key:
-            values["label_text"] = parsed[text_key]
+            values["label_text"] = tf.reshape(parsed[text_key], [-1])
         if sizes:
-            values["size_ok"] = tf.reduce_all(tf.stack([tf.equal(parsed[key], dim) for key, dim in sizes.items()]))
+            shape = tf.shape(image, out_type=tf.int64)
+            values["size_ok"] = tf.reduce_all(tf.stack([tf.equal(parsed[key], shape[axis])
+                                                        for key, axis in sizes.items()]))
+        if layout.box_keys:
+            values.update(_object_values(parsed, layout))
         return values
     return scan
+
+
+def _numpy(batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A scan batch as arrays; per-record lists (ragged, or dense with one value each) flattened."""
+    return {key: (value.flat_values if isinstance(value, tf.RaggedTensor) else tf.reshape(value, [-1])).numpy()
+            for key, value in batch.items()}
 
 
 def _clean(message: str) -> str:
@@ -127,18 +161,21 @@ def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> Shar
         scan.error = "missing: listed in metadata.json but not found"
         return scan
     records = tf.data.TFRecordDataset(path, compression_type=tf_compression_type(compression))
-    batches = records.map(_scan_fn(layout), num_parallel_calls=tf.data.AUTOTUNE).batch(_SCAN_BATCH)
+    batches = records.map(_scan_fn(layout), num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(_SCAN_BATCH)
     try:
-        for batch in batches.as_numpy_iterator():
-            scan.records += len(batch["label"])
+        for batch in map(_numpy, batches):
+            labels = batch["label"].tolist()
+            scan.records += len(batch["bytes"])
             scan.record_bytes += int(batch["bytes"].sum())
-            scan.labels.update(batch["label"].tolist())
+            scan.labels.update(labels)
             scan.non_finite += int((~batch["finite"]).sum())
             if "size_ok" in batch:
                 scan.wrong_size += int((~batch["size_ok"]).sum())
-            if "label_text" in batch:
-                scan.label_pairs.update(zip(batch["label"].tolist(),
-                                            (t.decode("utf-8", "replace") for t in batch["label_text"])))
+            if "lengths_ok" in batch:
+                scan.bad_lengths += int((~batch["lengths_ok"]).sum())
+                scan.bad_boxes += int(batch["bad_boxes"].sum())
+            if "label_text" in batch and len(batch["label_text"]) == len(labels):
+                scan.label_pairs.update(zip(labels, (t.decode("utf-8", "replace") for t in batch["label_text"])))
     except tf.errors.DataLossError as exc:
         scan.error = f"DataLossError: {_clean(exc.message)} (bad CRC or truncated: the file is damaged)"
     except tf.errors.OpError as exc:
@@ -157,7 +194,10 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     """Checks one split's shards against metadata; pure, given the scans."""
     checks = []
     files, lengths = list(info.files), list(info.shard_lengths)
-    consistent = sum(lengths) == info.num_examples and sum(info.label_counts.values()) == info.num_examples
+    detection = bool(layout.box_keys)  # label_counts count objects, not records
+    unit = "objects" if detection else "records"
+    counted = detection or sum(info.label_counts.values()) == info.num_examples
+    consistent = sum(lengths) == info.num_examples and counted
     checks.append(Check(consistent, f"{name}: metadata is self-consistent",
                         "" if consistent else f"sum(shard_lengths) {sum(lengths)}, label_counts sum "
                         f"{sum(info.label_counts.values())}, num_examples {info.num_examples}"))
@@ -179,15 +219,18 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     labels = sum((scan.labels for scan in scans), collections.Counter())
     out_of_range = sum(n for label, n in labels.items() if label not in id_to_name)
     checks.append(Check(out_of_range == 0, f"{name}: label ids in label_map",
-                        f"{out_of_range} records with unknown label ids" if out_of_range else ""))
+                        f"{out_of_range} {unit} with unknown label ids" if out_of_range else ""))
     found = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
     expected = dict(info.label_counts)
-    checks.append(Check(found == expected, f"{name}: label counts", _diff(found, expected)))
+    checks.append(Check(found == expected, f"{name}: {'object' if detection else 'label'} counts",
+                        _diff(found, expected)))
     pairs = sum((scan.label_pairs for scan in scans), collections.Counter())
     if pairs:
         wrong = sum(n for (label, text), n in pairs.items() if label_map.get(text) != label)
         checks.append(Check(wrong == 0, f"{name}: label text agrees with label ids",
-                            f"{wrong} records disagree" if wrong else ""))
+                            f"{wrong} {unit} disagree" if wrong else ""))
+    if detection:
+        checks.extend(object_checks(name, scans))
     record_bytes = sum(scan.record_bytes for scan in scans)
     checks.append(Check(record_bytes == info.num_bytes, f"{name}: record bytes",
                         "" if record_bytes == info.num_bytes
@@ -195,14 +238,26 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     sizes = _size_keys(layout)
     if sizes:
         wrong_size = sum(scan.wrong_size for scan in scans)
-        shape = "x".join(map(str, layout.shape))
-        checks.append(Check(wrong_size == 0, f"{name}: {', '.join(sizes)} agree with the parse spec's shape {shape}",
+        shape = ("the parse spec's shape " + "x".join(map(str, layout.shape)) if None not in layout.shape
+                 else "each decoded image")
+        checks.append(Check(wrong_size == 0, f"{name}: {', '.join(sizes)} agree with {shape}",
                             f"{wrong_size} records disagree" if wrong_size else ""))
     if layout.pixel_dtype != tf.uint8:
         non_finite = sum(scan.non_finite for scan in scans)
         checks.append(Check(non_finite == 0, f"{name}: pixels finite",
                             f"{non_finite} images with NaN/inf" if non_finite else ""))
     return checks
+
+
+def object_checks(name: str, scans: Sequence[ShardScan]) -> list[Check]:
+    """A detection split's records hold one value per object in every list, and boxes inside the
+    image with min <= max."""
+    bad_lengths = sum(scan.bad_lengths for scan in scans)
+    bad_boxes = sum(scan.bad_boxes for scan in scans)
+    return [Check(bad_lengths == 0, f"{name}: per-object lists have one value per object",
+                  f"{bad_lengths} records disagree" if bad_lengths else ""),
+            Check(bad_boxes == 0, f"{name}: boxes in [0, 1] with xmin <= xmax, ymin <= ymax",
+                  f"{bad_boxes} boxes are not" if bad_boxes else "")]
 
 
 def _uncompressed(stored: BinaryIO, compression: str) -> ContextManager[BinaryIO]:
@@ -278,7 +333,8 @@ def description_check(metadata: DatasetMetadata) -> Check:
         image, keys = _recorded_specs(metadata.config)
     except (KeyError, TypeError, ValueError) as exc:
         return Check(False, name, f"config.image or config.features is not a valid config: {type(exc).__name__}: {exc}")
-    differences = (_differences(metadata.features, feature_spec(image, keys), "features")
+    described = (detection_feature_spec if metadata.objects is not None else feature_spec)(image, keys)
+    differences = (_differences(metadata.features, described, "features")
                    + _differences(metadata.image, image_description(image), "image"))
     return Check(not differences, name, "; ".join(differences[:3]))
 
@@ -289,12 +345,21 @@ def unlisted_shards(output: str, metadata: DatasetMetadata) -> list[str]:
     return sorted(n for n in present - set(metadata.shard_files) if parse_shard_file_name(n))
 
 
-def dead_letter_counts(output: str,
-                       metadata: DatasetMetadata) -> tuple[collections.Counter, collections.Counter, list[str]]:
-    """(rejections per split, per error class, problems) from the dead-letter files metadata lists."""
-    by_split: collections.Counter = collections.Counter()
-    by_error: collections.Counter = collections.Counter()
-    problems = []
+@dataclasses.dataclass
+class DeadLetterCounts:
+    """The dead-letter rows: inputs rejected per split and per error class, and (detection) the
+    objects and annotation entries dropped per error class (stage "object", not inputs)."""
+
+    by_split: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    by_error: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    objects: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+
+def dead_letter_counts(output: str, metadata: DatasetMetadata) -> DeadLetterCounts:
+    """What the dead-letter files metadata lists hold, and what is wrong with them."""
+    counts = DeadLetterCounts()
+    problems = counts.problems
     for name in metadata.error_files:
         path = posixpath.join(output.rstrip("/"), name)
         if not tf.io.gfile.exists(path):
@@ -308,16 +373,34 @@ def dead_letter_counts(output: str,
                 previous = line
                 try:
                     row = json.loads(line.decode("utf-8"))
-                    by_split[row.get("split")] += 1
-                    by_error[row["error"]] += 1
+                    if row.get("stage") == OBJECT_STAGE:
+                        counts.objects[row["error"]] += 1
+                    else:
+                        counts.by_split[row.get("split")] += 1
+                        counts.by_error[row["error"]] += 1
                 except (ValueError, KeyError, AttributeError):
                     problems.append(f"{name} line {number} is not a dead-letter row")
-    return by_split, by_error, problems
+    return counts
 
 
-def accounting_checks(metadata: DatasetMetadata, by_split: collections.Counter, by_error: collections.Counter,
-                      problems: Sequence[str]) -> list[Check]:
+def object_accounting_checks(metadata: DatasetMetadata, dropped: Mapping[str, int]) -> list[Check]:
+    """A detection dataset's objects: written = the splits' object counts (each checked against
+    the records), dropped = the dead letters of stage "object", per error class."""
+    if metadata.objects is None:
+        return []
+    in_splits = sum((collections.Counter(info.label_counts) for info in metadata.splits.values()),
+                    collections.Counter())
+    written, expected = dict(metadata.objects.written), {k: v for k, v in in_splits.items() if v}
+    return [Check(written == expected, f"objects: {sum(written.values())} written = objects in the splits",
+                  _diff(written, expected)),
+            Check(dict(dropped) == dict(metadata.objects.dropped),
+                  f"objects: {sum(metadata.objects.dropped.values())} dropped = object dead-letter rows",
+                  _diff(dict(dropped), dict(metadata.objects.dropped)))]
+
+
+def accounting_checks(metadata: DatasetMetadata, dead_letters: DeadLetterCounts) -> list[Check]:
     """Every input was written or rejected, and the dead letters say which and why."""
+    by_split, by_error, problems = dead_letters.by_split, dead_letters.by_error, dead_letters.problems
     inputs = metadata.inputs
     written = sum(info.num_examples for info in metadata.splits.values())
     checks = [
@@ -336,6 +419,7 @@ def accounting_checks(metadata: DatasetMetadata, by_split: collections.Counter, 
     for name, info in metadata.splits.items():
         checks.append(Check(by_split.get(name, 0) == info.rejected, f"{name}: {info.rejected} rejected = dead letters",
                             f"{by_split.get(name, 0)} rows name split {name}"))
+    checks.extend(object_accounting_checks(metadata, dead_letters.objects))
     return [c if not c.ok else dataclasses.replace(c, detail="") for c in checks]
 
 
@@ -357,7 +441,13 @@ def read_samples(files: Sequence[str], metadata: DatasetMetadata, count: int) ->
     images, captions = [], []
     try:
         for image, label, extras in dataset.as_numpy_iterator():
-            images.append(to_display_uint8(image, normalize, mean, std))
+            image = to_display_uint8(image, normalize, mean, std)
+            if isinstance(label, dict):  # detection: the boxes drawn, the classes as the caption
+                images.append(draw_boxes(image, label["boxes"]))
+                captions.append(", ".join(id_to_name.get(int(i), f"id {int(i)}") for i in label["classes"])
+                                or "no objects")
+                continue
+            images.append(image)
             text = extras["label_text"].decode("utf-8", "replace") if "label_text" in extras else None
             captions.append(text or id_to_name.get(int(label), f"id {int(label)}"))
     except tf.errors.OpError:
@@ -391,12 +481,12 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     layout = reader.layout_from_metadata(metadata, with_metadata=True)
     label_map = metadata.label_map
     classes = metadata.class_names()
+    shape = "x".join("?" if d is None else str(d) for d in layout.shape)
     say(f"imgrec dataset {output}: format {metadata.format_version}, {metadata.image.get('encoding')} "
-        f"{layout.pixel_dtype.name} {'x'.join(map(str, layout.shape))}, compression {metadata.compression}, "
+        f"{layout.pixel_dtype.name} {shape}, compression {metadata.compression}, "
         f"{len(classes)} classes", stream)
     checks = [label_map_check(label_map), description_check(metadata)]
-    by_split, by_error, problems = dead_letter_counts(output, metadata)
-    checks.extend(accounting_checks(metadata, by_split, by_error, problems))
+    checks.extend(accounting_checks(metadata, dead_letter_counts(output, metadata)))
     for check in checks:
         say(check.line(), stream)
     counts: dict[str, dict[str, int]] = {}
@@ -423,7 +513,7 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     if extra:
         say(f"\n  WARNING shard files not listed in metadata.json (ignored by load_dataset, read by globs): "
             f"{', '.join(extra)}", stream)
-    say("\nclass counts (records read):", stream)
+    say(f"\nclass counts ({'objects' if metadata.objects is not None else 'records'} read):", stream)
     say(_counts_table(counts, classes + sorted(set().union(*counts.values()) - set(classes))), stream)
     out_dir = out_dir or output
     tf.io.gfile.makedirs(out_dir)
@@ -432,7 +522,8 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         written.append(posixpath.join(out_dir, CONTACT_SHEET))
         write_png(written[-1], draw_contact_sheet(sections))
     written.append(posixpath.join(out_dir, CLASS_COUNTS))
-    write_png(written[-1], draw_bar_chart(counts, classes, title=f"examples per class: {output}"))
+    unit = "objects" if metadata.objects is not None else "examples"
+    write_png(written[-1], draw_bar_chart(counts, classes, title=f"{unit} per class: {output}"))
     say(f"\nwrote {', '.join(written)}", stream)
     try:
         published.check()
