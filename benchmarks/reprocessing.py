@@ -10,8 +10,8 @@
 2. A full run is killed (SIGKILL to the driver and every process it started) once `--kill_at` of
    its images are converted, then started again with the same command: the restart must use at
    most 50% of an uninterrupted run's CPU time and write exactly what the uninterrupted run wrote.
-   Converted images are those of finished parts and the records journaled by parts in progress,
-   which the restart takes too.
+   Converted images are those of finished parts, which the restart takes; the parts in
+   progress at the kill are converted again.
 3. A full run of the first `--smallest` images: the floor, what every run pays whatever it
    converts (Python, Beam, the converter processes, planning, publishing), as a share of the
    first run and of the uninterrupted one. No incremental run can cost less than the floor, and
@@ -72,17 +72,9 @@ def copy_images(paths: Sequence[pathlib.Path], corpus: pathlib.Path, target: pat
 
 
 def converted(output: pathlib.Path) -> int:
-    """Images converted so far by a running conversion: those of finished parts (the progress
-    markers) and the records journaled by parts in progress (which a restart takes too)."""
-    staging = output / ".imgrec-staging"
-    finished = sum(int(p.name.rsplit("-", 1)[1]) for p in staging.glob("run-*/progress/*-*"))
-    journaled = 0
-    for journal in staging.glob("parts/*.partial/*.index"):
-        try:
-            journaled += journal.read_bytes().count(b"\n")
-        except FileNotFoundError:  # the part just finished
-            pass
-    return finished + journaled
+    """Images of the parts a running conversion has finished (its progress markers): what a
+    restart takes; the parts in progress are converted again."""
+    return sum(int(p.name.rsplit("-", 1)[1]) for p in (output / ".imgrec-staging").glob("run-*/progress/*-*"))
 
 
 def one_round(args: argparse.Namespace, corpus: pathlib.Path, work: pathlib.Path) -> dict:

@@ -1,9 +1,10 @@
 """The driver's garbage collector, kept off the objects that live as long as the process.
 
 Beam's, OpenCV's and NumPy's imports leave about 160,000 objects that live until the process
-ends, and every full collection walks all of them: in a 2,000-image run, timed with
-`gc.callbacks`, the one during the run took 0.26 s and the one at exit 0.13 s. Frozen
-(`gc.freeze`), they are left out. `pipeline.verify` freezes TensorFlow's the same way.
+ends, and every full collection walks all of them. Frozen (`gc.freeze`), they are left out:
+a 2,000-image run (benchmarks/corpus/2000, default settings) took 1.08x the CPU time of the run's
+process tree without it (median of 5 interleaved rounds, 10.5 against 9.7 s). `pipeline.verify`
+freezes TensorFlow's the same way.
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import apache_beam as beam
@@ -16,9 +15,10 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import reaper
-from tests.helpers import REPO, make_good_images, run_pipeline, test_pipeline
-from transforms.concurrency import InflightDoFn
+from tests.helpers import REPO, test_pipeline
+from transforms.concurrency import InflightDoFn, close_shared_pools, shared_process_pool
 from transforms.files import read_input
+from transforms.limits import Converter
 from transforms.process_pool import SubprocessPool, WorkerDied, note
 
 pytestmark = [pytest.mark.beam, pytest.mark.timeout(120)]
@@ -136,34 +136,31 @@ def test_a_worker_that_dies_fails_its_task_with_its_note_and_is_replaced():
         pool.shutdown(wait=True)
 
 
-def test_a_conversion_starts_its_converter_processes_once(tmp_path):
-    """Reading, converting and concatenating shards share one pool: a run with
-    --convert_processes=2 starts two converter processes, not two per step (each costs a
-    Python start and OpenCV's import)."""
-    make_good_images(tmp_path / "images", per_class=3)
-    earlier = {child.pid for child in psutil.Process().children()}  # other tests' pools live on
-    seen: set[int] = set()
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            for child in psutil.Process().children():
-                try:
-                    if child.pid not in earlier and "transforms.process_pool" in child.cmdline():
-                        seen.add(child.pid)
-                except psutil.Error:
-                    pass
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+def test_a_pool_that_cannot_start_a_process_fails_each_task_and_recovers(monkeypatch):
+    """Nothing waits forever for a process that cannot be started (here: no interpreter)."""
+    pool = SubprocessPool(1)
     try:
-        metadata = run_pipeline(tmp_path / "images", tmp_path / "out", "--convert_processes=2")
+        with pytest.raises(WorkerDied):
+            pool.submit(os._exit, 7).result(timeout=60)
+        monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+        for _ in range(2):
+            with pytest.raises(WorkerDied, match="could not start a converter process"):
+                pool.submit(os.getpid).result(timeout=60)
+        monkeypatch.undo()
+        assert pool.submit(pow, 2, 5).result(timeout=60) == 32
     finally:
-        done.set()
-        watcher.join()
-    assert sum(split.num_examples for split in metadata.splits.values()) == 6
-    assert len(seen) == 2, f"{len(seen)} converter processes started"
+        pool.shutdown(wait=True)
+
+
+def test_steps_with_equal_converter_setups_share_one_pool():
+    """Reading, converting and concatenating each ask for the run's pool with their own (equal)
+    `Converter`: one pool, whose processes (a Python start and OpenCV's import each) start once."""
+    try:
+        pool = shared_process_pool(1, Converter(100, 200))
+        assert shared_process_pool(1, Converter(100, 200)) is pool
+        assert shared_process_pool(1, Converter(101, 200)) is not pool
+    finally:
+        close_shared_pools()
 
 
 # ----------------------------------------------------------------------------- the reaper

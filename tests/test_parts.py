@@ -9,7 +9,6 @@ import os
 import pathlib
 import shutil
 import socket
-from typing import Optional
 
 import numpy as np
 import pytest
@@ -21,7 +20,6 @@ from transforms.dataset_format import METADATA_FILE, IndexEntry, RecordLocation
 from transforms.example import RecordFields
 from transforms.image_header import ImageHeader
 from transforms.parts import (
-    JournalLine,
     PartOutcome,
     PartResult,
     PartTask,
@@ -221,12 +219,16 @@ def test_a_finished_part_is_taken_as_it_is(tmp_path, images):
     assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == records
 
 
-def test_a_part_without_its_outcome_is_converted_again(tmp_path, images):
-    settings, task, first, _ = finished_part(tmp_path, images)
-    (tmp_path / "parts" / f"{task.digest}.json").unlink()  # killed after the records, before the outcome
-    (tmp_path / "parts" / f"{task.digest}.records").write_bytes(b"half written")
+def test_a_part_cut_short_is_converted_again(tmp_path, images):
+    """What a killed attempt leaves (records under a temporary name, or renamed but no outcome
+    yet) is never taken: the part is converted again, to the same bytes."""
+    settings, task, first, records = finished_part(tmp_path, images)
+    parts = tmp_path / "parts"
+    (parts / f"{task.digest}.json").unlink()  # killed after the records, before the outcome
+    (parts / f"{task.digest}.records.tmp-killed").write_bytes(records[:len(records) // 2])
     again = convert_part(task, settings)
     assert again == first and again.resumed == 0
+    assert (parts / f"{task.digest}.records").read_bytes() == records
 
 
 def zeroed(data: bytes, start: int, length: int) -> bytes:
@@ -259,7 +261,9 @@ def test_a_finished_part_that_does_not_check_out_is_converted_again(tmp_path, im
 
 def test_a_finished_part_that_found_a_file_changed_is_converted_again_once_it_is_back(tmp_path, images):
     """A file changed (or unreadable) during one run is no verdict on its bytes: once restored,
-    the next run writes it instead of repeating the old rejection forever."""
+    the next run writes it instead of repeating the old rejection forever. The new attempt
+    writes a new file and renames it, so a one-part shard, which is the earlier records file
+    hard-linked, does not change under its reader."""
     settings = settings_for(tmp_path, part_images=8)
     (task,) = cut_into_parts(SHARD, images, settings)
     path = pathlib.Path(images[2].source.path)
@@ -267,9 +271,12 @@ def test_a_finished_part_that_found_a_file_changed_is_converted_again_once_it_is
     path.write_bytes(b"a sync tool rewrote it" + original)
     first = convert_part(task, settings)
     assert [(r.error, r.path) for r in first.rejections] == [("FileChanged", str(path))]
+    shard = tmp_path / "run" / concat_shard(ShardPlan(SHARD, 1), [part_result(task, first)], settings).file
+    linked = shard.read_bytes()
     path.write_bytes(original)
     again = convert_part(task, settings)
     assert (again.records, again.rejections, again.resumed) == (8, (), 0)
+    assert shard.read_bytes() == linked
 
 
 def test_a_finished_part_with_corrupt_images_is_taken_under_a_renamed_split(tmp_path, images):
@@ -293,125 +300,6 @@ def finished_part(tmp_path, images) -> tuple[WriterSettings, PartTask, PartOutco
     (task,) = cut_into_parts(SHARD, images, settings)
     outcome = convert_part(task, settings)
     return settings, task, outcome, (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
-
-
-def interrupted_attempt(tmp_path, task, outcome: PartOutcome, run: str, records: int, torn: int = 0,
-                        written: Optional[pathlib.Path] = None, positions=()) -> pathlib.Path:
-    """What a run killed while converting `task` leaves: the first `records` records of
-    `outcome` (written to `written`, by default the finished part) plus `torn` bytes of the
-    next one, and the journal lines of all of them (the last may be torn); the finished part
-    is removed. `positions`: the images the records were of (default 0, 1, ...)."""
-    parts = tmp_path / "parts"
-    data = (written or parts / f"{task.digest}.records").read_bytes()
-    for name in (f"{task.digest}.records", f"{task.digest}.json"):
-        (parts / name).unlink()
-    folder = parts / f"{task.digest}.partial"
-    folder.mkdir()
-    end = sum(entry.length for entry in outcome.index[:records])
-    (folder / f"{run}-1.records").write_bytes(data[:end + torn])
-    entries = outcome.index[:records + (1 if torn else 0)]
-    positions = positions or range(len(entries))
-    lines = [JournalLine(p, False, e).to_line() for p, e in zip(positions, entries)]
-    (folder / f"{run}-1.index").write_text("".join(lines))
-    return folder
-
-
-def test_a_killed_attempt_leaves_records_a_restart_takes(tmp_path, images):
-    """Killed in the middle of record 6 of 8: a restart takes records 1-5 as they are (their
-    images are gone, so it cannot have converted them) and converts the rest; the part is the
-    same byte for byte."""
-    settings, task, first, expected = finished_part(tmp_path, images)
-    folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=5, torn=1000)
-    for image in task.images[:5]:
-        pathlib.Path(image.source.path).unlink()
-    again = convert_part(task, dataclasses.replace(settings, run_dir=str(tmp_path / "run-2")))
-    assert again.rejections == () and again.resumed == 5
-    assert dataclasses.replace(again, resumed=0, converted_by=first.converted_by) == first
-    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
-    assert not folder.exists()
-
-
-@pytest.mark.parametrize("damage", ["byte", "journal", "own run", "other images", "huge length"])
-def test_only_records_that_check_out_are_taken(tmp_path, images, damage):
-    """A damaged byte (record 3), a journal line that does not match its record, the run's own
-    attempt, an attempt at other images, a length past the file's end: those records are
-    converted again, the others taken."""
-    settings, task, first, expected = finished_part(tmp_path, images)
-    run = "run" if damage == "own run" else "run-killed"
-    folder = interrupted_attempt(tmp_path, task, first, run, records=6)
-    records, journal = folder / f"{run}-1.records", folder / f"{run}-1.index"
-    lines = journal.read_text().splitlines(keepends=True)
-    if damage == "byte":
-        data = bytearray(records.read_bytes())
-        data[first.index[2].offset + first.index[2].image_offset + 5] ^= 1
-        records.write_bytes(bytes(data))
-    elif damage == "journal":
-        shifted = dataclasses.replace(first.index[2], image_offset=first.index[2].image_offset + 1)
-        lines[2] = JournalLine(2, False, shifted).to_line()
-    elif damage == "other images":
-        lines = [JournalLine(i, False, dataclasses.replace(e, sha256=task.images[0].source.content_hash)).to_line()
-                 for i, e in enumerate(first.index[:6])]
-    elif damage == "huge length":
-        lines[4] = JournalLine(4, False, dataclasses.replace(first.index[4], length=10**15)).to_line()
-    journal.write_text("".join(lines))
-    again = convert_part(task, settings)
-    assert again.resumed == {"byte": 5, "journal": 5, "own run": 0, "other images": 1, "huge length": 5}[damage]
-    assert dataclasses.replace(again, resumed=0) == first
-    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
-
-
-def test_an_image_rejected_once_is_converted_again_and_takes_its_place(tmp_path, images):
-    """Image 2 could not be read in the killed run (a passing network error), and image 3 has the
-    same bytes: the journal says which image each record was of, so the restart converts image 2
-    again rather than giving image 3's record its place, and takes image 3's record."""
-    settings = settings_for(tmp_path, part_images=8)
-    (task,) = cut_into_parts(SHARD, images, settings)
-    pathlib.Path(task.images[3].source.path).write_bytes(pathlib.Path(task.images[2].source.path).read_bytes())
-    task_images = list(task.images)
-    task_images[3] = planned(pathlib.Path(task.images[3].source.path), task.images[3].label_id)
-    (task,) = cut_into_parts(SHARD, task_images, settings)
-    first = convert_part(task, settings)
-    expected = (tmp_path / "parts" / f"{task.digest}.records").read_bytes()
-    assert task.images[2].source.content_hash == task.images[3].source.content_hash
-    # the killed run: image 2 rejected, images 0, 1, 3, 4 written
-    missing = tmp_path / "gone.jpg"
-    pathlib.Path(task.images[2].source.path).rename(missing)
-    killed = convert_part(task, settings_for(tmp_path, name="run-killed", part_images=8, parts="killed"))
-    pathlib.Path(missing).rename(task.images[2].source.path)
-    assert [r.error for r in killed.rejections] == ["UnreadableFile"]
-    interrupted_attempt(tmp_path, task, killed, "run-killed", records=4,
-                        written=tmp_path / "killed" / f"{task.digest}.records", positions=(0, 1, 3, 4))
-    again = convert_part(task, settings)
-    assert again.resumed == 4 and again.rejections == ()
-    assert dataclasses.replace(again, resumed=0) == first
-    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
-
-
-def test_records_a_killed_attempt_copied_from_a_previous_dataset_are_not_taken_over(tmp_path, images):
-    """Whether that dataset was still the one checked when they were copied is not known."""
-    settings, task, first, expected = finished_part(tmp_path, images)
-    folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=3)
-    journal = folder / "run-killed-1.index"
-    journal.write_text("".join(JournalLine(i, i == 1, e).to_line() for i, e in enumerate(first.index[:3])))
-    again = convert_part(task, settings)
-    assert (again.resumed, again.reused) == (2, 0)
-    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
-
-
-@pytest.mark.parametrize("tamper", ["partial is a file", "journal is a folder", "records is a folder"])
-def test_an_unusable_attempt_is_left_alone(tmp_path, images, tamper):
-    settings, task, first, expected = finished_part(tmp_path, images)
-    folder = interrupted_attempt(tmp_path, task, first, "run-killed", records=3)
-    if tamper == "partial is a file":
-        shutil.rmtree(folder)
-        folder.write_text("x")
-    else:
-        path = folder / f"run-killed-1.{'index' if tamper == 'journal is a folder' else 'records'}"
-        path.unlink()
-        path.mkdir()
-    again = convert_part(task, settings)
-    assert dataclasses.replace(again, resumed=0) == first and again.resumed == 0
-    assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == expected
 
 
 # ----------------------------------------------------------------------------- concatenating a shard

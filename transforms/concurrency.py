@@ -1,4 +1,4 @@
-"""Bounded concurrency inside a DoFn, and keeping worker processes from outliving their parent.
+"""Bounded concurrency inside a DoFn, and the converter pool a process's DoFns share.
 
 Runners that execute a stage in one process (the FnApiRunner's in_memory mode, Prism's loopback
 workers) run a DoFn's bundle on one thread. `InflightDoFn` lets such a DoFn keep every core
@@ -30,7 +30,7 @@ def shared_process_pool(workers: int, initializer: Optional[Callable[[], None]])
     start once (they are idle while Beam plans between steps) and live as long as this process."""
     with _pools_lock:
         pool = _pools.get((workers, initializer))
-        if pool is None or not pool.healthy:
+        if pool is None:
             pool = _pools[(workers, initializer)] = SubprocessPool(workers, initializer)
         return pool
 
@@ -66,9 +66,6 @@ class InflightDoFn(beam.DoFn):
 
     # -- for subclasses
     def task(self, element: Any) -> tuple[Callable[..., Any], tuple]:
-        return self.work, (element,)
-
-    def work(self, element: Any) -> Any:
         raise NotImplementedError
 
     def emit(self, element: Any, result: Any) -> Iterable[Any]:

@@ -3,9 +3,8 @@
 A part is a fixed number of consecutive records of one shard. Converting it writes its records
 to a part file named by a digest of the settings and images it holds, then an outcome file
 (counts, rejections, record index) last, so a part with an outcome is complete and a restarted
-run takes it as it is (once it checks out: `finished_outcome`). On a local disk, a part in
-progress also journals every record it has written, so a run killed mid-part leaves records a
-restart can take too (`salvaged_record`).
+run takes it as it is (once it checks out: `finished_outcome`); a part cut short is converted
+again.
 Concatenating a shard's parts in order gives the same bytes as writing the shard in one pass,
 because TFRecord framing is per record.
 
@@ -14,29 +13,18 @@ This module imports no Beam: it runs in the converter processes (transforms/proc
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import hashlib
-import io
 import json
 import os
-import posixpath
 import signal
 import socket
 import uuid
-from typing import BinaryIO, Iterable, Iterator, Optional
+from typing import BinaryIO, Iterable, Optional
 
 from transforms import files, limits, tfrecord
 from transforms.annotations import annotation_digest
-from transforms.dataset_format import (
-    METADATA_FILE,
-    FormatError,
-    IndexEntry,
-    index_file_name,
-    join,
-    run_id_of,
-    shard_file_name,
-)
+from transforms.dataset_format import METADATA_FILE, IndexEntry, index_file_name, join, run_id_of, shard_file_name
 from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
 from transforms.process import image_to_record
 from transforms.process_detection import detection_to_record
@@ -108,7 +96,7 @@ class PartOutcome:
     index: tuple[IndexEntry, ...]
     reused: int
     converted_by: str  # host:pid of the process that converted it
-    resumed: int = 0  # records taken from an earlier, interrupted attempt (not stored)
+    resumed: int = 0  # records of a part an earlier run finished, taken as they are (not stored)
 
     def to_json(self) -> str:
         return json.dumps({"digest": self.digest, "records": self.records, "num_bytes": self.num_bytes,
@@ -153,7 +141,7 @@ class ShardResult:
     label_counts: tuple[tuple[str, int], ...]
     reused: int = 0
     converters: tuple[str, ...] = ()  # the processes that converted its parts (host:pid)
-    resumed: int = 0  # records taken from what an interrupted run had written
+    resumed: int = 0  # records of parts an earlier run finished
 
 
 def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str], source_root: str = "",
@@ -304,189 +292,18 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
         raise
 
 
-@dataclasses.dataclass(frozen=True)
-class JournalLine:
-    """One record an attempt has written: the position of its image in the part, whether its
-    image bytes were reused from a previous dataset, and its index entry in the attempt's file."""
-
-    position: int
-    reused: bool
-    entry: IndexEntry
-
-    def to_line(self) -> str:
-        return f"{self.position} {int(self.reused)} {self.entry.to_line()}"
-
-    @classmethod
-    def from_line(cls, line: str) -> "JournalLine":
-        position, reused, rest = line.split(" ", 2)
-        if reused not in ("0", "1"):
-            raise FormatError(f"journal line has reused={reused!r}")
-        return cls(int(position), reused == "1", IndexEntry.from_line(rest))
-
-
-class _Journal:
-    """The line of every record an attempt has written, appended once the record is in its file
-    (unbuffered, so a killed process leaves every line it wrote). No path: no journal."""
-
-    def __init__(self, path: Optional[str]):
-        self._handle = open(path, "ab", buffering=0) if path else None
-
-    def add(self, records: BinaryIO, line: JournalLine) -> None:
-        if self._handle:
-            records.flush()
-            self._handle.write(line.to_line().encode("ascii"))
-
-    def close(self) -> None:
-        if self._handle:
-            self._handle.close()
-
-
-def parse_journal(text: str, num_images: int) -> dict[int, JournalLine]:
-    """A journal's usable lines by image position; damaged lines are skipped, not trusted."""
-    lines = {}
-    for raw in text.splitlines():
-        try:
-            line = JournalLine.from_line(raw)
-        except (FormatError, ValueError):
-            continue
-        if 0 <= line.position < num_images and line.entry.offset >= 0 and line.entry.length > 0:
-            lines.setdefault(line.position, line)
-    return lines
-
-
-def salvaged_record(line: JournalLine, image: PlannedImage, records: BinaryIO, size: int,
-                    image_key: str) -> Optional[bytes]:
-    """The framed record an interrupted attempt wrote for `image`, if it is exactly what
-    converting the image writes: inside the file, checksums valid, holding the image's content
-    hash and image bytes where the line says. Else None, and the image is converted again.
-
-    The part's digest covers its images in order, their fields and the record settings, so a
-    record at the same position with these checks has the bytes a conversion would write."""
-    entry = line.entry
-    if entry.sha256 != image.source.content_hash or entry.offset + entry.length > size:
-        return None
-    return intact_record(records, entry, image_key)
-
-
-def intact_record(records: BinaryIO, entry: IndexEntry, image_key: str) -> Optional[bytes]:
-    """The framed record at `entry` in `records` if its checksums hold and its image bytes are
-    where the entry says, hashing to the entry's content hash; else None."""
-    try:
-        records.seek(entry.offset)
-        framed = records.read(entry.length)
-        data = tfrecord.parse_framed(framed)
-    except (ValueError, OSError):  # CorruptRecord is a ValueError
-        return None
-    return framed if locates_image(data, entry.image_offset, entry.image_length, entry.sha256, image_key) else None
-
-
-class _Attempt:
-    """Where one attempt at a part writes before its records are complete.
-
-    On a local disk: `{digest}.partial/{run}-{unique}.records` and its journal (`.index`), so a
-    restarted run can claim an interrupted run's attempt (`claim`). Elsewhere (object stores,
-    whose objects appear only once closed), or when that folder cannot be made, a temporary
-    name beside the part."""
-
-    def __init__(self, task: PartTask, settings: WriterSettings):
-        self.records_path = part_file(settings, task.digest, "records")
-        self.run = posixpath.basename(settings.run_dir.rstrip("/"))
-        local = files.local_path(settings.parts_dir)
-        self.folder = os.path.join(local, f"{task.digest}.partial") if local is not None else None
-        try:
-            if self.folder is not None:
-                os.makedirs(self.folder, exist_ok=True)
-        except OSError:  # e.g. a file in its place: then this attempt cannot be taken over
-            self.folder = None
-        if self.folder is not None:
-            stem = os.path.join(self.folder, f"{self.run}-{uuid.uuid4().hex}")
-            self.temporary, self.journal = f"{stem}.records", f"{stem}.index"
-        else:
-            self.temporary, self.journal = f"{self.records_path}.tmp-{uuid.uuid4().hex}", None
-
-    def claim(self) -> Optional[tuple[str, BinaryIO, str]]:
-        """(path, open records file, journal text) of another run's attempt, the longest journal
-        first, renamed to this attempt's names: a rename succeeds once, so no two attempts take
-        the same one. Only other runs' attempts: this run's own may still be running (a retried
-        bundle). What is taken is read, never written to, so even a writer of a killed driver's
-        job that is still alive cannot change the records taken. Anything unreadable is skipped."""
-        if self.folder is None:
-            return None
-        candidates = [name for name in os.listdir(self.folder)
-                      if name.endswith(".index") and name[:-len(".index")].rsplit("-", 1)[0] != self.run]
-        for name in sorted(candidates, key=lambda n: _size(os.path.join(self.folder, n)), reverse=True):
-            stem, claimed = os.path.join(self.folder, name[:-len(".index")]), f"{self.temporary}.claimed"
-            try:
-                os.rename(f"{stem}.index", f"{claimed}.index")
-                os.rename(f"{stem}.records", claimed)
-                with open(f"{claimed}.index", "rb") as handle:
-                    journal = handle.read(_MAX_JOURNAL_BYTES).decode("ascii", "replace")
-                os.remove(f"{claimed}.index")
-                return claimed, open(claimed, "rb"), journal
-            except OSError:  # gone (another claimant), or not a file: not this attempt's to take
-                continue
-        return None
-
-    def abandon(self) -> None:
-        """Removes what this attempt wrote, journal included: nothing of it may be taken over."""
-        files.delete([path for path in (self.journal, self.temporary) if path])
-        self._remove_folder()
-
-    def finish(self) -> None:
-        files.rename(self.temporary, self.records_path)
-        if self.folder is not None:
-            os.remove(self.journal)
-        self._remove_folder()
-
-    def _remove_folder(self) -> None:
-        if self.folder is not None:
-            try:
-                os.rmdir(self.folder)
-            except OSError:  # other attempts' leftovers: removed with the parts when a run publishes
-                pass
-
-
-_MAX_JOURNAL_BYTES = 64 * 2**20  # a journal line per record is ~110 bytes
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return -1
-
-
-@contextlib.contextmanager
-def _claimed_attempt(task: PartTask, attempt: _Attempt) -> Iterator[tuple[dict[int, JournalLine], BinaryIO, int]]:
-    """An interrupted run's attempt at this part: (its journal lines by position, its records
-    file, the file's size), removed afterwards; nothing when there is none."""
-    claimed = attempt.claim()
-    if claimed is None:
-        yield {}, io.BytesIO(), 0
-        return
-    path, records, journal = claimed
-    try:
-        with records:
-            yield parse_journal(journal, len(task.images)), records, os.fstat(records.fileno()).st_size
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-
-
 def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dict[int, str]] = None) -> PartOutcome:
-    """Writes the part's records (or finds them from an earlier attempt); returns its outcome.
+    """Writes the part's records (or finds them finished by an earlier run); returns its outcome.
     `refused`: the images (by position) that ended an earlier attempt's converter process, and
     why; they are rejected without being converted again.
 
     Runs in a converter process (`convert_part_on`), each image within its limits
-    (transforms/limits.py). The records go to a temporary name and the
-    outcome is written last, so a part whose outcome exists is complete, and taken as it is if it
-    checks out (`finished_outcome`) and rejected no file for its state then (unreadable,
-    changed). Records an interrupted run wrote for this part are taken when they check out
-    (`salvaged_record`) and were converted, not copied from a previous dataset; every other
-    image, including those it rejected, is converted again. Records copied from a previous
-    dataset are kept only if it was not replaced meanwhile (`still_published`), else the part
-    is written again without copying.
+    (transforms/limits.py). The records go to a temporary name, renamed once complete, and the
+    outcome is written last, so a part whose outcome exists is complete: it is taken as it is
+    if it checks out (`finished_outcome`) and rejected no file for its state then (unreadable,
+    changed). A part cut short (kill -9, a stopped run) is converted again in full. Records
+    copied from a previous dataset are kept only if it was not replaced meanwhile
+    (`still_published`), else the part is written again without copying.
     """
     split = task.shard[0]
     found = finished_outcome(task, settings)
@@ -494,58 +311,42 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
         # Records do not hold their split, so the part is the same under renamed splits.
         rejections = tuple(dataclasses.replace(r, split=split) for r in found.rejections)
         return dataclasses.replace(found, rejections=rejections, resumed=found.records)
-    attempt = _Attempt(task, settings)
+    records_path = part_file(settings, task.digest, "records")
+    temporary = f"{records_path}.tmp-{uuid.uuid4().hex}"  # a killed attempt's: removed with the staging
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
-    offset = num_bytes = reused = resumed = 0
+    offset = num_bytes = reused = 0
     copied_from: set[tuple[str, str]] = set()  # (dataset, the run that published it) of each copied record
-    journal = _Journal(attempt.journal)
-    try:
-        with files.create(attempt.temporary) as handle, _claimed_attempt(task, attempt) as (earlier, records, size):
-            for position, image in enumerate(task.images):
-                if refused and position in refused:
-                    rejections.append(Rejection.from_exception(image.source.path, CorruptImage(refused[position]),
-                                                               split))
-                    continue
-                line = earlier.get(position)
-                # A copied record: see still_published. An annotated image's dropped objects are not
-                # journalled, so it is converted again.
-                salvage = line is not None and not line.reused and image.source.annotations is None
-                framed = salvaged_record(line, image, records, size, settings.keys.image) if salvage else None
-                if framed is not None:
-                    handle.write(framed)
-                    entry, was_reused = dataclasses.replace(line.entry, offset=offset), line.reused
-                    labels = (image.source.label,)
-                    resumed += 1
-                else:
-                    try:
-                        with limits.image_time(position, image.source.header.width * image.source.header.height):
-                            converted = convert_image(image, settings)
-                    except InputRejected as exc:
-                        rejections.append(Rejection.from_exception(image.source.path, exc, split))
-                        continue
-                    record, was_reused, labels = converted.record, converted.reused, converted.labels
-                    rejections.extend(dataclasses.replace(row, split=split) for row in converted.dropped)
-                    entry = IndexEntry(offset, tfrecord.write_record(handle, record.data),
-                                       image.source.content_hash, record.image_offset, record.image_length)
-                    if was_reused:
-                        copied_from.add((image.reuse.dataset, image.reuse.run_id))
-                index.append(entry)
-                journal.add(handle, JournalLine(position, was_reused, entry))
-                offset += entry.length
-                num_bytes += entry.length - tfrecord.framed_length(0)
-                label_counts.update(labels)
-                reused += was_reused
-    finally:
-        journal.close()
+    with files.create(temporary) as handle:
+        for position, image in enumerate(task.images):
+            if refused and position in refused:
+                rejections.append(Rejection.from_exception(image.source.path, CorruptImage(refused[position]), split))
+                continue
+            try:
+                with limits.image_time(position, image.source.header.width * image.source.header.height):
+                    converted = convert_image(image, settings)
+            except InputRejected as exc:
+                rejections.append(Rejection.from_exception(image.source.path, exc, split))
+                continue
+            record, was_reused = converted.record, converted.reused
+            rejections.extend(dataclasses.replace(row, split=split) for row in converted.dropped)
+            entry = IndexEntry(offset, tfrecord.write_record(handle, record.data),
+                               image.source.content_hash, record.image_offset, record.image_length)
+            if was_reused:
+                copied_from.add((image.reuse.dataset, image.reuse.run_id))
+            index.append(entry)
+            offset += entry.length
+            num_bytes += entry.length - tfrecord.framed_length(0)
+            label_counts.update(converted.labels)
+            reused += was_reused
     if not all(still_published(dataset, run_id) for dataset, run_id in copied_from):
-        attempt.abandon()
+        files.delete([temporary])
         return convert_part(without_reuse(task), settings, refused)
-    attempt.finish()
+    files.rename(temporary, records_path)
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
                           tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")
     files.write_atomically(part_file(settings, task.digest, "json"), outcome.to_json().encode("utf-8"))
-    return dataclasses.replace(outcome, resumed=resumed)
+    return outcome
 
 
 def convert_part_on(converters: SubprocessPool, task: PartTask, settings: WriterSettings) -> PartOutcome:
@@ -578,11 +379,22 @@ def finished_outcome(task: PartTask, settings: WriterSettings) -> Optional[PartO
         if outcome.digest != task.digest or files.size(records) != sum(e.length for e in outcome.index):
             return None
         with files.open_read(records) as handle:
-            if not all(intact_record(handle, entry, settings.keys.image) for entry in outcome.index):
+            if not all(_intact(handle, entry, settings.keys.image) for entry in outcome.index):
                 return None
     except (OSError, ValueError, KeyError, TypeError):  # damaged JSON, a line that is no entry
         return None
     return outcome
+
+
+def _intact(records: BinaryIO, entry: IndexEntry, image_key: str) -> bool:
+    """Whether the record at `entry` in `records` has valid checksums and its image bytes where
+    the entry says, hashing to the entry's content hash."""
+    try:
+        records.seek(entry.offset)
+        data = tfrecord.parse_framed(records.read(entry.length))
+    except (ValueError, OSError):  # CorruptRecord is a ValueError
+        return False
+    return locates_image(data, entry.image_offset, entry.image_length, entry.sha256, image_key)
 
 
 def _read_outcome(settings: WriterSettings, digest: str) -> PartOutcome:

@@ -5,7 +5,8 @@
 threads is unsafe. These workers are fresh interpreters (`python -m transforms.process_pool`)
 with the parent's `sys.path`; a task is a pickled (function, args), so a worker imports just the
 function's module. Each worker is killed by the kernel when its parent dies, and a worker that
-dies is replaced; what its task last `note`d tells the parent what it was doing then.
+dies is replaced (`concurrent.futures` would mark the whole pool broken); what its task last
+`note`d tells the parent what it was doing then.
 """
 from __future__ import annotations
 
@@ -79,13 +80,14 @@ def _receive(stream: BinaryIO) -> Any:
 
 
 class _Worker:
-    """One process (replaced when it dies) and the thread that feeds it tasks from the shared queue."""
+    """One process and the thread that feeds it tasks from the shared queue. A process that dies
+    fails its task and is replaced for the next one; if none can be started, each task fails
+    (nothing waits forever)."""
 
-    def __init__(self, tasks: "queue.Queue", initializer: Optional[Callable[[], None]], lock: threading.Lock):
-        self._tasks, self._lock, self._initializer = tasks, lock, initializer
+    def __init__(self, tasks: "queue.Queue", initializer: Optional[Callable[[], None]]):
+        self._tasks, self._initializer = tasks, initializer
         self._note = _note_file()
-        self.process = self._start()
-        self.alive = True
+        self.process: Optional[subprocess.Popen] = self._start()
         self.thread = threading.Thread(target=self._serve, name="imgrec-pool", daemon=True)
         self.thread.start()
 
@@ -101,64 +103,42 @@ class _Worker:
         return None if value == _NO_NOTE else value
 
     def _serve(self) -> None:
-        while True:
-            item = self._tasks.get()
-            if item is None:
-                break
+        while (item := self._tasks.get()) is not None:
             future, function, args = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            os.pwrite(self._note, _NOTE.pack(_NO_NOTE), 0)
-            try:
-                _send(self.process.stdin, (function, args))
-                ok, value = _receive(self.process.stdout)
-            except (EOFError, OSError, pickle.PickleError) as exc:
-                self.process.kill()  # if it still runs (a task that could not be sent), it is replaced too
-                code = self.process.wait()
-                future.set_exception(WorkerDied(f"converter process {self.process.pid} died (exit code {code}): "
-                                                f"{exc!r}", code, self._noted()))
-                try:
-                    self.process = self._start()
-                    continue
-                except OSError:
-                    with self._lock:  # no task can be queued between this death and the drain
-                        self.alive = False
-                        self._fail_rest()
-                    return
-            (future.set_result if ok else future.set_exception)(value)
-        self.process.stdin.close()
-        self.process.wait()
+            if future.set_running_or_notify_cancel():
+                self._run(future, function, args)
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait()
         os.close(self._note)
 
-    def _fail_rest(self) -> None:
-        while True:
-            try:
-                item = self._tasks.get_nowait()
-            except queue.Empty:
+    def _run(self, future: concurrent.futures.Future, function: Callable, args: tuple) -> None:
+        os.pwrite(self._note, _NOTE.pack(_NO_NOTE), 0)
+        try:
+            self.process = self.process or self._start()
+            _send(self.process.stdin, (function, args))
+            ok, value = _receive(self.process.stdout)
+        except (EOFError, OSError, pickle.PickleError) as exc:
+            if self.process is None:  # none could be started
+                future.set_exception(WorkerDied(f"could not start a converter process: {exc!r}"))
                 return
-            if item is None:
-                self._tasks.put(None)
-                return
-            item[0].set_exception(WorkerDied("the converter pool lost a process"))
+            self.process.kill()  # if it still runs (a task that could not be sent), it is replaced too
+            code = self.process.wait()
+            future.set_exception(WorkerDied(f"converter process {self.process.pid} died (exit code {code}): "
+                                            f"{exc!r}", code, self._noted()))
+            self.process = None
+            return
+        (future.set_result if ok else future.set_exception)(value)
 
 
 class SubprocessPool(concurrent.futures.Executor):
     def __init__(self, workers: int, initializer: Optional[Callable[[], None]] = None):
         self._tasks: "queue.Queue" = queue.Queue()
-        self._lock = threading.Lock()
-        self._workers = [_Worker(self._tasks, initializer, self._lock) for _ in range(workers)]
-
-    @property
-    def healthy(self) -> bool:
-        return all(worker.alive for worker in self._workers)
+        self._workers = [_Worker(self._tasks, initializer) for _ in range(workers)]
 
     def submit(self, function: Callable, /, *args: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            if not all(worker.alive for worker in self._workers):
-                future.set_exception(WorkerDied("a converter process of the pool has died"))
-                return future
-            self._tasks.put((future, function, args))
+        self._tasks.put((future, function, args))
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
