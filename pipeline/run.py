@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 import uuid
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
 from pipeline.flags import help_requested
@@ -36,7 +36,6 @@ from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState, create_runner
-from apache_beam.runners.worker import statesampler
 
 from pipeline import stores
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
@@ -140,28 +139,6 @@ def direct_runner(options) -> Optional[PipelineRunner]:
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
-
-
-_STATE_SAMPLING_MS = 20
-
-
-@contextlib.contextmanager
-def bundles_ending_promptly() -> Iterator[None]:
-    """Beam's SDK worker ends every bundle by joining its state-sampling thread, which sleeps up
-    to 200 ms between samples (`statesampler.DEFAULT_SAMPLING_PERIOD_MS`, a default argument),
-    so each stage that runs a second or more ends 0 to 200 ms late: ~0.1 s per run of this
-    job. While a run's SDK worker runs in this process, it samples at most every 20 ms instead
-    (the thread wakes 50 times a second, and the msec counters get finer); Beam's default is
-    back afterwards. A Beam whose sampler takes other arguments is left as it is."""
-    init = statesampler.StateSampler.__init__
-    if init.__defaults__ != (statesampler.DEFAULT_SAMPLING_PERIOD_MS,):
-        yield
-        return
-    init.__defaults__ = (_STATE_SAMPLING_MS,)
-    try:
-        yield
-    finally:
-        init.__defaults__ = (statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
 
 
 def check_runner_options(options) -> None:
@@ -380,7 +357,7 @@ def convert(argv: Sequence[str]) -> Conversion:
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
         reporter = ProgressReporter(this_run, interval)
-        with reaped(), bundles_ending_promptly() if context.in_one_process else contextlib.nullcontext():
+        with reaped():
             try:
                 if context.in_one_process:
                     # The converters start (a Python and OpenCV's import each) while Beam builds the job.

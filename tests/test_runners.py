@@ -165,31 +165,6 @@ def test_the_direct_runner_is_the_fn_api_runner_with_the_options_its_workers_see
     assert direct_runner(PipelineOptions(["--runner=PrismRunner"])) is None
 
 
-@pytest.mark.unit
-def test_bundles_in_this_process_end_within_a_sampling_period_of_20_ms_during_a_run():
-    """Beam's SDK worker joins its state sampler at the end of every bundle; at Beam's 200 ms
-    period a long stage ended up to 200 ms late. Beam's default is back after the run, and a Beam
-    that changed the sampler fails this test rather than silently losing the fix."""
-    from apache_beam.runners.worker import statesampler
-    from apache_beam.utils.counters import CounterFactory
-
-    from pipeline.run import bundles_ending_promptly
-
-    def period() -> int:
-        return statesampler.StateSampler("stage", CounterFactory()).sampling_period_ms
-
-    assert period() == 200
-    with bundles_ending_promptly():
-        assert period() == 20
-        with bundles_ending_promptly():
-            assert period() == 20
-        assert period() == 20
-    assert period() == 200
-    with pytest.raises(KeyboardInterrupt), bundles_ending_promptly():
-        raise KeyboardInterrupt
-    assert period() == 200
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_direct_multi_processing_matches_in_memory(multi_processing, in_memory):
