@@ -32,12 +32,10 @@ if __name__ == "__main__":
 import apache_beam as beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
-from apache_beam.portability.api import beam_provision_api_pb2
-from apache_beam.runners.portability.fn_api_runner import fn_runner
-from apache_beam.runners.portability.portable_runner import JobServiceHandle
-from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState, create_runner
+from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import stores
+from pipeline.beam_internals import fn_api_runner, runner_error
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.engine_name import engine_name
 from pipeline.errors import ImgrecError, Interrupted, OutOfSpace, RunFailed, UsageError
@@ -119,26 +117,9 @@ def convert_processes(options) -> int:
 
 def check_runner(runner: str) -> None:
     """An unknown --runner (a typo) is a usage error, found before anything starts."""
-    try:
-        create_runner(runner)
-    except (ValueError, ImportError) as exc:
-        raise UsageError(f"--runner={runner}: {str(exc).splitlines()[0]}") from None
-
-
-def direct_runner(options) -> Optional[PipelineRunner]:
-    """For --runner=DirectRunner, the FnApiRunner, built as Beam's DirectRunner builds it (with
-    the options its SDK workers see); None for every other runner (Beam makes it from --runner).
-
-    Beam's DirectRunner first submits the job to Prism, downloading Prism from GitHub when it is
-    not cached, and falls back to the FnApiRunner when that fails. For this batch job Prism
-    costs about 2.3 s more per run and 1.2x the CPU per image, and a failed try (offline) about
-    0.23 s; `--runner=PrismRunner` still runs on Prism.
-    """
-    if runner_name(options) != "DirectRunner":
-        return None
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+    error = runner_error(runner)
+    if error:
+        raise UsageError(f"--runner={runner}: {error}")
 
 
 def check_runner_options(options) -> None:
@@ -362,7 +343,9 @@ def convert(argv: Sequence[str]) -> Conversion:
                 if context.in_one_process:
                     # The converters start (a Python and OpenCV's import each) while Beam builds the job.
                     shared_process_pool(writer.local_processes, writer.converter)
-                pipeline = beam.Pipeline(runner=direct_runner(options), options=options)
+                # DirectRunner: straight to the FnApiRunner, without trying Prism (pipeline/beam_internals.py)
+                direct = fn_api_runner(options) if runner == "DirectRunner" else None
+                pipeline = beam.Pipeline(runner=direct, options=options)
                 _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
                 clock = time.monotonic()
                 with reporter.running(), interrupts.interruptible():
