@@ -19,7 +19,7 @@ import typing
 from typing import Any, Iterable, Optional, Sequence
 
 import yaml
-from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.errors import CommandLineParser, UsageError
 from pipeline.flags import FLAGS, SECTIONS, add_imgrec_flags, comma_separated, shipped_configs
@@ -44,29 +44,22 @@ def _closest(name: str, valid: Iterable[str]) -> str:
     return f"; did you mean {match[0]}?" if match else ""
 
 
-class _StrictParser(CommandLineParser, _BeamArgumentParser):
-    """Beam's parser, but a bad value is a UsageError instead of usage text and SystemExit."""
-
-
-def _known_option_parser() -> _StrictParser:
-    """Every option of every PipelineOptions class, as Beam itself collects them."""
-    parser = _StrictParser(allow_abbrev=False)
-    seen: dict[str, type] = {}
-    for cls in PipelineOptions.__subclasses__():
-        seen.setdefault(str(cls), cls)
-    for cls in seen.values():
-        cls._add_argparse_args(parser)  # pylint: disable=protected-access
-    return parser
-
-
 def check_flags(flags: Sequence[str], source: str = "command line") -> None:
-    """Unknown flags and invalid values are usage errors, not warnings."""
-    parser = _known_option_parser()
-    _, unknown = parser.parse_known_args(list(flags))
-    if unknown:
-        name = unknown[0].split("=", 1)[0]
-        valid = [s for s in parser._option_string_actions if s.startswith("--")]  # pylint: disable=protected-access
-        raise UsageError(f"unknown option {name} on the {source}{_closest(name, valid)}")
+    """Unknown flags and invalid values are usage errors, not warnings. Beam hands its parser,
+    holding every option of every PipelineOptions class, to `add_extra_args_fn`; the flags are
+    checked with it there."""
+
+    def check(parser: argparse.ArgumentParser) -> None:
+        parser.exit_on_error = False  # a bad value raises, instead of printing usage and exiting
+        try:
+            known, unknown = parser.parse_known_args(list(flags))
+        except argparse.ArgumentError as exc:
+            raise UsageError(str(exc)) from None
+        if unknown:
+            name = unknown[0].split("=", 1)[0]
+            raise UsageError(f"unknown option {name} on the {source}{_closest(name, [f'--{k}' for k in vars(known)])}")
+
+    PipelineOptions([]).get_all_options(add_extra_args_fn=check)
 
 
 class ConfigLoader(yaml.SafeLoader):
@@ -265,7 +258,7 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
 
 
 def parse_config_flag(argv: Sequence[str]) -> Optional[str]:
-    parser = _StrictParser(add_help=False)
+    parser = CommandLineParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--config", default=None)
     known, _ = parser.parse_known_args(argv)
     return known.config

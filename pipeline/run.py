@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 import uuid
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
 from pipeline.flags import help_requested
@@ -32,13 +32,10 @@ if __name__ == "__main__":
 import apache_beam as beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
-from apache_beam.portability.api import beam_provision_api_pb2
-from apache_beam.runners.portability.fn_api_runner import fn_runner
-from apache_beam.runners.portability.portable_runner import JobServiceHandle
-from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState, create_runner
-from apache_beam.runners.worker import statesampler
+from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import stores
+from pipeline.beam_internals import fn_api_runner, runner_error
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.engine_name import engine_name
 from pipeline.errors import ImgrecError, Interrupted, OutOfSpace, RunFailed, UsageError
@@ -120,48 +117,9 @@ def convert_processes(options) -> int:
 
 def check_runner(runner: str) -> None:
     """An unknown --runner (a typo) is a usage error, found before anything starts."""
-    try:
-        create_runner(runner)
-    except (ValueError, ImportError) as exc:
-        raise UsageError(f"--runner={runner}: {str(exc).splitlines()[0]}") from None
-
-
-def direct_runner(options) -> Optional[PipelineRunner]:
-    """For --runner=DirectRunner, the FnApiRunner, built as Beam's DirectRunner builds it (with
-    the options its SDK workers see); None for every other runner (Beam makes it from --runner).
-
-    Beam's DirectRunner first submits the job to Prism, downloading Prism from GitHub when it is
-    not cached, and falls back to the FnApiRunner when that fails. For this batch job Prism
-    costs about 2.3 s more per run and 1.2x the CPU per image, and a failed try (offline) about
-    0.23 s; `--runner=PrismRunner` still runs on Prism.
-    """
-    if runner_name(options) != "DirectRunner":
-        return None
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
-
-
-_STATE_SAMPLING_MS = 20
-
-
-@contextlib.contextmanager
-def bundles_ending_promptly() -> Iterator[None]:
-    """Beam's SDK worker ends every bundle by joining its state-sampling thread, which sleeps up
-    to 200 ms between samples (`statesampler.DEFAULT_SAMPLING_PERIOD_MS`, a default argument),
-    so each stage that runs a second or more ends 0 to 200 ms late: ~0.1 s per run of this
-    job. While a run's SDK worker runs in this process, it samples at most every 20 ms instead
-    (the thread wakes 50 times a second, and the msec counters get finer); Beam's default is
-    back afterwards. A Beam whose sampler takes other arguments is left as it is."""
-    init = statesampler.StateSampler.__init__
-    if init.__defaults__ != (statesampler.DEFAULT_SAMPLING_PERIOD_MS,):
-        yield
-        return
-    init.__defaults__ = (_STATE_SAMPLING_MS,)
-    try:
-        yield
-    finally:
-        init.__defaults__ = (statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
+    error = runner_error(runner)
+    if error:
+        raise UsageError(f"--runner={runner}: {error}")
 
 
 def check_runner_options(options) -> None:
@@ -380,12 +338,14 @@ def convert(argv: Sequence[str]) -> Conversion:
         if interval is None:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
         reporter = ProgressReporter(this_run, interval)
-        with reaped(), bundles_ending_promptly() if context.in_one_process else contextlib.nullcontext():
+        with reaped():
             try:
                 if context.in_one_process:
                     # The converters start (a Python and OpenCV's import each) while Beam builds the job.
                     shared_process_pool(writer.local_processes, writer.converter)
-                pipeline = beam.Pipeline(runner=direct_runner(options), options=options)
+                # DirectRunner: straight to the FnApiRunner, without trying Prism (pipeline/beam_internals.py)
+                direct = fn_api_runner(options) if runner == "DirectRunner" else None
+                pipeline = beam.Pipeline(runner=direct, options=options)
                 _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
                 clock = time.monotonic()
                 with reporter.running(), interrupts.interruptible():

@@ -12,7 +12,6 @@ worker (Beam's SDK harness gives them to its FileSystems) on every runner. Where
 """
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from apache_beam.options import pipeline_options
@@ -34,10 +33,8 @@ FILESYSTEM_OPTIONS = tuple(cls for cls in (getattr(pipeline_options, "AwsOptions
 
 def _option_names() -> set[str]:
     """The filesystem options' names, as Beam's option classes declare them."""
-    parser = argparse.ArgumentParser(add_help=False)
-    for cls in FILESYSTEM_OPTIONS:
-        cls._add_argparse_args(parser)  # pylint: disable=protected-access
-    return {action.dest for action in parser._actions}  # pylint: disable=protected-access
+    options = PipelineOptions([])
+    return {name for cls in FILESYSTEM_OPTIONS for name in options.view_as(cls).get_all_options(current_only=True)}
 
 
 def filesystem_values(options: PipelineOptions) -> dict[str, Any]:

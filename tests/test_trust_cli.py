@@ -167,6 +167,17 @@ def test_a_run_ends_with_its_final_progress_line_however_short(tmp_path, data):
     assert "imgrec: processed 4/4 images (100%)" in run.stderr.splitlines(), run.brief()
 
 
+@pytest.mark.slow
+def test_progress_lines_show_during_a_run(tmp_path):
+    """The counts come from the parts finished so far, while the run goes on (not only at its end)."""
+    data = tmp_path / "data"
+    make_tree(data, {"ant": 150, "bee": 150}, size=(400, 500))
+    run = run_imgrec(data, tmp_path / "out", "--encoding=raw", "--normalize=unit", "--progress_interval=0.2")
+    assert run.returncode == 0, run.brief()
+    done = [int(m.group(1)) for m in re.finditer(r"^imgrec: processed (\d+)/300 images", run.stderr, re.M)]
+    assert any(0 < n < 300 for n in done) and done[-1] == 300, run.brief()
+
+
 def test_file_urls_name_local_input_and_output(tmp_path, data):
     """TensorFlow's gfile takes file:// URLs and Beam's filesystems do not: imgrec takes both."""
     manifest = tmp_path / "list.csv"
