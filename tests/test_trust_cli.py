@@ -179,12 +179,13 @@ def test_progress_lines_show_during_a_run(tmp_path):
 
 
 def test_file_urls_name_local_input_and_output(tmp_path, data):
-    """TensorFlow's gfile takes file:// URLs and Beam's filesystems do not: imgrec takes both."""
+    """TensorFlow's gfile takes file:// URLs and Beam's filesystems do not: imgrec takes both, and
+    records the local path (without file://)."""
     manifest = tmp_path / "list.csv"
     manifest.write_text("path,label\n" + "".join(f"{p},{p.parent.name}\n" for p in sorted(data.rglob("*.*"))))
     for source in (f"file://{data}", f"file://{manifest}"):
         out = tmp_path / f"out-{pathlib.Path(source).suffix or 'folder'}"
-        run = run_imgrec(source, f"file://{out}")
+        run = run_imgrec(source, f"file://{out}", "--source_paths=absolute")
         assert run.returncode == 0, run.brief()
         metadata, records, rows = check_complete(out)
         assert sorted(path for path, _, _ in records) == sorted(str(p) for p in data.rglob("*.*")) and not rows
