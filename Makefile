@@ -23,7 +23,7 @@ $(VENV)/.installed: $(LOCK) setup.py
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) -m pipeline.run --config=configs/local.yaml --overwrite
+	$(PY) -m pipeline.run --input=data/sample --output=out/demo --overwrite
 
 # The whole suite CI runs (.ci/run): unit, Beam, end to end and slow tests; not the real engines,
 # nor the object stores (make test-stores), nor Model Garden's reader (make test-detection-readers).
@@ -63,7 +63,7 @@ check-range:
 	$(RANGE_VENV)/bin/python -m tests.lock_drift $(LOCK)
 	PATH="$(abspath $(RANGE_VENV))/bin:$$PATH" $(RANGE_VENV)/bin/python -m pytest -q -m "unit or beam" tests \
 		&& PATH="$(abspath $(RANGE_VENV))/bin:$$PATH" $(RANGE_VENV)/bin/python -m pipeline.run \
-			--config=configs/local.yaml --output=out/$(RANGE_VENV) --overwrite \
+			--input=data/sample --output=out/$(RANGE_VENV) --overwrite \
 		|| { $(RANGE_VENV)/bin/python -m tests.lock_drift --failed $(LOCK); exit 1; }
 
 # Model Garden's TfExampleDecoder reads imgrec's detection records (tests/test_detection_readers.py).

@@ -2,9 +2,9 @@
 
 - DirectRunner in_memory (the reference), DirectRunner multi_processing (2 worker processes) and
   PortableRunner against Beam's Python job service with an EXTERNAL worker pool (started by
-  tests/portable.py) convert data/sample with configs/local.yaml; the datasets must hold the
+  tests/portable.py) convert data/sample with the built-in defaults; the datasets must hold the
   same records per split, and in fact byte-identical shard files.
-- DataflowRunner with --dry_run=True builds the Dataflow job offline, from configs/local.yaml and
+- DataflowRunner with --dry_run=True builds the Dataflow job offline, from the built-in defaults and
   from configs/imagenet.yaml as shipped: the job graph holds our steps, and --setup_file is built
   into the workflow.tar.gz that Dataflow would stage (or --sdk_container_image names the worker
   image). Any connection off the loopback fails the test. A dry run leaves the output alone: no
@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from typing import Sequence
+from typing import Optional, Sequence
 
 import grpc
 import pytest
@@ -39,7 +39,6 @@ from transforms.dataset_format import DatasetMetadata
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = REPO / "configs" / "local.yaml"
 IMGREC_STEPS = ("ConvertToTFRecords", "ConvertToTFRecords/Discover", "ConvertToTFRecords/ReadAndCheck",
                 "ConvertToTFRecords/PlanSplits", "ConvertToTFRecords/WriteShards",
                 "ConvertToTFRecords/WriteShards/ConvertParts", "ConvertToTFRecords/WriteShards/ConcatShards",
@@ -53,7 +52,7 @@ class Dataset:
 
 
 def convert(output: pathlib.Path, runner: Sequence[str]) -> Dataset:
-    return Dataset(output, run_pipeline(SAMPLE, output, f"--config={CONFIG}", runner=runner))
+    return Dataset(output, run_pipeline(SAMPLE, output, runner=runner))
 
 
 def split_records(dataset: Dataset) -> dict[str, list[bytes]]:
@@ -248,7 +247,7 @@ def no_network(monkeypatch):
     assert not attempts, f"the dry run tried to reach {attempts}"
 
 
-def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: pathlib.Path = CONFIG):
+def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: Optional[pathlib.Path] = None):
     """Runs pipeline.run.run() with DataflowRunner --dry_run=True; returns Beam's result and the output."""
     from pipeline.run import run
 
@@ -260,8 +259,8 @@ def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: p
     # A local output folder lets the test check that a dry run creates nothing there.
     output = tmp_path / "dataset"
     result = run(["--runner=DataflowRunner", "--dry_run=True", "--project=imgrec-test", "--region=us-central1",
-                  "--temp_location=gs://imgrec-test-bucket/tmp", f"--config={config}", f"--input={SAMPLE}",
-                  f"--output={output}", *flags])
+                  "--temp_location=gs://imgrec-test-bucket/tmp", *([f"--config={config}"] if config else []),
+                  f"--input={SAMPLE}", f"--output={output}", *flags])
     return result, output, scratch
 
 
@@ -310,7 +309,7 @@ def assert_dataflow_job(result, output: pathlib.Path) -> tuple[str, object]:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("config", ["local.yaml", "imagenet.yaml"])
+@pytest.mark.parametrize("config", [None, "imagenet.yaml"])
 def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_network, capfd):
     import apache_beam as beam
 
@@ -321,7 +320,7 @@ def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_netw
         flags = ()
     else:
         flags = (f"--setup_file={REPO / 'setup.py'}",)
-    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, *flags, config=REPO / "configs" / config)
+    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, *flags, config=config and REPO / "configs" / config)
     image, environment = assert_dataflow_job(result, output)
     assert image == f"gcr.io/cloud-dataflow/v1beta3/beam_python3.11_sdk:{beam.__version__}"
 
@@ -334,7 +333,7 @@ def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_netw
     with tarfile.open(sdist) as tar:
         members = {m.name for m in tar.getmembers()}
         assert {f"{root}/setup.py", f"{root}/pipeline/run.py", f"{root}/pipeline/convert.py",
-                f"{root}/transforms/write_shards.py", f"{root}/configs/local.yaml"} <= members
+                f"{root}/transforms/write_shards.py", f"{root}/configs/seed.yaml"} <= members
         assert tar.extractfile(f"{root}/setup.py").read() == (REPO / "setup.py").read_bytes()
 
 
