@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from typing import Optional, Sequence
+from typing import Sequence
 
 import grpc
 import pytest
@@ -247,7 +247,7 @@ def no_network(monkeypatch):
     assert not attempts, f"the dry run tried to reach {attempts}"
 
 
-def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: Optional[pathlib.Path] = None):
+def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str):
     """Runs pipeline.run.run() with DataflowRunner --dry_run=True; returns Beam's result and the output."""
     from pipeline.run import run
 
@@ -259,8 +259,7 @@ def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: O
     # A local output folder lets the test check that a dry run creates nothing there.
     output = tmp_path / "dataset"
     result = run(["--runner=DataflowRunner", "--dry_run=True", "--project=imgrec-test", "--region=us-central1",
-                  "--temp_location=gs://imgrec-test-bucket/tmp", *([f"--config={config}"] if config else []),
-                  f"--input={SAMPLE}", f"--output={output}", *flags])
+                  "--temp_location=gs://imgrec-test-bucket/tmp", f"--input={SAMPLE}", f"--output={output}", *flags])
     return result, output, scratch
 
 
@@ -313,14 +312,14 @@ def assert_dataflow_job(result, output: pathlib.Path) -> tuple[str, object]:
 def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_network, capfd):
     import apache_beam as beam
 
-    if config == "imagenet.yaml":
+    if config:
         # The Dataflow config as shipped: its beam section names DataflowRunner and
         # setup_file ./setup.py, which (like the docs' commands) is relative to the repo root.
         monkeypatch.chdir(REPO)
-        flags = ()
+        flags = (f"--config={REPO / 'configs' / config}",)
     else:
         flags = (f"--setup_file={REPO / 'setup.py'}",)
-    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, *flags, config=config and REPO / "configs" / config)
+    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, *flags)
     image, environment = assert_dataflow_job(result, output)
     assert image == f"gcr.io/cloud-dataflow/v1beta3/beam_python3.11_sdk:{beam.__version__}"
 
