@@ -16,7 +16,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import reaper
-from tests.helpers import REPO, make_good_images, run_pipeline, test_pipeline
+from tests.helpers import REPO, make_tree, run_pipeline, test_pipeline
 from transforms.concurrency import InflightDoFn
 from transforms.files import read_input
 from transforms.process_pool import SubprocessPool, WorkerDied, note
@@ -140,7 +140,7 @@ def test_a_conversion_starts_its_converter_processes_once(tmp_path):
     """Reading, converting and concatenating shards share one pool: a run with
     --convert_processes=2 starts two converter processes, not two per step (each costs a
     Python start and OpenCV's import)."""
-    make_good_images(tmp_path / "images", per_class=3)
+    make_tree(tmp_path / "images", {"ant": 3, "bee": 3})
     earlier = {child.pid for child in psutil.Process().children()}  # other tests' pools live on
     seen: set[int] = set()
     done = threading.Event()

@@ -82,7 +82,7 @@ def test_the_manifests_at_the_sample_root_are_skipped_and_counted(raw_run):
     inputs = metadata.inputs
     assert (inputs.total, inputs.written, inputs.rejected, inputs.errors) == (38, 36, 2, 0)
     assert dict(inputs.rejected_by_error) == {"SkippedFile": 2} and dict(inputs.rejected_by_stage) == {"discover": 2}
-    rows = dead_letters(out, metadata)
+    rows = dead_letters(out)
     assert sorted(pathlib.Path(r["path"]).name for r in rows) == sorted(SAMPLE_MANIFESTS)
     assert {(r["stage"], r["error"], r["message"], r["split"]) for r in rows} == {
         ("discover", "SkippedFile", "not inside a class folder", None)}

@@ -17,16 +17,16 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.trust_helpers import (
+from tests.helpers import (
     REPO,
     Watched,
     check_complete,
-    env,
     error_line,
     imgrec_argv,
     make_tree,
     run_imgrec,
     run_module,
+    subprocess_env,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -236,7 +236,8 @@ def test_a_run_started_with_its_standard_streams_closed_converts_and_reports_as_
     (data / "cat" / "damaged.jpg").write_bytes(jpeg[:len(jpeg) // 2] + b"\xff\xd9")
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, *entry, f"--input={data}", f"--output={out}", "--max_error_fraction=1"],
-                         cwd=REPO, env=env(), timeout=120, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
+                         cwd=REPO, env=subprocess_env(), timeout=120,
+                         preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
     assert run.returncode == 0
     metadata, records, rows = check_complete(out)
     assert [(pathlib.Path(r["path"]).name, r["error"]) for r in rows] == [("damaged.jpg", "CorruptImage")]
@@ -249,9 +250,9 @@ def test_an_output_that_cannot_be_written_does_not_change_the_exit_code(tmp_path
     out = tmp_path / "out"
     with open("/dev/full", "w") as full:
         published = subprocess.run([sys.executable, "-m", "pipeline.run", f"--input={data}", f"--output={out}"],
-                                   cwd=REPO, env=env(), timeout=120, stdout=full, stderr=subprocess.DEVNULL)
+                                   cwd=REPO, env=subprocess_env(), timeout=120, stdout=full, stderr=subprocess.DEVNULL)
         usage = subprocess.run([sys.executable, "-m", "pipeline.run", f"--input={data}", "--output="],
-                               cwd=REPO, env=env(), timeout=120, stdout=subprocess.DEVNULL, stderr=full)
+                               cwd=REPO, env=subprocess_env(), timeout=120, stdout=subprocess.DEVNULL, stderr=full)
     assert published.returncode == 0
     check_complete(out)
     assert usage.returncode == 2
@@ -264,7 +265,7 @@ def test_checking_and_exporting_keep_their_exit_code_when_stdout_cannot_be_writt
     assert run_imgrec(data, out, "--encoding=png", "--normalize=none").returncode == 0
     for command in (["verify", str(out), f"--out={tmp_path / 'pngs'}"], ["export-tfds", str(out)]):
         with open("/dev/full", "w") as full:
-            done = subprocess.run([sys.executable, "-m", "pipeline.cli", *command], cwd=REPO, env=env(),
+            done = subprocess.run([sys.executable, "-m", "pipeline.cli", *command], cwd=REPO, env=subprocess_env(),
                                   timeout=120, stdout=full, stderr=subprocess.PIPE, text=True)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
 
@@ -282,7 +283,7 @@ def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
 def test_commands_reading_datasets_print_no_tensorflow_start_up_lines(module):
     """Without TF_CPP_MIN_LOG_LEVEL, as a user runs them, TensorFlow's import printed four lines
     (absl's warning and the oneDNN notice, twice) before the one-line usage error."""
-    clean = {k: v for k, v in env().items() if not k.startswith("TF_")}
+    clean = {k: v for k, v in subprocess_env().items() if not k.startswith("TF_")}
     done = subprocess.run([sys.executable, "-m", module], cwd=REPO, env=clean, timeout=120,
                           capture_output=True, text=True)
     assert done.returncode == 2, done.stderr

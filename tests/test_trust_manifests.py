@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.trust_helpers import (
+from tests.helpers import (
     GiB,
     bytes_feature,
     check_complete,
@@ -23,7 +23,7 @@ from tests.trust_helpers import (
     read_examples,
     run_imgrec,
     write_csv,
-    write_image,
+    write_photo,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -99,7 +99,7 @@ def test_a_dataset_without_shards_can_be_replaced_when_images_arrive(tmp_path, f
     somebody else's, and every later run into the folder was refused (exit 2)."""
     source, out = make_empty_input("empty_class_folders", tmp_path), tmp_path / "out"
     assert run_imgrec(source, out, PERMISSIVE, "--allow_empty").returncode == 0
-    write_image(source / "cat" / "a.png", seed=1)
+    write_photo(source / "cat" / "a.png", seed=1)
     again = run_imgrec(source, out, PERMISSIVE, flag)
     assert again.returncode == 0, again.brief()
     metadata, records, _ = check_complete(out)
@@ -114,7 +114,7 @@ def test_a_file_or_symlink_where_the_index_folder_goes_is_refused(tmp_path, imag
     the folder it names."""
     source, out = make_empty_input("empty_class_folders", tmp_path), tmp_path / "out"
     if images:
-        write_image(source / "cat" / "a.png", seed=1)
+        write_photo(source / "cat" / "a.png", seed=1)
     assert run_imgrec(source, out, PERMISSIVE, "--allow_empty").returncode == 0
     shutil.rmtree(out / "index")
     if kind == "file":
@@ -122,7 +122,7 @@ def test_a_file_or_symlink_where_the_index_folder_goes_is_refused(tmp_path, imag
     else:
         (tmp_path / "theirs").mkdir()
         (out / "index").symlink_to(tmp_path / "theirs")
-    write_image(source / "dog" / "b.png", seed=2)
+    write_photo(source / "dog" / "b.png", seed=2)
     refused = run_imgrec(source, out, PERMISSIVE, "--overwrite")
     assert refused.returncode == 2, refused.brief()
     assert f"{out} holds index, which imgrec did not write" in error_line(refused)
@@ -250,7 +250,7 @@ def test_dot_dot_after_a_symlink_is_the_file_the_os_opens(tmp_path):
     used to be read as the x.png beside the manifest (another image), and the two x.png files
     listed together were rejected as one path with conflicting labels."""
     beside, elsewhere = tmp_path / "m" / "x.png", tmp_path / "elsewhere" / "x.png"
-    expected = {"near": write_image(beside, seed=7101), "far": write_image(elsewhere, seed=7102)}
+    expected = {"near": write_photo(beside, seed=7101), "far": write_photo(elsewhere, seed=7102)}
     (tmp_path / "elsewhere" / "deep").mkdir()
     (tmp_path / "m" / "link").symlink_to("../elsewhere/deep", target_is_directory=True)
     manifest = write_csv(tmp_path / "m" / "list.csv", "path,label", [("x.png", "near"), ("link/../x.png", "far")])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from tests.test_messy_data import make_good_images
+from tests.helpers import make_tree
 
 CLASSES = ("ant", "bee", "cat")
 PER_CLASS = 100
@@ -29,7 +29,7 @@ FLAGS = ("--max_error_fraction=0.05",)
 
 def write_generated_images(root: pathlib.Path, per_class: int = PER_CLASS) -> pathlib.Path:
     """Writes the set into `root` (created) and returns it."""
-    make_good_images(root, per_class, classes=CLASSES, size=(48, 64))
+    make_tree(root, dict.fromkeys(CLASSES, per_class), size=(48, 64))
     good_jpeg = (root / "ant" / "ant_0001.jpg").read_bytes()
     (root / "ant" / "truncated.jpg").write_bytes(good_jpeg[: len(good_jpeg) // 2])
     (root / "ant" / "notes.jpg").write_bytes(b"these are not pixels, just text in a .jpg\n" * 4)
