@@ -31,7 +31,7 @@ pytestmark = pytest.mark.e2e
 def messy_folder(tmp_path_factory) -> pathlib.Path:
     """Read only: every test that converts it writes elsewhere."""
     root = tmp_path_factory.mktemp("messy")
-    make_tree(root, {"ant": 10, "bee": 10})
+    make_tree(root, {"ant": 10, "bee": 10}, size=(40, 56))  # big enough that a JPEG cut in half keeps its header
     good = (root / "ant" / "ant_0001.jpg").read_bytes()
     (root / "ant" / "empty.jpg").write_bytes(b"")
     (root / "ant" / "notes.jpg").write_bytes(b"these are not pixels, just text in a .jpg\n" * 4)
