@@ -31,9 +31,10 @@ demo: venv
 test: venv
 	$(PY) -m pytest -q -m "not engines and not stores and not modelgarden and not bench" tests
 
-# Unit tests and TestPipeline tests only: under a minute, for every edit.
+# Unit tests and TestPipeline tests without converter processes: well under a minute, for every edit.
+FAST := (unit or beam) and not converter
 test-fast: venv
-	$(PY) -m pytest -q -m "unit or beam" tests
+	$(PY) -m pytest -q -m "$(FAST)" tests
 
 lint: venv
 	$(PY) -m ruff check pipeline transforms tests benchmarks data
