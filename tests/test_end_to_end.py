@@ -12,7 +12,6 @@ import pytest
 import tensorflow as tf
 
 from tests.helpers import (
-    MULTI_PROCESSING,
     REPO,
     SAMPLE,
     SAMPLE_IMAGES,
@@ -124,16 +123,6 @@ def test_pixels_match_opencv_reference(raw_run):
                               interpolation=cv2.INTER_AREA)
         pixels = tf.io.decode_raw(by_path[str(path.relative_to(SAMPLE))]["image"], tf.uint8).numpy().reshape(48, 64, 3)
         np.testing.assert_array_equal(pixels, expected, err_msg=str(path))
-
-
-@pytest.mark.slow
-def test_multi_processing_writes_identical_files(raw_run, tmp_path):
-    out, metadata = raw_run
-    multi = run_pipeline(SAMPLE, tmp_path / "multi", *RAW_FLAGS, runner=MULTI_PROCESSING)
-    assert multi.owned_files() == metadata.owned_files()
-    for name in metadata.owned_files():
-        if name != "metadata.json":
-            assert (tmp_path / "multi" / name).read_bytes() == (out / name).read_bytes(), name
 
 
 def test_jpeg_records_decode_to_configured_shape(tmp_path):

@@ -46,12 +46,13 @@ LOCK = ".imgrec.lock"
 STAGING = ".imgrec-staging"
 # Raw float32 224x224 records from 400x500 images: several seconds of conversion in memory.
 HEAVY = ("--encoding=raw", "--normalize=unit", "--num_shards=4")
+HEAVY_IMAGES = 200
 
 
 @pytest.fixture(scope="module")
 def heavy_input(tmp_path_factory) -> pathlib.Path:
     root = tmp_path_factory.mktemp("heavy") / "imgs"
-    make_tree(root, {"ant": 150, "bee": 150}, size=(400, 500))
+    make_tree(root, {"ant": HEAVY_IMAGES // 2, "bee": HEAVY_IMAGES // 2}, size=(400, 500))
     return root
 
 
@@ -111,7 +112,7 @@ def test_two_concurrent_runs_have_exactly_one_winner(heavy_input, tmp_path):
     loser = runs[[r.returncode for r in runs].index(3)]
     assert_lock_message(error_line(loser), out)
     metadata, records, _ = check_complete(out)
-    assert metadata["inputs"]["written"] == len(records) == 300
+    assert metadata["inputs"]["written"] == len(records) == HEAVY_IMAGES
     listed = {n for s in metadata["splits"].values() for n in s["files"]} | set(metadata["error_files"])
     assert published_files(out) == listed | {"metadata.json", "index"}
 
@@ -142,7 +143,7 @@ def test_a_second_run_during_a_conversion_is_refused_and_the_first_completes(hea
     result = first.finish(180)
     assert result.returncode == 0, result.brief()
     metadata, records, _ = check_complete(out)
-    assert len(records) == 300
+    assert len(records) == HEAVY_IMAGES
 
 
 @pytest.mark.slow
@@ -159,7 +160,7 @@ def test_a_run_whose_lock_was_cleared_rechecks_before_publishing(heavy_input, tm
     runs = finish_all([first, second], timeout=180)
     assert sorted(r.returncode == 0 for r in runs) == [False, True], "\n\n".join(r.brief() for r in runs)
     metadata, records, _ = check_complete(out)
-    assert len(records) == 300
+    assert len(records) == HEAVY_IMAGES
     listed = {n for s in metadata["splits"].values() for n in s["files"]} | set(metadata["error_files"])
     assert published_files(out) == listed | {"metadata.json", "index"}
 
@@ -176,7 +177,7 @@ def test_the_stale_lock_of_a_killed_run_is_taken_over(heavy_input, tmp_path):
     run = run_imgrec(heavy_input, out, *HEAVY, timeout=120)
     assert run.returncode == 0, run.brief()
     metadata, records, _ = check_complete(out)
-    assert len(records) == 300
+    assert len(records) == HEAVY_IMAGES
     lock = read_lock(out)
     assert lock is None or lock["pid"] != dead, "the dead run's lock is still there"
 
@@ -539,7 +540,7 @@ def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input
     rerun = run_imgrec(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING, timeout=150)
     assert rerun.returncode == 0, rerun.brief()
     metadata, records, _ = check_complete(out)
-    assert len(records) == 300
+    assert len(records) == HEAVY_IMAGES
 
 
 # ------------------------------------------------------------------------------------------
@@ -600,7 +601,7 @@ def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input
     assert not list((out / STAGING).glob("run-*")), "the run's staging outlived it"
     rerun = run_imgrec(heavy_input, out, *HEAVY, runner=runner, timeout=150)
     assert rerun.returncode == 0, rerun.brief()
-    assert len(check_complete(out)[1]) == 300
+    assert len(check_complete(out)[1]) == HEAVY_IMAGES
 
 
 @pytest.mark.slow
