@@ -8,7 +8,7 @@ LOCK_EXTRAS := --extra test --extra gcp --extra aws
 # Beam's worker pool (portable runner tests) spawns `python` from PATH: the venv must come first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: venv demo test test-fast lint lock test-newest test-oldest engines test-engines stores test-stores bench clean \
+.PHONY: venv demo test test-fast lint lock test-newest test-oldest engines test-engines stores test-stores bench bench-smoke clean \
 	test-detection-readers lock-modelgarden
 
 # A fresh venv holding exactly the locked versions, plus imgrec itself (editable, no dependencies).
@@ -23,16 +23,18 @@ $(VENV)/.installed: $(LOCK) setup.py
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) -m pipeline.run --config=configs/local.yaml --overwrite
+	$(PY) -m pipeline.run --input=data/sample --output=out/demo --overwrite
 
 # The whole suite CI runs (.ci/run): unit, Beam, end to end and slow tests; not the real engines,
-# nor the object stores (make test-stores), nor Model Garden's reader (make test-detection-readers).
+# nor the object stores (make test-stores), nor Model Garden's reader (make test-detection-readers),
+# nor the benchmark harness's own run (make bench-smoke).
 test: venv
-	$(PY) -m pytest -q -m "not engines and not stores and not modelgarden" tests
+	$(PY) -m pytest -q -m "not engines and not stores and not modelgarden and not bench" tests
 
-# Unit tests and TestPipeline tests only: under a minute, for every edit.
+# Unit tests and TestPipeline tests without converter processes: well under a minute, for every edit.
+FAST := (unit or beam) and not converter
 test-fast: venv
-	$(PY) -m pytest -q -m "unit or beam" tests
+	$(PY) -m pytest -q -m "$(FAST)" tests
 
 lint: venv
 	$(PY) -m ruff check pipeline transforms tests benchmarks data
@@ -63,7 +65,7 @@ check-range:
 	$(RANGE_VENV)/bin/python -m tests.lock_drift $(LOCK)
 	PATH="$(abspath $(RANGE_VENV))/bin:$$PATH" $(RANGE_VENV)/bin/python -m pytest -q -m "unit or beam" tests \
 		&& PATH="$(abspath $(RANGE_VENV))/bin:$$PATH" $(RANGE_VENV)/bin/python -m pipeline.run \
-			--config=configs/local.yaml --output=out/$(RANGE_VENV) --overwrite \
+			--input=data/sample --output=out/$(RANGE_VENV) --overwrite \
 		|| { $(RANGE_VENV)/bin/python -m tests.lock_drift --failed $(LOCK); exit 1; }
 
 # Model Garden's TfExampleDecoder reads imgrec's detection records (tests/test_detection_readers.py).
@@ -111,6 +113,10 @@ $(BENCH_VENV)/.installed: $(LOCK) setup.py
 	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(BENCH_VENV)/bin/uv pip install --quiet --compile-bytecode --python $(BENCH_VENV)/bin/python -c $(LOCK) -e .
 	touch $@
+
+# The benchmark harness end to end on small corpora (a few minutes): after changing benchmarks/.
+bench-smoke: venv
+	$(PY) -m pytest -q -m bench tests
 
 # Issue 10's large-photo target is measured against this revision (main when the issue was filed).
 BENCH_BASELINE ?= 5188ed2

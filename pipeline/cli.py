@@ -19,7 +19,7 @@ commands:
   inspect      the same as verify
   export-tfds  make a dataset loadable with tfds.builder_from_directory (python -m pipeline.tfds_export)
 
-`imgrec COMMAND --help` lists a command's options; `imgrec run --config=local` uses a shipped config."""
+`imgrec COMMAND --help` lists a command's options; `imgrec run --config=seed` uses a shipped config."""
 
 
 def _run(argv: Sequence[str]) -> int:

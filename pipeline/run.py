@@ -1,4 +1,4 @@
-"""Entry point: `python -m pipeline.run --config=configs/local.yaml --input=... --output=...`.
+"""Entry point: `python -m pipeline.run --input=... --output=... [--config=FILE]`.
 
 `run(argv)` converts and publishes and returns Beam's result; `main()` turns the outcome into
 an exit code (see pipeline/errors.py) and prints the summary. Schedulers rely on the exit code.

@@ -24,9 +24,9 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Sequence
 
-from tests.helpers import REPO
+from tests.helpers import REPO, subprocess_env
 
 JOB_SERVICE_MODULE = "apache_beam.runners.portability.local_job_service_main"
 WORKER_POOL_MODULE = "apache_beam.runners.worker.worker_pool_main"
@@ -91,18 +91,6 @@ def accepts_connections(port: int, host: str = "localhost") -> bool:
             return True
     except OSError:
         return False
-
-
-def subprocess_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """os.environ with the running interpreter's bin first on PATH and the repo on PYTHONPATH."""
-    env = dict(os.environ)
-    bin_dir = str(pathlib.Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join([bin_dir, *(p for p in env.get("PATH", "").split(os.pathsep)
-                                              if p and p != bin_dir)])
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                      if p and p != str(REPO))])
-    env.update(extra or {})
-    return env
 
 
 @dataclasses.dataclass

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import re
 import subprocess
@@ -14,8 +13,7 @@ import pytest
 
 from benchmarks.ratios import Target, evaluate, memory_growth, per_round, speedup, steady_state, summarize, verdict
 from benchmarks.run import DEFAULT, TARGETS, catalogue, check_output, command, select
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from tests.helpers import REPO, subprocess_env
 
 
 def run(name: str, rnd: int, images: int, seconds: float, peak: float = 100.0) -> dict:
@@ -109,18 +107,16 @@ def test_contenders_run_with_the_chosen_interpreter_but_the_gcp_extra_one_and_ol
     assert command(known["baseline_uint8"], "/bench/bin/python", corpus, output) == [sys.executable, *plain[1:]]
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 @pytest.mark.timeout(900)
 def test_bench_smoke_run(tmp_path):
     """`python -m benchmarks.run --images 400 --rounds 1` runs every default contender (and the
     current HEAD as the baseline revision), checks their outputs, and reports every target."""
     out = tmp_path / "smoke.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO),
-               PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "benchmarks.run", "--images", "400", "--rounds", "1",
                            "--quiet_wait", "0", "--rerun_above", "1", "--baseline_rev", "HEAD", "--out", str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True)
+                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True)
     seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(out.read_text())
@@ -151,7 +147,7 @@ def test_stage_names_keep_the_first_and_last_step_without_beams_prefixes():
     assert short_name("ConvertToTFRecords/AllInputs/Read") == "AllInputs/Read"
 
 
-@pytest.mark.e2e
+@pytest.mark.bench
 def test_stages_times_a_real_run_stage_by_stage(tmp_path):
     """`python -m benchmarks.stages` runs imgrec on the sample data (FnApiRunner) and reports the
     import, the first stage, the conversion stage and the total; the run itself publishes."""

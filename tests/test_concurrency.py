@@ -103,6 +103,7 @@ def test_a_programming_error_fails_the_pipeline(tmp_path, mode):
                 REJECTED, main="read")
 
 
+@pytest.mark.converter
 def test_subprocess_pool_runs_tasks_in_other_processes():
     pool = SubprocessPool(2)
     try:
@@ -121,6 +122,7 @@ def exit_after_noting(value: int) -> None:
     os._exit(7)
 
 
+@pytest.mark.converter
 def test_a_worker_that_dies_fails_its_task_with_its_note_and_is_replaced():
     pool = SubprocessPool(1)
     try:
@@ -136,6 +138,7 @@ def test_a_worker_that_dies_fails_its_task_with_its_note_and_is_replaced():
         pool.shutdown(wait=True)
 
 
+@pytest.mark.converter
 def test_a_pool_that_cannot_start_a_process_fails_each_task_and_recovers(monkeypatch):
     """Nothing waits forever for a process that cannot be started (here: no interpreter)."""
     pool = SubprocessPool(1)
@@ -176,6 +179,7 @@ def test_driver_markers_tell_a_live_driver_from_a_gone_or_reused_pid():
     assert abs(reaper.process_started_at(os.getpid()) - psutil.Process().create_time()) < 0.05
 
 
+@pytest.mark.converter
 def test_processes_a_killed_driver_leaves_behind_are_reaped():
     """A stand-in driver starts the reaper and two processes, one carrying its marker (as every
     process a driver starts does), one not, then dies: only the marked one must not outlive it."""

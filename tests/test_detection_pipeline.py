@@ -97,7 +97,7 @@ def test_center_crop_drops_boxes_it_leaves_too_little_of_counted(tmp_path):
     """A 48x48 crop of the 96x64 street scene leaves 73% of its square and 75% of its triangle."""
     metadata = run_pipeline(DETECTION / "coco" / "instances.json", tmp_path / "out", "--resize_mode=center_crop",
                             "--height=48", "--width=48", "--min_visible=0.8", "--split_ratios=1,0,0")
-    rows = [row for row in dead_letters(tmp_path / "out", metadata) if row["error"] == "BoxCroppedAway"]
+    rows = [row for row in dead_letters(tmp_path / "out") if row["error"] == "BoxCroppedAway"]
     assert metadata.objects.dropped["BoxCroppedAway"] == len(rows) >= 2
     assert any(row["path"].endswith("street.jpg") for row in rows)
     annotations = len(json.loads((DETECTION / "coco" / "instances.json").read_text())["annotations"])
@@ -137,7 +137,7 @@ def broken_coco(tmp_path: pathlib.Path) -> pathlib.Path:
 def test_every_annotation_problem_is_a_dead_letter_and_the_counts_reconcile(tmp_path):
     metadata = run_pipeline(broken_coco(tmp_path), tmp_path / "out", "--no_keep_empty_images",
                             "--max_error_fraction=1", "--split_ratios=1,0,0")
-    rows = dead_letters(tmp_path / "out", metadata)
+    rows = dead_letters(tmp_path / "out")
     by_error = {}
     for row in rows:
         by_error.setdefault(row["error"], []).append(row)

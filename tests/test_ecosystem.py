@@ -91,7 +91,7 @@ def test_a_macos_zip_folder_is_no_class_where_keras_makes_it_one(tmp_path):
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> pathlib.Path:
     output = tmp_path_factory.mktemp("demo") / "out"
-    run_pipeline(SAMPLE, output, f"--config={REPO / 'configs' / 'local.yaml'}", "--num_shards=4")
+    run_pipeline(SAMPLE, output, "--num_shards=4")
     return output
 
 
@@ -201,7 +201,7 @@ def test_dataflow_job_id_line_reaches_airflow():
 
 def test_airflow_dag_options_are_accepted(tmp_path):
     """The argv the README's DAG makes (BeamRunPythonPipelineOperator adds labels) parses."""
-    options = {"labels": ["airflow-version=v3-3-2"], "config": "local", "input": str(SAMPLE),
+    options = {"labels": ["airflow-version=v3-3-2"], "config": "seed", "input": str(SAMPLE),
                "output": str(tmp_path / "{date}"), "skip_unchanged": True, "reuse_from": "latest",
                "overwrite": False, "compare_to": None}
     parsed = parse_arguments(["--runner=DirectRunner", *beam_options_to_args(options)])
@@ -224,9 +224,9 @@ def test_beam_logs_stay_quiet_but_job_lines_do_not():
 
 
 def test_imgrec_command_runs_with_a_shipped_config_from_any_folder(tmp_path):
-    """`imgrec run --config=local` finds the packaged config, from a folder outside the repo."""
+    """`imgrec run --config=seed` finds the packaged config, from a folder outside the repo."""
     imgrec = pathlib.Path(sys.executable).parent / "imgrec"
-    done = subprocess.run([str(imgrec), "run", "--config=local", f"--input={SAMPLE}", f"--output={tmp_path / 'out'}",
+    done = subprocess.run([str(imgrec), "run", "--config=seed", f"--input={SAMPLE}", f"--output={tmp_path / 'out'}",
                            *IN_MEMORY], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "inputs: 38 = 36 written + 2 skipped (not images) + 0 rejected" in done.stdout

@@ -12,7 +12,6 @@ import pytest
 import tensorflow as tf
 
 from tests.helpers import (
-    MULTI_PROCESSING,
     REPO,
     SAMPLE,
     SAMPLE_IMAGES,
@@ -82,7 +81,7 @@ def test_the_manifests_at_the_sample_root_are_skipped_and_counted(raw_run):
     inputs = metadata.inputs
     assert (inputs.total, inputs.written, inputs.rejected, inputs.errors) == (38, 36, 2, 0)
     assert dict(inputs.rejected_by_error) == {"SkippedFile": 2} and dict(inputs.rejected_by_stage) == {"discover": 2}
-    rows = dead_letters(out, metadata)
+    rows = dead_letters(out)
     assert sorted(pathlib.Path(r["path"]).name for r in rows) == sorted(SAMPLE_MANIFESTS)
     assert {(r["stage"], r["error"], r["message"], r["split"]) for r in rows} == {
         ("discover", "SkippedFile", "not inside a class folder", None)}
@@ -124,16 +123,6 @@ def test_pixels_match_opencv_reference(raw_run):
                               interpolation=cv2.INTER_AREA)
         pixels = tf.io.decode_raw(by_path[str(path.relative_to(SAMPLE))]["image"], tf.uint8).numpy().reshape(48, 64, 3)
         np.testing.assert_array_equal(pixels, expected, err_msg=str(path))
-
-
-@pytest.mark.slow
-def test_multi_processing_writes_identical_files(raw_run, tmp_path):
-    out, metadata = raw_run
-    multi = run_pipeline(SAMPLE, tmp_path / "multi", *RAW_FLAGS, runner=MULTI_PROCESSING)
-    assert multi.owned_files() == metadata.owned_files()
-    for name in metadata.owned_files():
-        if name != "metadata.json":
-            assert (tmp_path / "multi" / name).read_bytes() == (out / name).read_bytes(), name
 
 
 def test_jpeg_records_decode_to_configured_shape(tmp_path):

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.helpers import IN_MEMORY, REPO, make_good_images
+from tests.helpers import IN_MEMORY, REPO, make_tree
 
 
 @contextlib.contextmanager
@@ -42,7 +42,7 @@ def test_a_run_and_a_check_keep_the_collector_off_what_existed_before_them(tmp_p
     from pipeline.run import main as run
     from pipeline.verify import main as verify
 
-    make_good_images(tmp_path / "imgs", per_class=2)
+    make_tree(tmp_path / "imgs", {"ant": 2, "bee": 2})
     with frozen_during():
         assert run([*IN_MEMORY, f"--input={tmp_path / 'imgs'}", f"--output={tmp_path / 'out'}"]) == 0
     with frozen_during():

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from pipeline import reader
 from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, load_dataset, load_seed_layout
-from tests.helpers import SAMPLE, make_good_images, parse_records, run_pipeline, written_datasets
+from tests.helpers import SAMPLE, make_tree, parse_records, run_pipeline, written_datasets
 from transforms.dataset_format import METADATA_FILE, index_file_name, parse_index
 from transforms.normalize import normalize_image
 from transforms.specs import ImageSpec
@@ -223,8 +223,8 @@ REPLACEABLE = ("--height=40", "--width=56", "--num_shards=3", "--split_names=tra
 def replaceable(tmp_path_factory) -> tuple[pathlib.Path, reader.DatasetMetadata]:
     """Dataset A (120 photos) in `root/a_out`, and other photos in `root/b` to replace it with."""
     root = tmp_path_factory.mktemp("replaceable")
-    make_good_images(root / "a", per_class=60)
-    make_good_images(root / "b", per_class=25, size=(50, 70))
+    make_tree(root / "a", {"ant": 60, "bee": 60})
+    make_tree(root / "b", {"ant": 25, "bee": 25}, size=(50, 70))
     return root, run_pipeline(root / "a", root / "a_out", *REPLACEABLE)
 
 

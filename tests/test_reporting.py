@@ -138,9 +138,9 @@ def test_summary_names_label_conflicts_and_copies_split_by_path():
 def test_header_names_input_output_and_pixels():
     spec = ConversionSpec(InputSpec("data/sample"), OutputSpec("out/x"),
                           ImageSpec(height=32, width=48, resize_mode="pad", normalize="none", encoding="jpeg"))
-    assert format_header(spec, "DirectRunner", "configs/local.yaml").splitlines() == [
+    assert format_header(spec, "DirectRunner", "configs/seed.yaml").splitlines() == [
         "imgrec: data/sample -> out/x",
-        "  32x48 pad (area), jpeg uint8, runner DirectRunner, config configs/local.yaml"]
+        "  32x48 pad (area), jpeg uint8, runner DirectRunner, config configs/seed.yaml"]
     unit = ConversionSpec(InputSpec("i"), OutputSpec("o"), ImageSpec(normalize="unit", encoding="raw"))
     assert format_header(unit, "PrismRunner", None).splitlines()[1] == (
         "  224x224 center_crop (area), raw float32 (unit), runner PrismRunner")

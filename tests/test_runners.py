@@ -2,13 +2,13 @@
 
 - DirectRunner in_memory (the reference), DirectRunner multi_processing (2 worker processes) and
   PortableRunner against Beam's Python job service with an EXTERNAL worker pool (started by
-  tests/portable.py) convert data/sample with configs/local.yaml; the datasets must hold the
+  tests/portable.py) convert data/sample with the built-in defaults; the datasets must hold the
   same records per split, and in fact byte-identical shard files.
-- DataflowRunner with --dry_run=True builds the Dataflow job offline, from configs/local.yaml and
-  from configs/imagenet.yaml as shipped: the job graph holds our steps, and --setup_file is built
-  into the workflow.tar.gz that Dataflow would stage (or --sdk_container_image names the worker
-  image). Any connection off the loopback fails the test. A dry run leaves the output alone: no
-  folder, no lock, no staging.
+- DataflowRunner with --dry_run=True builds the Dataflow job offline, from the built-in defaults and
+  from configs/imagenet.yaml as shipped: the job's code runs in Beam's SDK container, and
+  --setup_file is built into the workflow.tar.gz that Dataflow would stage (or
+  --sdk_container_image names the worker image). Any connection off the loopback fails the test.
+  A dry run leaves the output alone: no folder, no lock, no staging.
 """
 from __future__ import annotations
 
@@ -33,18 +33,12 @@ import grpc
 import pytest
 
 from pipeline import __version__
-from tests.helpers import IN_MEMORY, MULTI_PROCESSING, REPO, SAMPLE, read_split_records, run_pipeline
+from tests.helpers import IN_MEMORY, MULTI_PROCESSING, REPO, SAMPLE, read_split_records, run_pipeline, subprocess_env
 from tests.portable import PortableServices, live_group_members, local_portable_services
-from tests.trust_helpers import env
 from transforms.dataset_format import DatasetMetadata
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = REPO / "configs" / "local.yaml"
-IMGREC_STEPS = ("ConvertToTFRecords", "ConvertToTFRecords/Discover", "ConvertToTFRecords/ReadAndCheck",
-                "ConvertToTFRecords/PlanSplits", "ConvertToTFRecords/WriteShards",
-                "ConvertToTFRecords/WriteShards/ConvertParts", "ConvertToTFRecords/WriteShards/ConcatShards",
-                "ConvertToTFRecords/GatherTotals", "ConvertToTFRecords/Publish")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +48,7 @@ class Dataset:
 
 
 def convert(output: pathlib.Path, runner: Sequence[str]) -> Dataset:
-    return Dataset(output, run_pipeline(SAMPLE, output, f"--config={CONFIG}", runner=runner))
+    return Dataset(output, run_pipeline(SAMPLE, output, runner=runner))
 
 
 def split_records(dataset: Dataset) -> dict[str, list[bytes]]:
@@ -251,7 +245,7 @@ def no_network(monkeypatch):
     assert not attempts, f"the dry run tried to reach {attempts}"
 
 
-def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: pathlib.Path = CONFIG):
+def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str):
     """Runs pipeline.run.run() with DataflowRunner --dry_run=True; returns Beam's result and the output."""
     from pipeline.run import run
 
@@ -263,8 +257,7 @@ def dataflow_dry_run(tmp_path: pathlib.Path, monkeypatch, *flags: str, config: p
     # A local output folder lets the test check that a dry run creates nothing there.
     output = tmp_path / "dataset"
     result = run(["--runner=DataflowRunner", "--dry_run=True", "--project=imgrec-test", "--region=us-central1",
-                  "--temp_location=gs://imgrec-test-bucket/tmp", f"--config={config}", f"--input={SAMPLE}",
-                  f"--output={output}", *flags])
+                  "--temp_location=gs://imgrec-test-bucket/tmp", f"--input={SAMPLE}", f"--output={output}", *flags])
     return result, output, scratch
 
 
@@ -301,30 +294,28 @@ def assert_dataflow_job(result, output: pathlib.Path) -> tuple[str, object]:
     assert isinstance(job, apiclient.Job)
     assert job.proto.type_ == apiclient.dataflow.JobType.JOB_TYPE_BATCH
     assert job.proto.name
-    transforms = job.proto_pipeline.components.transforms
-    names = {t.unique_name: t for t in transforms.values()}
-    assert set(IMGREC_STEPS) <= set(names), sorted(set(IMGREC_STEPS) - set(names))
-    write = names["ConvertToTFRecords/WriteShards/ConvertParts"]
+    used = {t.environment_id for t in job.proto_pipeline.components.transforms.values() if t.environment_id}
     environments = docker_environments(job.proto_pipeline)
-    assert write.environment_id in environments, "Dataflow runs user code in a Docker environment"
+    assert used and used <= set(environments), "Dataflow runs user code in a Docker environment"
     # Nothing ran: no dataset, no lock, no staging (which would be inside the output).
     assert not output.exists()
-    return environments[write.environment_id]
+    (environment,) = used  # one environment: every step is imgrec's Python code
+    return environments[environment]
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("config", ["local.yaml", "imagenet.yaml"])
+@pytest.mark.parametrize("config", [None, "imagenet.yaml"])
 def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_network, capfd):
     import apache_beam as beam
 
-    if config == "imagenet.yaml":
+    if config:
         # The Dataflow config as shipped: its beam section names DataflowRunner and
         # setup_file ./setup.py, which (like the docs' commands) is relative to the repo root.
         monkeypatch.chdir(REPO)
-        flags = ()
+        flags = (f"--config={REPO / 'configs' / config}",)
     else:
         flags = (f"--setup_file={REPO / 'setup.py'}",)
-    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, *flags, config=REPO / "configs" / config)
+    result, output, scratch = dataflow_dry_run(tmp_path, monkeypatch, *flags)
     image, environment = assert_dataflow_job(result, output)
     assert image == f"gcr.io/cloud-dataflow/v1beta3/beam_python3.11_sdk:{beam.__version__}"
 
@@ -337,7 +328,7 @@ def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_netw
     with tarfile.open(sdist) as tar:
         members = {m.name for m in tar.getmembers()}
         assert {f"{root}/setup.py", f"{root}/pipeline/run.py", f"{root}/pipeline/convert.py",
-                f"{root}/transforms/write_shards.py", f"{root}/configs/local.yaml"} <= members
+                f"{root}/transforms/write_shards.py", f"{root}/configs/seed.yaml"} <= members
         assert tar.extractfile(f"{root}/setup.py").read() == (REPO / "setup.py").read_bytes()
 
 
@@ -417,7 +408,7 @@ def test_a_job_endpoint_that_is_no_beam_job_service_is_named_by_its_status(tmp_p
     try:
         done = subprocess.run([sys.executable, "-m", "pipeline.run", "--runner=PortableRunner",
                                f"--job_endpoint=127.0.0.1:{port}", f"--input={SAMPLE}", f"--output={tmp_path / 'out'}"],
-                              cwd=REPO, env=env(), capture_output=True, text=True, timeout=100)
+                              cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=100)
     finally:
         server.stop(0)
     assert done.returncode == 1, done.stderr[-2000:]

@@ -1,7 +1,9 @@
 """Issue 8: typos and usage errors are refused with exit code 2 and one line, before any work.
 
-Black-box: `python -m pipeline.run` in a subprocess; the one `imgrec: error: ` line must name the
-bad flag or key and suggest the closest valid one.
+Black-box: the command line, `python -m pipeline.run` in a subprocess where the process matters
+(closed streams, permissions, signals), else its `main(argv)` in this process (the function the
+command exits with), so each of the many refusals costs no interpreter start; the one
+`imgrec: error: ` line must name the bad flag or key and suggest the closest valid one.
 """
 from __future__ import annotations
 
@@ -12,21 +14,24 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import Callable
 
 import cv2
 import numpy as np
 import pytest
 
-from tests.trust_helpers import (
+from tests.helpers import (
+    ERROR_PREFIX,
+    IN_MEMORY,
     REPO,
     Watched,
     check_complete,
-    env,
     error_line,
     imgrec_argv,
     make_tree,
     run_imgrec,
     run_module,
+    subprocess_env,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -38,12 +43,37 @@ def data(tmp_path) -> pathlib.Path:
     return tmp_path / "data"
 
 
+def assert_nothing_written(out) -> None:
+    out = pathlib.Path(out)
+    assert not out.exists() or not any(out.iterdir()), "a refused run wrote into the output"
+    assert not any(out.parent.glob(f"{out.name}.*")), "a refused run staged beside the output"
+
+
 def assert_refused(run, out: pathlib.Path) -> str:
     assert run.returncode == 2, run.brief()
     line = error_line(run)
-    assert not out.exists() or not any(out.iterdir()), "a refused run wrote into the output"
-    assert not any(out.parent.glob(f"{out.name}.*")), "a refused run staged beside the output"
+    assert_nothing_written(out)
     return line
+
+
+@pytest.fixture
+def refused(capsys) -> Callable[..., str]:
+    """`imgrec run` with these arguments in this process: exit code 2, one `imgrec: error: ` line
+    on stderr and no traceback, nothing written; returns the line."""
+    def check(input_path, out, *flags: str) -> str:
+        from pipeline.run import main
+
+        capsys.readouterr()
+        code = main([*IN_MEMORY, *([f"--input={input_path}"] if input_path is not None else []),
+                     f"--output={out}", *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err, err[-2000:]
+        lines = [line for line in err.splitlines() if line.startswith(ERROR_PREFIX)]
+        assert len(lines) == 1, err[-2000:]
+        if "://" not in str(out):
+            assert_nothing_written(out)
+        return lines[0]
+    return check
 
 
 @pytest.mark.parametrize("flag, bad, closest", [
@@ -51,9 +81,9 @@ def assert_refused(run, out: pathlib.Path) -> str:
     ("--max_eror_fraction=1", r"max_eror_fraction", "max_error_fraction"),
     ("--direct_num_wokers=2", r"direct_num_wokers", "direct_num_workers"),
 ], ids=["num_shard", "max_eror_fraction", "direct_num_wokers"])
-def test_a_mistyped_flag_is_a_usage_error_naming_the_closest_flag(tmp_path, data, flag, bad, closest):
+def test_a_mistyped_flag_is_a_usage_error_naming_the_closest_flag(refused, tmp_path, data, flag, bad, closest):
     out = tmp_path / "out"
-    line = assert_refused(run_imgrec(data, out, flag), out)
+    line = refused(data, out, flag)
     assert re.search(bad, line), f"the bad flag is not named: {line}"
     assert closest in line, f"{closest} is not suggested: {line}"
 
@@ -64,11 +94,12 @@ def test_a_mistyped_flag_is_a_usage_error_naming_the_closest_flag(tmp_path, data
     ("image:\n  heigth: 64\n", r"heigth", "height"),
     ("inptu:\n  kind: auto\n", r"inptu", "input"),
 ], ids=["beam.direct_num_wokers", "output.num_shard", "image.heigth", "section_inptu"])
-def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path, data, yaml_text, bad, closest):
+def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(refused, tmp_path, data, yaml_text, bad,
+                                                                       closest):
     config = tmp_path / "config.yaml"
     config.write_text(yaml_text)
     out = tmp_path / "out"
-    line = assert_refused(run_imgrec(data, out, f"--config={config}"), out)
+    line = refused(data, out, f"--config={config}")
     assert re.search(bad, line), f"the bad key is not named: {line}"
     assert re.search(rf"\b{closest}\b", line), f"{closest} is not suggested: {line}"
 
@@ -96,9 +127,9 @@ def test_a_mistyped_config_key_is_a_usage_error_naming_the_closest_key(tmp_path,
         "negative_interval",
         "unreachable_job_service", "negative_workers", "compare_to_alone", "infinite_shard_size",
         "missing_reuse_source"])
-def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts):
+def test_a_usage_error_prints_one_line_and_exits_2(refused, tmp_path, data, flags, facts):
     out = tmp_path / "out"
-    line = assert_refused(run_imgrec(data, out, *flags), out)
+    line = refused(data, out, *flags)
     for fact in facts:
         assert fact in line, f"{fact!r} missing from {line}"
 
@@ -118,37 +149,36 @@ def test_a_usage_error_prints_one_line_and_exits_2(tmp_path, data, flags, facts)
 ], ids=["fractional_int", "bool_int", "zero_std", "huge_output", "nan_ratio", "background_range",
         "background_length", "pad_value_range", "std_zero_in_float32", "std_overflows_float32",
         "mean_overflows_float32"])
-def test_a_degenerate_config_value_is_a_usage_error(tmp_path, data, yaml_text, facts):
+def test_a_degenerate_config_value_is_a_usage_error(refused, tmp_path, data, yaml_text, facts):
     config = tmp_path / "config.yaml"
     config.write_text(yaml_text)
     out = tmp_path / "out"
-    line = assert_refused(run_imgrec(data, out, f"--config={config}"), out)
+    line = refused(data, out, f"--config={config}")
     for fact in facts:
         assert fact in line, f"{fact!r} missing from {line}"
 
 
-def test_a_config_that_is_not_utf8_is_a_usage_error(tmp_path, data):
+def test_a_config_that_is_not_utf8_is_a_usage_error(refused, tmp_path, data):
     config = tmp_path / "config.yaml"
     config.write_bytes(b"image:\n  height: 64  # caf\xe9\n")  # Latin-1 in a comment
     out = tmp_path / "out"
-    line = assert_refused(run_imgrec(data, out, f"--config={config}"), out)
+    line = refused(data, out, f"--config={config}")
     assert "not UTF-8" in line and str(config) in line
 
 
 @pytest.mark.parametrize("input_url", ["nofs://bucket/data", "nofs://bucket/list.csv"], ids=["folder", "manifest"])
-def test_an_input_on_no_beam_filesystem_is_a_usage_error(tmp_path, input_url):
+def test_an_input_on_no_beam_filesystem_is_a_usage_error(refused, tmp_path, input_url):
     out = tmp_path / "out"
-    line = assert_refused(run_imgrec(input_url, out), out)
+    line = refused(input_url, out)
     assert f"--input={input_url}" in line and "filesystem" in line, line
 
 
 @pytest.mark.skipif(importlib.util.find_spec("boto3") is not None, reason="boto3 is installed: s3:// would be tried")
 @pytest.mark.parametrize("flag", ["--input", "--output"])
-def test_s3_without_the_aws_extra_is_a_usage_error(tmp_path, data, flag):
+def test_s3_without_the_aws_extra_is_a_usage_error(refused, tmp_path, data, flag):
     """Beam knows s3:// but fails inside its S3 client without boto3 (apache-beam[aws])."""
     out = tmp_path / "out"
-    run = run_imgrec("s3://bucket/data", out) if flag == "--input" else run_imgrec(data, "s3://bucket/out")
-    line = assert_refused(run, out)
+    line = refused("s3://bucket/data", out) if flag == "--input" else refused(data, "s3://bucket/out")
     assert line.startswith(f"imgrec: error: {flag}=s3://bucket/"), line
 
 
@@ -188,7 +218,9 @@ def test_file_urls_name_local_input_and_output(tmp_path, data):
         run = run_imgrec(source, f"file://{out}", "--source_paths=absolute")
         assert run.returncode == 0, run.brief()
         metadata, records, rows = check_complete(out)
-        assert sorted(path for path, _, _ in records) == sorted(str(p) for p in data.rglob("*.*")) and not rows
+        root = manifest.parent if source.endswith(".csv") else data  # source paths are relative to the input root
+        assert sorted(path for path, _, _ in records) == sorted(str(p.relative_to(root)) for p in data.rglob("*.*"))
+        assert not rows
     first = tmp_path / "out-folder"
     run = run_imgrec(data, tmp_path / "again", f"--reuse_from=file://{first}")
     assert run.returncode == 0, run.brief()
@@ -198,18 +230,18 @@ def test_file_urls_name_local_input_and_output(tmp_path, data):
 
 @pytest.mark.parametrize("text", ['{"splits": ["train", "test"]}', "[]", '{"format_version": 2, "splits": {}}'],
                          ids=["splits_list", "list", "no_versions"])
-def test_compare_to_a_folder_that_is_no_imgrec_dataset_is_a_usage_error(tmp_path, data, text):
+def test_compare_to_a_folder_that_is_no_imgrec_dataset_is_a_usage_error(refused, tmp_path, data, text):
     other = tmp_path / "other"
     other.mkdir()
     (other / "metadata.json").write_text(text)
     out = tmp_path / "out"
-    line = assert_refused(run_imgrec(data, out, "--skip_unchanged", f"--compare_to={other}"), out)
+    line = refused(data, out, "--skip_unchanged", f"--compare_to={other}")
     assert "--compare_to" in line and "not the metadata of an imgrec dataset" in line, line
 
 
-def test_a_missing_input_is_a_usage_error(tmp_path):
+def test_a_missing_input_is_a_usage_error(refused, tmp_path):
     out = tmp_path / "out"
-    line = assert_refused(run_imgrec(None, out), out)
+    line = refused(None, out)
     assert "--input" in line, line
 
 
@@ -248,7 +280,8 @@ def test_a_run_started_with_its_standard_streams_closed_converts_and_reports_as_
     (data / "cat" / "damaged.jpg").write_bytes(jpeg[:len(jpeg) // 2] + b"\xff\xd9")
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, *entry, f"--input={data}", f"--output={out}", "--max_error_fraction=1"],
-                         cwd=REPO, env=env(), timeout=120, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
+                         cwd=REPO, env=subprocess_env(), timeout=120,
+                         preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
     assert run.returncode == 0
     metadata, records, rows = check_complete(out)
     assert [(pathlib.Path(r["path"]).name, r["error"]) for r in rows] == [("damaged.jpg", "CorruptImage")]
@@ -261,9 +294,9 @@ def test_an_output_that_cannot_be_written_does_not_change_the_exit_code(tmp_path
     out = tmp_path / "out"
     with open("/dev/full", "w") as full:
         published = subprocess.run([sys.executable, "-m", "pipeline.run", f"--input={data}", f"--output={out}"],
-                                   cwd=REPO, env=env(), timeout=120, stdout=full, stderr=subprocess.DEVNULL)
+                                   cwd=REPO, env=subprocess_env(), timeout=120, stdout=full, stderr=subprocess.DEVNULL)
         usage = subprocess.run([sys.executable, "-m", "pipeline.run", f"--input={data}", "--output="],
-                               cwd=REPO, env=env(), timeout=120, stdout=subprocess.DEVNULL, stderr=full)
+                               cwd=REPO, env=subprocess_env(), timeout=120, stdout=subprocess.DEVNULL, stderr=full)
     assert published.returncode == 0
     check_complete(out)
     assert usage.returncode == 2
@@ -276,13 +309,13 @@ def test_checking_and_exporting_keep_their_exit_code_when_stdout_cannot_be_writt
     assert run_imgrec(data, out, "--encoding=png", "--normalize=none").returncode == 0
     for command in (["verify", str(out), f"--out={tmp_path / 'pngs'}"], ["export-tfds", str(out)]):
         with open("/dev/full", "w") as full:
-            done = subprocess.run([sys.executable, "-m", "pipeline.cli", *command], cwd=REPO, env=env(),
+            done = subprocess.run([sys.executable, "-m", "pipeline.cli", *command], cwd=REPO, env=subprocess_env(),
                                   timeout=120, stdout=full, stderr=subprocess.PIPE, text=True)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("argv", [["verify"], ["inspect", "--bogus", "x"], ["verify", "--samples=x", "x"],
-                                  ["export-tfds"], ["export-tfds", "a", "b"]])
+@pytest.mark.parametrize("argv", [["run", "--num_shard=4"], ["verify"], ["inspect", "--bogus", "x"],
+                                  ["verify", "--samples=x", "x"], ["export-tfds"], ["export-tfds", "a", "b"]])
 def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
     """argparse printed its usage text and a second line naming the command ("imgrec verify: error:")."""
     run = run_module("pipeline.cli", argv, timeout=120)
@@ -294,7 +327,7 @@ def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
 def test_commands_reading_datasets_print_no_tensorflow_start_up_lines(module):
     """Without TF_CPP_MIN_LOG_LEVEL, as a user runs them, TensorFlow's import printed four lines
     (absl's warning and the oneDNN notice, twice) before the one-line usage error."""
-    clean = {k: v for k, v in env().items() if not k.startswith("TF_")}
+    clean = {k: v for k, v in subprocess_env().items() if not k.startswith("TF_")}
     done = subprocess.run([sys.executable, "-m", module], cwd=REPO, env=clean, timeout=120,
                           capture_output=True, text=True)
     assert done.returncode == 2, done.stderr

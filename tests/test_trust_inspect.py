@@ -15,7 +15,7 @@ import sys
 import cv2
 import pytest
 
-from tests.trust_helpers import REPO, check_complete, env, make_tree, run_imgrec, run_inspect, write_image
+from tests.helpers import REPO, check_complete, make_tree, run_imgrec, run_inspect, subprocess_env, write_photo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -28,7 +28,7 @@ def dataset(tmp_path_factory) -> pathlib.Path:
     data = base / "data"
     make_tree(data, {"cat": 8, "dog": 8})
     for i in range(3):  # truncated JPEGs pass the header check and fail decoding: in a split
-        good = write_image(data / "cat" / f"trunc_{i}.jpg", seed=900 + i, size=(64, 64))
+        good = write_photo(data / "cat" / f"trunc_{i}.jpg", seed=900 + i, size=(64, 64))
         (data / "cat" / f"trunc_{i}.jpg").write_bytes(good[: len(good) // 2])
     (data / "dog" / "notes.jpg").write_text("not pixels")  # NotAnImage: no split
     (data / "dog" / "README.txt").write_text("skipped")
@@ -112,7 +112,7 @@ def test_a_check_started_with_its_standard_streams_closed_passes_and_draws_its_p
     """`... 2>&- >&- <&-`: files the command opens (TensorFlow's, the PNGs) would get descriptors
     0-2, where native libraries write their messages; both names of the command reopen them first."""
     pngs = tmp_path / "pngs"
-    run = subprocess.run([sys.executable, "-m", module, str(dataset), f"--out={pngs}"], cwd=REPO, env=env(),
+    run = subprocess.run([sys.executable, "-m", module, str(dataset), f"--out={pngs}"], cwd=REPO, env=subprocess_env(),
                          timeout=120, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
     assert run.returncode == 0
     drawn = sorted(pngs.glob("*.png"))

@@ -18,13 +18,12 @@ import psutil
 import pytest
 
 from pipeline.publish import JOURNAL_FILE
-from tests.trust_helpers import (
+from tests.helpers import (
     IN_MEMORY,
     MULTI_PROCESSING,
     REPO,
     Watched,
     check_complete,
-    env,
     error_line,
     finish_all,
     imgrec_argv,
@@ -36,8 +35,9 @@ from tests.trust_helpers import (
     run_imgrec,
     run_inspect,
     snapshot,
+    subprocess_env,
     tree,
-    write_image,
+    write_photo,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -46,12 +46,13 @@ LOCK = ".imgrec.lock"
 STAGING = ".imgrec-staging"
 # Raw float32 224x224 records from 400x500 images: several seconds of conversion in memory.
 HEAVY = ("--encoding=raw", "--normalize=unit", "--num_shards=4")
+HEAVY_IMAGES = 200
 
 
 @pytest.fixture(scope="module")
 def heavy_input(tmp_path_factory) -> pathlib.Path:
     root = tmp_path_factory.mktemp("heavy") / "imgs"
-    make_tree(root, {"ant": 150, "bee": 150}, size=(400, 500))
+    make_tree(root, {"ant": HEAVY_IMAGES // 2, "bee": HEAVY_IMAGES // 2}, size=(400, 500))
     return root
 
 
@@ -111,7 +112,7 @@ def test_two_concurrent_runs_have_exactly_one_winner(heavy_input, tmp_path):
     loser = runs[[r.returncode for r in runs].index(3)]
     assert_lock_message(error_line(loser), out)
     metadata, records, _ = check_complete(out)
-    assert metadata["inputs"]["written"] == len(records) == 300
+    assert metadata["inputs"]["written"] == len(records) == HEAVY_IMAGES
     listed = {n for s in metadata["splits"].values() for n in s["files"]} | set(metadata["error_files"])
     assert published_files(out) == listed | {"metadata.json", "index"}
 
@@ -142,7 +143,7 @@ def test_a_second_run_during_a_conversion_is_refused_and_the_first_completes(hea
     result = first.finish(180)
     assert result.returncode == 0, result.brief()
     metadata, records, _ = check_complete(out)
-    assert len(records) == 300
+    assert len(records) == HEAVY_IMAGES
 
 
 @pytest.mark.slow
@@ -159,7 +160,7 @@ def test_a_run_whose_lock_was_cleared_rechecks_before_publishing(heavy_input, tm
     runs = finish_all([first, second], timeout=180)
     assert sorted(r.returncode == 0 for r in runs) == [False, True], "\n\n".join(r.brief() for r in runs)
     metadata, records, _ = check_complete(out)
-    assert len(records) == 300
+    assert len(records) == HEAVY_IMAGES
     listed = {n for s in metadata["splits"].values() for n in s["files"]} | set(metadata["error_files"])
     assert published_files(out) == listed | {"metadata.json", "index"}
 
@@ -176,7 +177,7 @@ def test_the_stale_lock_of_a_killed_run_is_taken_over(heavy_input, tmp_path):
     run = run_imgrec(heavy_input, out, *HEAVY, timeout=120)
     assert run.returncode == 0, run.brief()
     metadata, records, _ = check_complete(out)
-    assert len(records) == 300
+    assert len(records) == HEAVY_IMAGES
     lock = read_lock(out)
     assert lock is None or lock["pid"] != dead, "the dead run's lock is still there"
 
@@ -539,7 +540,7 @@ def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input
     rerun = run_imgrec(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING, timeout=150)
     assert rerun.returncode == 0, rerun.brief()
     metadata, records, _ = check_complete(out)
-    assert len(records) == 300
+    assert len(records) == HEAVY_IMAGES
 
 
 # ------------------------------------------------------------------------------------------
@@ -565,12 +566,11 @@ def survivors(run: Watched, grace: float = 10) -> list[tuple[int, str]]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("runner,signum,moment", [
-    (IN_MEMORY, signal.SIGINT, "writing"), (IN_MEMORY, signal.SIGTERM, "writing"),
-    (IN_MEMORY, signal.SIGINT, "writing, to every process"),
-    (MULTI_PROCESSING, signal.SIGTERM, "writing"), (MULTI_PROCESSING, signal.SIGINT, "writing"),
-    (IN_MEMORY, signal.SIGINT, "writing, twice"), (MULTI_PROCESSING, signal.SIGTERM, "workers_started")],
-    ids=["in_memory-SIGINT", "in_memory-SIGTERM", "in_memory-Ctrl-C", "multi_processing-SIGTERM",
-         "multi_processing-SIGINT", "in_memory-SIGINT-twice", "multi_processing-SIGTERM-workers_started"])
+    (IN_MEMORY, signal.SIGTERM, "writing"), (IN_MEMORY, signal.SIGINT, "writing, to every process"),
+    (MULTI_PROCESSING, signal.SIGINT, "writing"), (IN_MEMORY, signal.SIGINT, "writing, twice"),
+    (MULTI_PROCESSING, signal.SIGTERM, "workers_started")],
+    ids=["in_memory-SIGTERM", "in_memory-Ctrl-C", "multi_processing-SIGINT", "in_memory-SIGINT-twice",
+         "multi_processing-SIGTERM-workers_started"])
 def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input, tmp_path, runner, signum, moment):
     """A signal to the driver alone (a scheduler's timeout, `docker stop`), or to all its processes
     (Ctrl-C), while workers start or shards are being written: exit 130 with one line, the lock
@@ -601,7 +601,7 @@ def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input
     assert not list((out / STAGING).glob("run-*")), "the run's staging outlived it"
     rerun = run_imgrec(heavy_input, out, *HEAVY, runner=runner, timeout=150)
     assert rerun.returncode == 0, rerun.brief()
-    assert len(check_complete(out)[1]) == 300
+    assert len(check_complete(out)[1]) == HEAVY_IMAGES
 
 
 @pytest.mark.slow
@@ -657,7 +657,8 @@ def test_a_signal_after_the_summary_leaves_the_run_finished(tmp_path, signum):
     data, out, stdout_path = tmp_path / "data", tmp_path / "out", tmp_path / "stdout"
     make_tree(data, {"ant": 3, "bee": 3})
     with open(stdout_path, "wb") as stdout:
-        process = subprocess.Popen(imgrec_argv(data, out), cwd=REPO, env=env(), stdout=stdout, stderr=subprocess.PIPE)
+        process = subprocess.Popen(imgrec_argv(data, out), cwd=REPO, env=subprocess_env(), stdout=stdout,
+                                   stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while process.poll() is None and f"output: {out}" not in stdout_path.read_text(errors="replace"):
         assert time.monotonic() < deadline, "no summary"
@@ -685,7 +686,7 @@ def test_a_signal_while_beam_is_imported_exits_with_one_line(tmp_path, signum, c
     make_tree(data, {"ant": 2})
     module, *subcommand = command
     argv = module_argv(module, [*subcommand, *IN_MEMORY, f"--input={data}", f"--output={out}"])
-    process = subprocess.Popen(argv, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(argv, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not catches(process.pid, signal.SIGTERM):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
@@ -702,11 +703,12 @@ def test_a_signal_while_beam_is_imported_exits_with_one_line(tmp_path, signum, c
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("inner", ["out", "cat/out"])
-def test_an_output_inside_the_input_is_not_reingested(tmp_path, inner):
+def test_an_output_inside_the_input_is_not_reingested(tmp_path):
+    """`--output=IN/out` (as a schedule's IN/{timestamp}): imgrec's files there are never inputs,
+    the user's are (one inside a class folder: tests/test_discover.py)."""
     data = tmp_path / "data"
     make_tree(data, {"cat": 4, "dog": 4})
-    out = data / inner
+    out = data / "out"
     first = run_imgrec(data, out, "--max_error_fraction=1")
     assert first.returncode == 0, first.brief()
     m1, records1, _ = check_complete(out)
@@ -719,13 +721,13 @@ def test_an_output_inside_the_input_is_not_reingested(tmp_path, inner):
     assert m2["inputs"]["total"] == m1["inputs"]["total"] == 8
     assert sorted(records2) == sorted(records1)
     # a file the user puts there is an input like any other: converted, never silently left out
-    write_image(out / "extra.jpg", seed=4242)
+    write_photo(out / "extra.jpg", seed=4242)
     third = run_imgrec(data, out, "--max_error_fraction=1", "--overwrite")
     assert third.returncode == 0, third.brief()
     m3, records3, _ = check_complete(out)
     assert m3["inputs"]["total"] == 9
     extra = [r for r in records3 if r[0].endswith("/extra.jpg")]
-    assert [r[1] for r in extra] == ["out" if inner == "out" else "cat"]
+    assert [r[1] for r in extra] == ["out"]
 
 
 def test_inputs_reached_through_the_output_are_converted(tmp_path):
@@ -733,7 +735,7 @@ def test_inputs_reached_through_the_output_are_converted(tmp_path):
     data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
     make_tree(data, {"dog": 2})
     for i in range(3):
-        write_image(elsewhere / f"cat_{i}.png", seed=500 + i)
+        write_photo(elsewhere / f"cat_{i}.png", seed=500 + i)
     (data / "cat").symlink_to(elsewhere, target_is_directory=True)
     for attempt in range(2):  # the second run meets the first one's shards, index and metadata there
         run = run_imgrec(data, elsewhere, "--max_error_fraction=1", "--overwrite")

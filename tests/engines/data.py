@@ -22,7 +22,7 @@ import pathlib
 import shutil
 import sys
 
-from tests.helpers import SAMPLE, make_good_images
+from tests.helpers import SAMPLE, make_tree
 
 CLASSES = ("ant", "bee", "dog")  # not the sample's (cat, coffee, rocket)
 PER_CLASS = 1000
@@ -34,7 +34,7 @@ REJECTED = ("ant/truncated.jpg", "ant/notes.jpg", "bee/empty.jpg")
 def write_images(root: pathlib.Path, per_class: int = PER_CLASS) -> pathlib.Path:
     """Writes the set into `root` (created) and returns it."""
     shutil.copytree(SAMPLE, root)
-    make_good_images(root, per_class, classes=CLASSES, size=PHOTO_SIZE)
+    make_tree(root, dict.fromkeys(CLASSES, per_class), size=PHOTO_SIZE)
     good_jpeg = (root / "ant" / "ant_0001.jpg").read_bytes()
     (root / "ant" / "truncated.jpg").write_bytes(good_jpeg[: len(good_jpeg) // 2])
     (root / "ant" / "notes.jpg").write_bytes(b"these are not pixels, just text in a .jpg\n" * 4)

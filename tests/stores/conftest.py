@@ -13,10 +13,10 @@ import pytest
 from tests.helpers import SAMPLE
 from tests.stores import servers
 
-# The shipped local config; 8 shards a split for 6 images, so most shards are zero-byte files;
+# The built-in defaults; 8 shards a split for 6 images, so most shards are zero-byte files;
 # two of the 8 inputs are bad (an empty file, a cut-off JPEG), so every error fraction is allowed.
 # One converter process: each imports Beam for its store requests (~2 s of CPU), for 8 images.
-CONFIG = ("--config=local", "--num_shards=8", "--max_error_fraction=1", "--convert_processes=1")
+CONFIG = ("--num_shards=8", "--max_error_fraction=1", "--convert_processes=1")
 IMAGES = ("cat/cat_01.jpg", "cat/cat_05.png", "coffee/coffee_01.jpg", "coffee/coffee_08.webp", "rocket/rocket_02.jpg",
           "rocket/rocket_03_png16.png")
 

@@ -14,11 +14,9 @@ import time
 
 import pytest
 
-from tests.helpers import SAMPLE
-from tests.stores import servers
-from tests.stores.conftest import CONFIG
-from tests.trust_helpers import (
+from tests.helpers import (
     MULTI_PROCESSING,
+    SAMPLE,
     Watched,
     error_line,
     exited_pid,
@@ -29,6 +27,8 @@ from tests.trust_helpers import (
     run_imgrec,
     snapshot,
 )
+from tests.stores import servers
+from tests.stores.conftest import CONFIG
 
 pytestmark = pytest.mark.stores
 STAGING = ".imgrec-staging/"
