@@ -1,4 +1,4 @@
-"""The `imgrec` command: `imgrec run|verify|inspect|export-tfds ...`.
+"""The `imgrec` command: `imgrec run|verify|export-tfds ...`.
 
 Each subcommand is the module entry point of the same name, so `imgrec run ARGS` and
 `python -m pipeline.run ARGS` are the same command with the same exit codes.
@@ -16,7 +16,6 @@ USAGE = """usage: imgrec COMMAND [ARGS]
 commands:
   run          convert images + labels into sharded TFRecords (python -m pipeline.run)
   verify       check a finished dataset end to end (python -m pipeline.verify)
-  inspect      the same as verify
   export-tfds  make a dataset loadable with tfds.builder_from_directory (python -m pipeline.tfds_export)
 
 `imgrec COMMAND --help` lists a command's options; `imgrec run --config=seed` uses a shipped config."""
@@ -48,7 +47,7 @@ def _export_tfds(argv: Sequence[str]) -> int:
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "run": _run, "verify": _verify, "inspect": _verify, "export-tfds": _export_tfds}
+    "run": _run, "verify": _verify, "export-tfds": _export_tfds}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

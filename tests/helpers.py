@@ -355,8 +355,8 @@ def run_imgrec(input_path, output, *flags: str, runner: Sequence[str] = IN_MEMOR
     return Watched(imgrec_argv(input_path, output, *flags, runner=runner), rss_limit=rss_limit).finish(timeout)
 
 
-def run_inspect(output, *flags: str, **kwargs) -> Run:
-    return run_module("pipeline.inspect", [str(output), *flags], **kwargs)
+def run_verify(output, *flags: str, **kwargs) -> Run:
+    return run_module("pipeline.verify", [str(output), *flags], **kwargs)
 
 
 def error_line(run: Run) -> str:

@@ -314,7 +314,7 @@ def test_checking_and_exporting_keep_their_exit_code_when_stdout_cannot_be_writt
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("argv", [["run", "--num_shard=4"], ["verify"], ["inspect", "--bogus", "x"],
+@pytest.mark.parametrize("argv", [["run", "--num_shard=4"], ["verify"], ["verify", "--bogus", "x"],
                                   ["verify", "--samples=x", "x"], ["export-tfds"], ["export-tfds", "a", "b"]])
 def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
     """argparse printed its usage text and a second line naming the command ("imgrec verify: error:")."""
@@ -323,7 +323,7 @@ def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
     error_line(run)
 
 
-@pytest.mark.parametrize("module", ["pipeline.verify", "pipeline.inspect", "pipeline.tfds_export"])
+@pytest.mark.parametrize("module", ["pipeline.verify", "pipeline.tfds_export"])
 def test_commands_reading_datasets_print_no_tensorflow_start_up_lines(module):
     """Without TF_CPP_MIN_LOG_LEVEL, as a user runs them, TensorFlow's import printed four lines
     (absl's warning and the oneDNN notice, twice) before the one-line usage error."""

@@ -33,7 +33,7 @@ from tests.helpers import (
     nothing_published,
     published_files,
     run_imgrec,
-    run_inspect,
+    run_verify,
     snapshot,
     subprocess_env,
     tree,
@@ -712,8 +712,8 @@ def test_an_output_inside_the_input_is_not_reingested(tmp_path):
     first = run_imgrec(data, out, "--max_error_fraction=1")
     assert first.returncode == 0, first.brief()
     m1, records1, _ = check_complete(out)
-    # inspect draws PNGs into the output (the "class out"): imgrec's, never inputs
-    assert run_inspect(out, "--samples=2").returncode == 0
+    # verify draws PNGs into the output (the "class out"): imgrec's, never inputs
+    assert run_verify(out, "--samples=2").returncode == 0
     second = run_imgrec(data, out, "--max_error_fraction=1", "--overwrite")
     assert second.returncode == 0, second.brief()
     m2, records2, _ = check_complete(out)

@@ -1,4 +1,4 @@
-"""Issue 8, "Verifying a dataset": `python -m pipeline.inspect OUTPUT` must reconcile the accounting
+"""Issue 8, "Verifying a dataset": `imgrec verify OUTPUT` must reconcile the accounting
 in metadata.json with the dead letters and the splits: exit 1 when it was edited, exit 2 with a
 clear message when metadata.json is not JSON.
 """
@@ -15,7 +15,7 @@ import sys
 import cv2
 import pytest
 
-from tests.helpers import REPO, check_complete, make_tree, run_imgrec, run_inspect, subprocess_env, write_photo
+from tests.helpers import REPO, check_complete, make_tree, run_imgrec, run_verify, subprocess_env, write_photo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -38,7 +38,7 @@ def dataset(tmp_path_factory) -> pathlib.Path:
     assert run.returncode == 0, run.brief()
     metadata, _, rows = check_complete(out)
     assert any(r.get("split") for r in rows) and any(not r.get("split") for r in rows), rows
-    baseline = run_inspect(out, "--samples=0", f"--out={base / 'pngs'}")
+    baseline = run_verify(out, "--samples=0", f"--out={base / 'pngs'}")
     assert baseline.returncode == 0, baseline.brief()
     return out
 
@@ -88,32 +88,31 @@ EDITS = [edit_total, edit_written, edit_rejected, edit_split_rejected, edit_reje
 
 
 @pytest.mark.parametrize("edit", EDITS, ids=[e.__name__ for e in EDITS])
-def test_inspect_fails_when_the_accounting_was_edited(dataset, tmp_path, edit):
+def test_verify_fails_when_the_accounting_was_edited(dataset, tmp_path, edit):
     copy, metadata, rows = edited_copy(dataset, tmp_path)
     edit(metadata, rows, copy)
     (copy / "metadata.json").write_text(json.dumps(metadata, indent=2))
-    run = run_inspect(copy, "--samples=0", f"--out={tmp_path / 'pngs'}")
+    run = run_verify(copy, "--samples=0", f"--out={tmp_path / 'pngs'}")
     assert run.returncode == 1, run.brief()
     assert "Traceback" not in run.stderr, run.brief()
 
 
-def test_inspect_exits_2_with_a_clear_message_on_invalid_json(dataset, tmp_path):
+def test_verify_exits_2_with_a_clear_message_on_invalid_json(dataset, tmp_path):
     copy, _, _ = edited_copy(dataset, tmp_path)
     text = (copy / "metadata.json").read_text()
     (copy / "metadata.json").write_text(text[: len(text) // 2])  # a truncated copy
-    run = run_inspect(copy, "--samples=0", f"--out={tmp_path / 'pngs'}")
+    run = run_verify(copy, "--samples=0", f"--out={tmp_path / 'pngs'}")
     assert run.returncode == 2, run.brief()
     assert "Traceback" not in run.stderr, run.brief()
     assert "metadata.json" in run.stdout + run.stderr, run.brief()
 
 
-@pytest.mark.parametrize("module", ["pipeline.inspect", "pipeline.verify"])
-def test_a_check_started_with_its_standard_streams_closed_passes_and_draws_its_pngs(dataset, tmp_path, module):
+def test_a_check_started_with_its_standard_streams_closed_passes_and_draws_its_pngs(dataset, tmp_path):
     """`... 2>&- >&- <&-`: files the command opens (TensorFlow's, the PNGs) would get descriptors
-    0-2, where native libraries write their messages; both names of the command reopen them first."""
+    0-2, where native libraries write their messages; the command reopens them first."""
     pngs = tmp_path / "pngs"
-    run = subprocess.run([sys.executable, "-m", module, str(dataset), f"--out={pngs}"], cwd=REPO, env=subprocess_env(),
-                         timeout=120, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
+    run = subprocess.run([sys.executable, "-m", "pipeline.verify", str(dataset), f"--out={pngs}"], cwd=REPO,
+                         env=subprocess_env(), timeout=120, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
     assert run.returncode == 0
     drawn = sorted(pngs.glob("*.png"))
     assert drawn and all(cv2.imread(str(path)) is not None for path in drawn), drawn
