@@ -209,13 +209,12 @@ def test_progress_lines_show_during_a_run(tmp_path):
 
 
 def test_file_urls_name_local_input_and_output(tmp_path, data):
-    """TensorFlow's gfile takes file:// URLs and Beam's filesystems do not: imgrec takes both, and
-    records the local path (without file://)."""
+    """TensorFlow's gfile takes file:// URLs and Beam's filesystems do not: imgrec takes both."""
     manifest = tmp_path / "list.csv"
     manifest.write_text("path,label\n" + "".join(f"{p},{p.parent.name}\n" for p in sorted(data.rglob("*.*"))))
     for source in (f"file://{data}", f"file://{manifest}"):
         out = tmp_path / f"out-{pathlib.Path(source).suffix or 'folder'}"
-        run = run_imgrec(source, f"file://{out}", "--source_paths=absolute")
+        run = run_imgrec(source, f"file://{out}")
         assert run.returncode == 0, run.brief()
         metadata, records, rows = check_complete(out)
         root = manifest.parent if source.endswith(".csv") else data  # source paths are relative to the input root
