@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engines.conftest import CHECKS, Timer, assert_run_ok, check_against_reference, imgrec_flags
+from tests.engines.conftest import CHECKS, Timer, assert_run_ok, check_against_reference, check_store_run, imgrec_flags
 from tests.engines.engines import (
     PipelineRun,
     PrismEngine,
@@ -68,6 +68,13 @@ def prism_run(prism: PrismEngine, inputs, tmp_path_factory):
 @pytest.mark.parametrize("environment", ENVIRONMENTS)
 def test_prism_matches_direct_runner(prism_run, reference, environment, check):
     check_against_reference(check, prism_run(environment).log.parent / "out", reference)
+
+
+@pytest.mark.engines
+def test_prism_reads_s3_and_publishes_to_gcs(prism, sample_reference, tmp_path):
+    """Input on S3, output on GCS, with the Python code in the worker pool's processes: the
+    job's store options (flags) and the hosts' (environment) reach every worker."""
+    check_store_run(prism.netns, "s3", "gs", prism.runner_flags("external"), tmp_path, sample_reference)
 
 
 @pytest.mark.engines
