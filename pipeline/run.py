@@ -122,6 +122,10 @@ def check_runner(runner: str) -> None:
         raise UsageError(f"--runner={runner}: {error}")
 
 
+# The runners that submit to --job_endpoint when it is given (Beam's PortableRunner and its subclasses).
+JOB_SERVICE_RUNNERS = ("PortableRunner", "FlinkRunner", "SparkRunner", "PrismRunner")
+
+
 def check_runner_options(options) -> None:
     """Runner settings Beam would only trip over later: a job service nobody answers at (Beam
     waits --job_server_timeout, 5 minutes, then fails with an empty message), a negative worker
@@ -130,7 +134,8 @@ def check_runner_options(options) -> None:
         raise UsageError("--direct_num_workers must be 0 (one per core) or more")
     endpoint = options.view_as(PortableOptions).job_endpoint
     host, _, port = (endpoint or "").rpartition(":")
-    if host and port.isdigit():
+    runner = (options.view_as(StandardOptions).runner or "DirectRunner").rsplit(".", 1)[-1]
+    if host and port.isdigit() and runner in JOB_SERVICE_RUNNERS:
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
         except OSError as exc:

@@ -398,6 +398,25 @@ def test_dask_runner_is_refused_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("runner, checked", [("PortableRunner", True), ("FlinkRunner", True), ("PrismRunner", True),
+                                             ("DirectRunner", False), (None, False)])
+def test_the_job_endpoint_is_checked_only_for_runners_that_submit_to_it(runner, checked):
+    """`--config=configs/flink.yaml --runner=DirectRunner` runs here: the config's job endpoint
+    is not the runner's business."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.errors import UsageError
+    from pipeline.run import check_runner_options
+
+    options = PipelineOptions([*([f"--runner={runner}"] if runner else []), "--job_endpoint=127.0.0.1:1"])
+    if checked:
+        with pytest.raises(UsageError, match="cannot connect"):
+            check_runner_options(options)
+    else:
+        check_runner_options(options)
+
+
 @pytest.mark.timeout(120)
 def test_a_job_endpoint_that_is_no_beam_job_service_is_named_by_its_status(tmp_path):
     """A gRPC server without Beam's job service answered: the error line ended in a lone `>`
