@@ -1,32 +1,20 @@
 """Make a finished imgrec dataset loadable with `tfds.builder_from_directory(OUTPUT)`.
 
-TFDS can read TFRecords it did not write if the folder also holds its own metadata
-(dataset_info.json, features.json, <label>.labels.txt), which
-`tfds.folder_dataset.write_metadata` writes. This module derives that metadata from our
-metadata.json; the shards are never rewritten, so the TFDS features must parse our records as
-they are:
+TFDS reads TFRecords it did not write once the folder holds its metadata (dataset_info.json,
+features.json, <label>.labels.txt), which `tfds.folder_dataset.write_metadata` writes from
+features derived here from our metadata.json. The shards are never rewritten, so each feature
+must parse our records as they are: jpeg/png images are `Image` (one bytes feature, decoded
+with `tf.image.decode_image`), raw ones `Tensor(encoding="bytes")` (`tf.io.decode_raw` +
+reshape, our raw layout for uint8 and float32 alike); the label is a `ClassLabel` when its ids
+are 0..n-1 and its names survive TFDS's labels.txt (one stripped name a line), else an int64
+scalar; other features are `Text` or scalars. Keys stay ours: a flat FeaturesDict splits
+nothing on '/'.
 
-- image, jpeg/png: `Image(shape, encoding_format)`; it stores the encoded bytes as one bytes
-  feature and decodes with `tf.image.decode_image`, the same pixels our reader gets.
-- image, raw: `Tensor(shape, dtype, encoding="bytes")`; it stores `ndarray.tobytes()` as one
-  bytes feature and decodes with `tf.io.decode_raw` (little-endian) + reshape, which is exactly
-  our raw layout (transforms/example.py), for uint8 and float32 alike.
-- label: `ClassLabel(names)` when the ids are 0..n-1 and the names survive TFDS's
-  labels.txt file (one stripped name per line); otherwise a plain int64 scalar.
-- other string features: `Text`; int64/float32 features: scalars.
-
-Keys are our feature keys unchanged. TFDS only splits keys on '/' for nested FeaturesDicts,
-so a flat FeaturesDict with 'image' next to 'image/height' parses the records as written.
-
-Refused: detection datasets (COCO, VOC: TFDS's detection features hold each object's box as one
-[4] row of a Sequence, not as our four coordinate lists, so TFDS would need the records
-rewritten), gzip shards (TFDS opens TFRecords without a compression type), split or file names
-that TFDS's filename template cannot reproduce. Splits without shards are left out, because
-TFDS requires every split to have files.
-
-The export records the files it wrote in metadata.json (`exports`), so a run that replaces the
-dataset removes them with the old shards (imgrec only ever removes files metadata.json lists):
-re-run this export after such a run.
+Refused: detection datasets (TFDS's boxes are one [4] row per object, ours four coordinate
+lists), gzip shards (TFDS opens TFRecords without a compression type), and split or file names
+TFDS's filename template cannot reproduce. Splits without shards are left out: TFDS requires
+files for every split. The export lists its files in metadata.json (`exports`), so a run that
+replaces the dataset removes them with the old shards: export again after such a run.
 """
 from __future__ import annotations
 
@@ -69,6 +57,8 @@ class NotExportable(ValueError):
 class DatasetDamaged(ValueError):
     """The shards are not what metadata.json says, which TFDS would take as it is."""
 
+    exit_code = 1
+
 
 def damage(output_dir: str, metadata: DatasetMetadata) -> list[str]:
     """What keeps the shards from being what metadata.json says, found without reading records:
@@ -98,12 +88,8 @@ def _tfds() -> Any:
 
 
 def class_names(label_map: Mapping[str, int]) -> Optional[list[str]]:
-    """Names ordered by id if `ClassLabel` can represent them faithfully, else None.
-
-    ClassLabel maps names to ids by position, so the ids must be exactly 0..n-1; its names are
-    stored one per line and read back stripped, so names with line breaks or surrounding
-    blanks would come back different.
-    """
+    """Names ordered by id if `ClassLabel` keeps them as they are (its ids are positions, its
+    names one stripped line each), else None."""
     by_id = sorted(label_map.items(), key=lambda item: item[1])
     if [label_id for _, label_id in by_id] != list(range(len(by_id))):
         return None
@@ -123,6 +109,9 @@ def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
                             "hold four coordinate lists, and export never rewrites records; read them with "
                             "imgrec.load_dataset")
     tfds = _tfds()
+    scalars = {"string": tfds.features.Text, "int64": lambda: tfds.features.Scalar(dtype=np.int64),
+               "float32": lambda: tfds.features.Scalar(dtype=np.float32)}
+    scalars["float"] = scalars["float32"]
     connectors: dict[str, Any] = {}
     for key, described in metadata.features.items():
         role, dtype = described.get("role"), described.get("dtype")
@@ -140,12 +129,8 @@ def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
             names = class_names(metadata.label_map)
             connectors[key] = (tfds.features.ClassLabel(names=names) if names is not None
                                else tfds.features.Scalar(dtype=np.int64))
-        elif dtype == "string":
-            connectors[key] = tfds.features.Text()
-        elif dtype == "int64":
-            connectors[key] = tfds.features.Scalar(dtype=np.int64)
-        elif dtype in ("float32", "float"):
-            connectors[key] = tfds.features.Scalar(dtype=np.float32)
+        elif dtype in scalars:
+            connectors[key] = scalars[dtype]()
         else:
             raise NotExportable(f"feature {key!r} has dtype {dtype!r}, which TFDS export does not map")
     roles = {described.get("role") for described in metadata.features.values()}
@@ -155,11 +140,8 @@ def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
 
 
 def split_infos(metadata: DatasetMetadata, template: Any) -> tuple[list[Any], list[str]]:
-    """TFDS SplitInfos from our shard lengths and sizes, plus the names of splits left out (no shards).
-
-    TFDS computes shard paths from the template, so each split's file list must be exactly what
-    the template produces; otherwise TFDS would read other files, and we refuse.
-    """
+    """TFDS SplitInfos from our shard lengths and sizes, plus the names of splits left out (no
+    shards). TFDS derives shard paths from the template: file names it does not reproduce are refused."""
     tfds = _tfds()
     infos, empty = [], []
     for name, split in metadata.splits.items():
@@ -180,32 +162,15 @@ def split_infos(metadata: DatasetMetadata, template: Any) -> tuple[list[Any], li
     return infos, empty
 
 
-def _remove_tfds_files(output_dir: str) -> None:
-    import tensorflow as tf
-
-    for filename in written_files(output_dir):
-        tf.io.gfile.remove(posixpath.join(output_dir.rstrip("/"), filename))
-
-
 def written_files(output_dir: str) -> list[str]:
     """What TFDS's write_metadata left in the folder: its two JSON files and the label files."""
-    import tensorflow as tf
-
-    names = {name.rstrip("/") for name in tf.io.gfile.listdir(output_dir)}
-    return sorted(n for n in names if n in TFDS_FILES or n.endswith(".labels.txt"))
+    return [n for n in files.list_names(output_dir) if n in TFDS_FILES or n.endswith(".labels.txt")]
 
 
 def record_exports(output_dir: str, metadata: DatasetMetadata, names: Sequence[str]) -> None:
-    """Adds the export's files to metadata.json, via a temporary name, so imgrec knows they are
-    its own (a later run that replaces the dataset removes them, and nothing else)."""
-    import tensorflow as tf
-
+    """Lists the export's files in metadata.json, so a run replacing the dataset removes them."""
     updated = dataclasses.replace(metadata, exports=tuple(sorted(set(metadata.exports) | set(names))))
-    path = posixpath.join(output_dir.rstrip("/"), METADATA_FILE)
-    temporary = f"{path}.tmp-export"
-    with tf.io.gfile.GFile(temporary, "w") as handle:
-        handle.write(updated.dumps())
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    files.write_atomically(join(output_dir, METADATA_FILE), updated.dumps().encode("utf-8"))
 
 
 def default_name(output_dir: str) -> str:
@@ -215,13 +180,10 @@ def default_name(output_dir: str) -> str:
 
 
 def export(output_dir: str, name: Optional[str] = None, check_data: bool = True) -> dict[str, Any]:
-    """Writes TFDS metadata into `output_dir` next to our shards; returns a summary.
-
-    Everything is validated before anything is written. `check_data` makes TFDS read one
-    record back, so a mapping that does not match the records fails here, not in training.
-    The output's lock is held throughout: a run replacing the dataset meanwhile would have its
-    metadata.json overwritten by this export's copy of the old one.
-    """
+    """Writes TFDS metadata into `output_dir` next to our shards, everything checked first;
+    returns a summary. `check_data`: TFDS reads a record back, so a wrong mapping fails here, not
+    in training. The output's lock is held: a run replacing the dataset meanwhile would have its
+    metadata.json overwritten by this export's copy of the old one."""
     read_metadata(output_dir)  # not a dataset (a missing folder, a file): refused before the lock is taken
     with OutputLock(output_dir, f"export-{uuid.uuid4().hex}"):
         return _export(output_dir, name, check_data)
@@ -255,7 +217,7 @@ def _export(output_dir: str, name: Optional[str], check_data: bool) -> dict[str,
     except Exception as exc:
         # TFDS writes its files before check_data reads a record back; without them a failed
         # export cannot be loaded by mistake.
-        _remove_tfds_files(output_dir)
+        files.delete(join(output_dir, name) for name in written_files(output_dir))
         if type(exc).__module__.startswith("tensorflow"):  # check_data could not parse a record
             message = re.sub(r"^\{\{.*?\}\}\s*", "", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
             raise NotExportable(f"TFDS cannot read the records as metadata.json describes them: {message}") from None
@@ -272,15 +234,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipeline.t
     try:
         args = parser.parse_args(argv)
         summary = export(args.output, name=args.name)
-    except (UsageError, OutputLocked) as error:
+    except (UsageError, OutputLocked, NotExportable, NotAnImgrecDataset, UnsupportedDataset, DatasetDamaged) as error:
         say(f"imgrec: error: {error}")
-        return error.exit_code
-    except (NotExportable, NotAnImgrecDataset, UnsupportedDataset) as error:
-        say(f"imgrec: error: {error}")
-        return 2
-    except DatasetDamaged as error:
-        say(f"imgrec: error: {error}")
-        return 1
+        return getattr(error, "exit_code", 2)  # 2: not a dataset TFDS can read as written; 1: damaged
     say(f"TFDS metadata written to {args.output} as {summary['name']!r}:", sys.stdout)
     for key, feature in summary["features"].items():
         say(f"  {key}: {feature}", sys.stdout)

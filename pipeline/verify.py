@@ -1,21 +1,13 @@
 """`python -m pipeline.verify OUTPUT [--samples N] [--out DIR]`: verify a finished dataset.
 
-Reads every shard that metadata.json lists, end to end: TFRecord CRCs are checked by TensorFlow
-(a bad one raises DataLossError), every record is parsed with the metadata's parse spec and its
-image decoded, and what was found is compared with what metadata.json claims (per-file record
-counts, per-split totals, label counts and record bytes). The parse spec must be what the recorded
-config gives and agree with each record's height/width/channels features. The accounting is
-checked too: every input was written or rejected, and the dead letters hold one row per
-rejection, per split and per error class, and every record index line must frame a record
-holding its content hash (in the decompressed stream for gzip shards). Detection datasets (COCO,
-VOC) are checked per object: boxes in [0, 1] with min <= max, one value per object in every
-per-object list, object counts per class against each split's label_counts, and the objects
-written and dropped (dead letters of stage "object") against metadata.json's `objects`.
-Prints OK/FAILED per check and exits 0 (all passed), 1 (a check failed) or 2 (not a readable
-imgrec dataset, or --out is a file), so it can gate a training job or a copy to another bucket.
-
-It also draws `contact_sheet.png` (with a detection dataset's boxes) and `class_counts.png`
-(pipeline/drawing.py) for a human.
+Reads every shard metadata.json lists: TensorFlow checks the CRCs, every record is parsed with
+the metadata's parse spec (which must be what the recorded config gives) and its image decoded,
+and what was found is compared with what metadata.json claims: counts per file, split, label and
+(detection) object, record bytes, size features, boxes, the record indexes (each line frames a
+record holding its content hash), and the accounting (every input written or rejected, one
+dead-letter row per rejection or dropped object). Prints OK/FAILED per check and exits 0 (all
+passed), 1 (a check failed) or 2 (not a readable imgrec dataset, or --out is a file), so it can
+gate a training job or a copy. It also draws `contact_sheet.png` and `class_counts.png` for a human.
 """
 from __future__ import annotations
 
@@ -38,7 +30,6 @@ import sys
 import zlib
 from typing import Any, BinaryIO, ContextManager, Mapping, Optional, Sequence, TextIO
 
-import cv2
 import numpy as np
 import tensorflow as tf
 
@@ -74,6 +65,11 @@ class Check:
     ok: bool
     name: str
     detail: str = ""
+
+    @classmethod
+    def of(cls, ok: bool, name: str, problem: str) -> "Check":
+        """A check whose detail says what is wrong, shown only when it failed."""
+        return cls(ok, name, "" if ok else problem)
 
     def line(self) -> str:
         return f"  {'OK' if self.ok else 'FAILED':<7} {self.name}" + (f": {self.detail}" if self.detail else "")
@@ -198,9 +194,9 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     unit = "objects" if detection else "records"
     counted = detection or sum(info.label_counts.values()) == info.num_examples
     consistent = sum(lengths) == info.num_examples and counted
-    checks.append(Check(consistent, f"{name}: metadata is self-consistent",
-                        "" if consistent else f"sum(shard_lengths) {sum(lengths)}, label_counts sum "
-                        f"{sum(info.label_counts.values())}, num_examples {info.num_examples}"))
+    checks.append(Check.of(consistent, f"{name}: metadata is self-consistent",
+                           f"sum(shard_lengths) {sum(lengths)}, label_counts sum {sum(info.label_counts.values())}, "
+                           f"num_examples {info.num_examples}"))
     for scan, file, expected in zip(scans, files, lengths):
         if scan.error:
             checks.append(Check(False, file, scan.error))
@@ -213,13 +209,13 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
         checks.append(Check(False, f"{name}: totals", f"not compared, {bad} shard(s) unreadable"))
         return checks
     total = sum(scan.records for scan in scans)
-    checks.append(Check(total == info.num_examples, f"{name}: {total} records",
-                        "" if total == info.num_examples else f"metadata num_examples {info.num_examples}"))
+    checks.append(Check.of(total == info.num_examples, f"{name}: {total} records",
+                           f"metadata num_examples {info.num_examples}"))
     id_to_name = {i: n for n, i in label_map.items()}
     labels = sum((scan.labels for scan in scans), collections.Counter())
     out_of_range = sum(n for label, n in labels.items() if label not in id_to_name)
-    checks.append(Check(out_of_range == 0, f"{name}: label ids in label_map",
-                        f"{out_of_range} {unit} with unknown label ids" if out_of_range else ""))
+    checks.append(Check.of(out_of_range == 0, f"{name}: label ids in label_map",
+                           f"{out_of_range} {unit} with unknown label ids"))
     found = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
     expected = dict(info.label_counts)
     checks.append(Check(found == expected, f"{name}: {'object' if detection else 'label'} counts",
@@ -227,51 +223,38 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     pairs = sum((scan.label_pairs for scan in scans), collections.Counter())
     if pairs:
         wrong = sum(n for (label, text), n in pairs.items() if label_map.get(text) != label)
-        checks.append(Check(wrong == 0, f"{name}: label text agrees with label ids",
-                            f"{wrong} {unit} disagree" if wrong else ""))
-    if detection:
-        checks.extend(object_checks(name, scans))
+        checks.append(Check.of(wrong == 0, f"{name}: label text agrees with label ids", f"{wrong} {unit} disagree"))
+    if detection:  # one value per object in every list; boxes inside the image with min <= max
+        bad_lengths, bad_boxes = sum(scan.bad_lengths for scan in scans), sum(scan.bad_boxes for scan in scans)
+        checks.append(Check.of(bad_lengths == 0, f"{name}: per-object lists have one value per object",
+                               f"{bad_lengths} records disagree"))
+        checks.append(Check.of(bad_boxes == 0, f"{name}: boxes in [0, 1] with xmin <= xmax, ymin <= ymax",
+                               f"{bad_boxes} boxes are not"))
     record_bytes = sum(scan.record_bytes for scan in scans)
-    checks.append(Check(record_bytes == info.num_bytes, f"{name}: record bytes",
-                        "" if record_bytes == info.num_bytes
-                        else f"{record_bytes} read, metadata num_bytes {info.num_bytes}"))
+    checks.append(Check.of(record_bytes == info.num_bytes, f"{name}: record bytes",
+                           f"{record_bytes} read, metadata num_bytes {info.num_bytes}"))
     sizes = _size_keys(layout)
     if sizes:
         wrong_size = sum(scan.wrong_size for scan in scans)
         shape = ("the parse spec's shape " + "x".join(map(str, layout.shape)) if None not in layout.shape
                  else "each decoded image")
-        checks.append(Check(wrong_size == 0, f"{name}: {', '.join(sizes)} agree with {shape}",
-                            f"{wrong_size} records disagree" if wrong_size else ""))
+        checks.append(Check.of(wrong_size == 0, f"{name}: {', '.join(sizes)} agree with {shape}",
+                               f"{wrong_size} records disagree"))
     if layout.pixel_dtype != tf.uint8:
         non_finite = sum(scan.non_finite for scan in scans)
-        checks.append(Check(non_finite == 0, f"{name}: pixels finite",
-                            f"{non_finite} images with NaN/inf" if non_finite else ""))
+        checks.append(Check.of(non_finite == 0, f"{name}: pixels finite", f"{non_finite} images with NaN/inf"))
     return checks
 
 
-def object_checks(name: str, scans: Sequence[ShardScan]) -> list[Check]:
-    """A detection split's records hold one value per object in every list, and boxes inside the
-    image with min <= max."""
-    bad_lengths = sum(scan.bad_lengths for scan in scans)
-    bad_boxes = sum(scan.bad_boxes for scan in scans)
-    return [Check(bad_lengths == 0, f"{name}: per-object lists have one value per object",
-                  f"{bad_lengths} records disagree" if bad_lengths else ""),
-            Check(bad_boxes == 0, f"{name}: boxes in [0, 1] with xmin <= xmax, ymin <= ymax",
-                  f"{bad_boxes} boxes are not" if bad_boxes else "")]
-
-
 def _uncompressed(stored: BinaryIO, compression: str) -> ContextManager[BinaryIO]:
-    """The shard's record stream, which index offsets count in; gzip is decompressed as it is read
-    (index lines run forward, so seeking never holds more than a buffer)."""
+    """The record stream index offsets count in; gzip decompressed as read (lines run forward)."""
     return gzip.GzipFile(fileobj=stored, mode="rb") if compression == "gzip" else contextlib.nullcontext(stored)
 
 
 def index_check(output: str, name: str, info: SplitInfo, compression: str, image_key: Optional[str]) -> Check:
-    """The split's record indexes list every record of its shards once, in file order: each line
-    frames the record that follows the previous line's (checksums verified), holding the line's
-    content hash and, at the image bytes it names, the `image_key` feature's value (checked when
-    the records hold content hashes: pass None otherwise), and the last ends the shard.
-    Incremental runs and random access trust them."""
+    """The split's record indexes (which incremental runs and random access trust) list every
+    record once, in file order: each line frames the record after the previous line's, holding
+    its content hash at the image bytes it names (`image_key`: None when records hold no hash)."""
     problems: list[str] = []
     lines = 0
     for shard, index in zip(info.files, info.index_files):
@@ -300,14 +283,13 @@ def index_check(output: str, name: str, info: SplitInfo, compression: str, image
             problems.append(f"{index} against {shard}: {exc}")
     if not problems and lines != info.num_examples:
         problems.append(f"{lines} index lines for {info.num_examples} examples")
-    return Check(not problems, f"{name}: record index matches the shards", "; ".join(problems[:3]))
+    return Check.of(not problems, f"{name}: record index matches the shards", "; ".join(problems[:3]))
 
 
 def label_map_check(label_map: Mapping[str, int]) -> Check:
     """Ids must be distinct; they need not be 0..n-1 (a manifest may label with its own integers)."""
     ids = sorted(label_map.values())
-    ok = len(set(ids)) == len(ids)
-    return Check(ok, f"label_map: {len(ids)} classes", "" if ok else f"two classes share an id: {ids}")
+    return Check.of(len(set(ids)) == len(ids), f"label_map: {len(ids)} classes", f"two classes share an id: {ids}")
 
 
 def _recorded_specs(config: Mapping[str, Any]) -> tuple[ImageSpec, FeatureKeys]:
@@ -391,11 +373,11 @@ def object_accounting_checks(metadata: DatasetMetadata, dropped: Mapping[str, in
     in_splits = sum((collections.Counter(info.label_counts) for info in metadata.splits.values()),
                     collections.Counter())
     written, expected = dict(metadata.objects.written), {k: v for k, v in in_splits.items() if v}
-    return [Check(written == expected, f"objects: {sum(written.values())} written = objects in the splits",
-                  _diff(written, expected)),
-            Check(dict(dropped) == dict(metadata.objects.dropped),
-                  f"objects: {sum(metadata.objects.dropped.values())} dropped = object dead-letter rows",
-                  _diff(dict(dropped), dict(metadata.objects.dropped)))]
+    return [Check.of(written == expected, f"objects: {sum(written.values())} written = objects in the splits",
+                     _diff(written, expected)),
+            Check.of(dict(dropped) == dict(metadata.objects.dropped),
+                     f"objects: {sum(metadata.objects.dropped.values())} dropped = object dead-letter rows",
+                     _diff(dict(dropped), dict(metadata.objects.dropped)))]
 
 
 def accounting_checks(metadata: DatasetMetadata, dead_letters: DeadLetterCounts) -> list[Check]:
@@ -404,23 +386,23 @@ def accounting_checks(metadata: DatasetMetadata, dead_letters: DeadLetterCounts)
     inputs = metadata.inputs
     written = sum(info.num_examples for info in metadata.splits.values())
     checks = [
-        Check(inputs.total == inputs.written + inputs.rejected, f"inputs: {inputs.total} = written + rejected",
-              f"{inputs.written} written + {inputs.rejected} rejected"),
-        Check(inputs.written == written, f"inputs: {inputs.written} written = examples in the splits",
-              f"the splits hold {written}"),
-        Check(not problems, "dead letters are readable and sorted", "; ".join(problems[:3])),
-        Check(sum(by_error.values()) == inputs.rejected, f"inputs: {inputs.rejected} rejected = dead-letter rows",
-              f"{sum(by_error.values())} rows"),
-        Check(dict(by_error) == dict(inputs.rejected_by_error), "rejected_by_error matches the dead letters",
-              _diff(dict(by_error), dict(inputs.rejected_by_error))),
-        Check(sum(inputs.rejected_by_error.values()) == inputs.rejected, "rejected_by_error sums to rejected",
-              f"{sum(inputs.rejected_by_error.values())} != {inputs.rejected}"),
+        Check.of(inputs.total == inputs.written + inputs.rejected, f"inputs: {inputs.total} = written + rejected",
+                 f"{inputs.written} written + {inputs.rejected} rejected"),
+        Check.of(inputs.written == written, f"inputs: {inputs.written} written = examples in the splits",
+                 f"the splits hold {written}"),
+        Check.of(not problems, "dead letters are readable and sorted", "; ".join(problems[:3])),
+        Check.of(sum(by_error.values()) == inputs.rejected, f"inputs: {inputs.rejected} rejected = dead-letter rows",
+                 f"{sum(by_error.values())} rows"),
+        Check.of(dict(by_error) == dict(inputs.rejected_by_error), "rejected_by_error matches the dead letters",
+                 _diff(dict(by_error), dict(inputs.rejected_by_error))),
+        Check.of(sum(inputs.rejected_by_error.values()) == inputs.rejected, "rejected_by_error sums to rejected",
+                 f"{sum(inputs.rejected_by_error.values())} != {inputs.rejected}"),
     ]
     for name, info in metadata.splits.items():
-        checks.append(Check(by_split.get(name, 0) == info.rejected, f"{name}: {info.rejected} rejected = dead letters",
-                            f"{by_split.get(name, 0)} rows name split {name}"))
-    checks.extend(object_accounting_checks(metadata, dead_letters.objects))
-    return [c if not c.ok else dataclasses.replace(c, detail="") for c in checks]
+        checks.append(Check.of(by_split.get(name, 0) == info.rejected,
+                               f"{name}: {info.rejected} rejected = dead letters",
+                               f"{by_split.get(name, 0)} rows name split {name}"))
+    return checks + object_accounting_checks(metadata, dead_letters.objects)
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,11 +438,7 @@ def read_samples(files: Sequence[str], metadata: DatasetMetadata, count: int) ->
 
 
 def write_png(path: str, rgb: np.ndarray) -> None:
-    ok, buffer = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
-    if not ok:
-        raise RuntimeError(f"OpenCV could not encode {path}")
-    with tf.io.gfile.GFile(path, "wb") as handle:
-        handle.write(buffer.tobytes())
+    tf.io.write_file(path, tf.io.encode_png(rgb))
 
 
 def _counts_table(counts: Mapping[str, Mapping[str, int]], classes: Sequence[str]) -> str:

@@ -84,11 +84,8 @@ def skip_reason(name: str, extensions: tuple[str, ...]) -> Optional[str]:
 
 
 def folder_skip_reason(name: str) -> Optional[str]:
-    """Why a folder called `name` holds no inputs (it is neither a class nor walked), or None.
-
-    `__MACOSX` is what macOS's Archive Utility adds to a zip (AppleDouble copies of every file):
-    as a class it would take a label id of its own and shift the ids of the real classes.
-    """
+    """Why a folder called `name` holds no inputs (neither a class nor walked), or None. `__MACOSX`
+    (macOS's zips' AppleDouble copies) as a class would shift the ids of the real classes."""
     if name == "__MACOSX":
         return "macOS archive metadata folder"
     if name.startswith("."):
@@ -177,9 +174,8 @@ LOOP = "symlink loop: it leads to a folder that contains it"
 
 
 def depth_first(walk: Iterator) -> Iterator:
-    """A folder walk flattened: a folder's generator yields its entries in name order, and for a
-    subfolder the generator that walks it, which is walked there and then. A stack, not
-    recursion, so that no depth of nesting stops the walk."""
+    """A folder walk flattened: a folder's generator yields its entries, and for a subfolder the
+    generator that walks it, walked there and then; a stack, so no depth of nesting stops it."""
     stack = [walk]
     while stack:
         found = next(stack[-1], None)
@@ -237,18 +233,16 @@ def broken_symlink(path: str) -> str:
 
 def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
                       output: Optional[OutputFolder] = None) -> Iterator[Found]:
-    """Every file under a local class folder, recursively, as a candidate or a rejection. The
-    folder was listed in the input root (its path's parent): a symlink inside it to the root, to
-    the class folder itself or to a folder above either is a loop, and walked it would give
-    this class the files of every other class."""
+    """Every file under a local class folder, recursively, as a candidate or a rejection. A
+    symlink inside it to the class folder, the root or a folder above is a loop: walked, it would
+    give this class the files of every other class."""
     ancestors = folders_holding(folder) | folders_holding(os.path.dirname(folder))
     yield from depth_first(_walk_local(folder, label, extensions, output, ancestors))
 
 
 def folders_holding(folder: str) -> frozenset:
-    """(device, inode) of the folder at `folder` and of every folder above it, by its real path
-    (symlinks and `..` resolved as the OS resolves them); those that cannot be reached are left
-    out (they cannot be walked either)."""
+    """(device, inode) of `folder` and of every folder above its real path; unreachable ones are
+    left out (they cannot be walked either)."""
     found, path = set(), os.path.realpath(folder)
     while True:
         with contextlib.suppress(OSError):
@@ -271,8 +265,7 @@ class ClassFolder:
 def class_folders(folders: list[tuple[str, str]]) -> Iterator[ClassFolder]:
     """(name, path) of each class folder → ClassFolders, those `ambiguous_names` finds marked."""
     ambiguous = ambiguous_names(folders)
-    for name, path in folders:
-        yield ClassFolder(label_text(name), path, ambiguous.get(name))
+    return (ClassFolder(label_text(name), path, ambiguous.get(name)) for name, path in folders)
 
 
 def ambiguous_names(folders: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -362,42 +355,28 @@ def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Option
     return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_text(segments[0]))
 
 
-class _ListFolders(beam.DoFn):
+def list_root(root: str, extensions: tuple[str, ...], output: Optional[OutputFolder]):
     """Input root → class names (LABELS), class folders to walk, or, on object stores, batches of
     the candidates themselves ("remote")."""
-
-    def __init__(self, spec: InputSpec, output: Optional[OutputFolder]):
-        self._spec, self._output = spec, output
-
-    def process(self, root: str):
-        local = local_path(root)
-        if local is not None:
-            for found in list_local_root(local, self._output):
-                if isinstance(found, beam.pvalue.TaggedOutput):
-                    yield found
-                else:
-                    if not found.same_label_as:
-                        yield beam.pvalue.TaggedOutput(LABELS, (found.label,))
-                    yield found
-            return
-        extensions = tuple(e.lower() for e in self._spec.extensions)
-        matched = FileSystems.match([FileSystems.join(root.rstrip("/"), "**")])[0].metadata_list
-        found = (f for f in (classify_remote(root, m.path, extensions) for m in matched) if f is not None)
-        for item in batched(found):
-            if isinstance(item, beam.pvalue.TaggedOutput):
-                yield item
-            else:
-                yield beam.pvalue.TaggedOutput(LABELS, tuple(sorted({c.label for c in item})))
-                yield beam.pvalue.TaggedOutput("remote", item)
+    local = local_path(root)
+    if local is not None:
+        for found in list_local_root(local, output):
+            if isinstance(found, ClassFolder) and not found.same_label_as:
+                yield beam.pvalue.TaggedOutput(LABELS, (found.label,))
+            yield found
+        return
+    matched = FileSystems.match([FileSystems.join(root.rstrip("/"), "**")])[0].metadata_list
+    found = (f for f in (classify_remote(root, m.path, extensions) for m in matched) if f is not None)
+    for item in batched(found):
+        if isinstance(item, beam.pvalue.TaggedOutput):
+            yield item
+        else:
+            yield beam.pvalue.TaggedOutput(LABELS, tuple(sorted({c.label for c in item})))
+            yield beam.pvalue.TaggedOutput("remote", item)
 
 
-class _WalkFolder(beam.DoFn):
-    def __init__(self, spec: InputSpec, output: Optional[OutputFolder]):
-        self._extensions = tuple(e.lower() for e in spec.extensions)
-        self._output = output
-
-    def process(self, folder: ClassFolder):
-        yield from batched(walk_class_folder_files(folder, self._extensions, self._output))
+def walk_folder(folder: ClassFolder, extensions: tuple[str, ...], output: Optional[OutputFolder]) -> Iterator:
+    return batched(walk_class_folder_files(folder, extensions, output))
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,14 +434,10 @@ def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) 
         yield reject(repeated, DuplicateListing(f"listed again on line {number} (first on line {first})"))
 
 
-class _ReadManifest(beam.DoFn):
-    def __init__(self, layout: ManifestLayout):
-        self._layout = layout
-
-    def process(self, manifest: str):
-        """Rows in batches, rejections as they come."""
-        with open_manifest(manifest) as handle:
-            yield from batched(manifest_rows(manifest_lines(handle), self._layout, manifest))
+def read_manifest(manifest: str, layout: ManifestLayout):
+    """Rows in batches, rejections as they come."""
+    with open_manifest(manifest) as handle:
+        yield from batched(manifest_rows(manifest_lines(handle), layout, manifest))
 
 
 def resolve_bucket(element: tuple[int, Batch]):
@@ -569,10 +544,9 @@ def glob_candidates(pattern: str, extensions: tuple[str, ...]):
 
 
 def unambiguous(matches: Iterable[Found]) -> Iterator[Found]:
-    """Glob matches, with the files of a folder whose name is not UTF-8 rejected where its label
-    (`a` + byte 0xFF reads as `a\\xff`) is also another folder name's, as in class folders (the
-    same name in two places is one class, as globs go). Such labels hold a backslash: only those
-    candidates wait until every match is seen."""
+    """Glob matches, the files of a non-UTF-8 folder name whose label is also another folder
+    name's rejected as in class folders (`ambiguous_names`); only candidates whose label holds a
+    backslash, as such labels do, wait until every match is seen."""
     held: list[Candidate] = []
     for found in matches:
         if isinstance(found, Candidate) and "\\" in found.label:
@@ -604,15 +578,9 @@ def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) ->
 
 class DiscoverImages(beam.PTransform):
     """PBegin → {"candidates": batches of Candidate, "rejected": Rejection, "labels": tuples of
-    label names}.
-
-    `labels` holds the names the label map is built from: every class folder (even an empty
-    one) for folders, the candidates' labels otherwise. Files imgrec wrote into its `output`
-    (when discovery meets it) are not inputs.
-
-    `spread` reshuffles the class folders so that workers walk them in parallel; a runner that
-    runs every step in one process walks them where they are listed.
-    """
+    label names}: every class folder's (even an empty one's) for folders, the candidates' labels
+    otherwise. Files imgrec wrote into its `output` are not inputs. `spread` reshuffles the class
+    folders so that workers walk them in parallel (pointless when one process runs every step)."""
 
     def __init__(self, spec: InputSpec, output: Optional[OutputFolder] = None, spread: bool = True):
         super().__init__()
@@ -624,11 +592,11 @@ class DiscoverImages(beam.PTransform):
         if kind == "folders":
             listed = (pbegin
                       | "InputRoot" >> beam.Create([spec.path])
-                      | "ListClassFolders" >> beam.ParDo(_ListFolders(spec, self._output)).with_outputs(
+                      | "ListClassFolders" >> beam.FlatMap(list_root, extensions, self._output).with_outputs(
                           REJECTED, LABELS, "remote", main="folders"))
             folders = (listed.folders | "SpreadFolders" >> beam.Reshuffle()) if self._spread else listed.folders
             walked = (folders
-                      | "WalkClassFolders" >> beam.ParDo(_WalkFolder(spec, self._output)).with_outputs(
+                      | "WalkClassFolders" >> beam.FlatMap(walk_folder, extensions, self._output).with_outputs(
                           REJECTED, main="candidates"))
             candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
             rejected = (listed[REJECTED], walked[REJECTED]) | "FolderRejections" >> beam.Flatten()
@@ -643,7 +611,7 @@ class DiscoverImages(beam.PTransform):
             layout = manifest_layout(spec, kind)
             rows = (pbegin
                     | "Manifest" >> beam.Create([spec.path])
-                    | "ReadManifest" >> beam.ParDo(_ReadManifest(layout)).with_outputs(REJECTED, main="rows"))
+                    | "ReadManifest" >> beam.FlatMap(read_manifest, layout).with_outputs(REJECTED, main="rows"))
             resolved = (rows.rows
                         | "ByFile" >> GroupInBuckets(lambda row: row[0])
                         | "ResolveListings" >> beam.FlatMap(resolve_bucket).with_outputs(

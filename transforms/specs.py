@@ -20,11 +20,9 @@ RESIZE_MODES = ("stretch", "center_crop", "pad", "none")
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32
 INTERPOLATIONS = ("nearest", "linear", "area", "cubic", "lanczos")
-# JPEG DCT scaling: libjpeg decodes at 1/2, 1/4 or 1/8 size for little more than the cost of the
-# smaller image. After a final INTER_AREA resize the difference from a full decode is invisible
-# (PSNR >= 50 dB) as long as the decoded image is at least twice the output size; with
-# interpolations that do not average (linear, cubic, lanczos, nearest) a large downscale aliases,
-# so the reduced decode would change what they compute, and it is not used.
+# JPEG DCT scaling (libjpeg decodes at 1/2, 1/4 or 1/8 size) is invisible (PSNR >= 50 dB) after a
+# final INTER_AREA resize from at least twice the output size; interpolations that do not average
+# alias on a large downscale, so a reduced decode would change what they compute.
 REDUCING_INTERPOLATIONS = ("area",)
 NORMALIZATIONS = ("none", "unit", "mean_std")
 ENCODINGS = ("raw", "jpeg", "png")
@@ -86,13 +84,10 @@ class ImageSpec:
     reduced_decode: str = "auto"
 
     def __post_init__(self) -> None:
-        _check_choice("resize_mode", self.resize_mode, RESIZE_MODES)
-        _check_choice("interpolation", self.interpolation, INTERPOLATIONS)
-        _check_choice("normalize", self.normalize, NORMALIZATIONS)
-        _check_choice("encoding", self.encoding, ENCODINGS)
-        _check_choice("alpha", self.alpha, ALPHA_MODES)
-        _check_choice("decoder", self.decoder, DECODERS)
-        _check_choice("reduced_decode", self.reduced_decode, REDUCED_DECODE)
+        for name, choices in (("resize_mode", RESIZE_MODES), ("interpolation", INTERPOLATIONS),
+                              ("normalize", NORMALIZATIONS), ("encoding", ENCODINGS), ("alpha", ALPHA_MODES),
+                              ("decoder", DECODERS), ("reduced_decode", REDUCED_DECODE)):
+            _check_choice(name, getattr(self, name), choices)
         if self.max_decoded_bytes <= 0 or self.max_pixels <= 0 or self.min_side < 1:
             raise ValueError("max_decoded_bytes and max_pixels must be positive and min_side at least 1")
         if self.height <= 0 or self.width <= 0:
@@ -307,9 +302,8 @@ class InputSpec:
             raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}")
 
     def root(self) -> str:
-        """The folder the input's files are named from: the folder itself, a glob's folder above
-        its first wildcard, a manifest's folder, a COCO file's images_root (default: its folder),
-        a VOC folder."""
+        """The folder the input's files are named from: the input folder, a glob's folder above its
+        first wildcard, a COCO file's images_root, else the (manifest or COCO) file's folder."""
         kind = self.resolved_kind()
         if kind in ("folders", "voc"):
             return self.path.rstrip("/")
