@@ -60,7 +60,7 @@ from pipeline.publish import interrupted_outcome
 from pipeline.reaper import reaped
 from pipeline.retention import check_retention, datasets_to_remove, remove_dataset
 from pipeline.summary import format_header, format_summary
-from transforms import files
+from transforms import files, object_stores
 from transforms.coco import AnnotationFileError
 from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
@@ -481,6 +481,10 @@ def _convert_and_report(argv: Sequence[str]) -> int:
         say(f"imgrec: error: {exc}")
         return exc.exit_code
     except Exception as exc:  # a failed pipeline: Beam's own error, with its traceback in the log
+        unavailable = object_stores.unavailable(exc)
+        if unavailable:  # the store went away or refused: a setup fault, not a bug
+            say(f"imgrec: error: the run failed: the object store cannot be used: {unavailable}")
+            return 1
         _LOG.exception("the run failed")
         say(f"imgrec: error: the run failed: {type(exc).__name__}: {last_line(exc)}")
         return 1

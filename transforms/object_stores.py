@@ -19,9 +19,12 @@ Imported only for paths with a scheme, so converter processes of a local run nev
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any, Iterable, Optional
+
+from apache_beam.utils.retry import PermanentException
 
 from transforms import files
 
@@ -35,9 +38,10 @@ _STORE_ERROR_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMat
                       "InvalidBucketName", "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"}
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnavailable(RuntimeError, PermanentException):
     """The object store cannot be used as configured: a setup fault, which fails the run, never
-    a dead letter for the object that happened to be read first."""
+    a dead letter for the object that happened to be read first, and which Beam's retries give
+    up on at once."""
 
 
 def scheme(path: str) -> Optional[str]:
@@ -61,8 +65,35 @@ def s3io():
     clients = _per_thread.__dict__.setdefault("s3", {})
     key = files.filesystem_options_key()
     if key not in clients:
-        clients[key] = S3IO(client=Client(files.filesystem_options()))
+        clients[key] = S3IO(client=_fail_fast(Client)(files.filesystem_options()))
     return clients[key]
+
+
+# The calls of Beam's S3 client that S3IO makes, each wrapped by Beam in a retry with exponential
+# backoff (7 tries, 5 s doubling: ~10 minutes per object for an endpoint that went away).
+_S3_CALLS = ("get_object_metadata", "get_stream", "get_range", "list", "create_multipart_upload", "upload_part",
+             "complete_multipart_upload", "delete", "delete_batch", "copy")
+
+
+@functools.cache
+def _fail_fast(client_class: type) -> type:
+    """Beam's S3 client, except that an error saying the store itself cannot be used
+    (`store_fault`: unreachable after botocore's own retries, credentials refused, no such bucket)
+    is raised as a `StoreUnavailable`: retrying it for every object would keep a run whose
+    store went away, and the lock it holds, for hours."""
+    def wrap(call):
+        @functools.wraps(call)
+        def failing_fast(self, *args, **kwargs):
+            try:
+                return call(self, *args, **kwargs)
+            except Exception as exc:
+                fault = store_fault(exc)
+                if fault:
+                    raise StoreUnavailable(fault) from exc
+                raise
+        return failing_fast
+
+    return type("FailFastClient", (client_class,), {name: wrap(getattr(client_class, name)) for name in _S3_CALLS})
 
 
 def _s3_client():
@@ -224,6 +255,11 @@ def _causes(exc: BaseException) -> Iterable[BaseException]:
         details = getattr(error, "exception_details", None)
         if isinstance(details, dict):
             pending.extend(value for value in details.values() if isinstance(value, BaseException))
+
+
+def unavailable(exc: BaseException) -> Optional[StoreUnavailable]:
+    """The StoreUnavailable `exc` is or wraps, if any."""
+    return next((error for error in _causes(exc) if isinstance(error, StoreUnavailable)), None)
 
 
 def store_fault(exc: BaseException) -> Optional[str]:

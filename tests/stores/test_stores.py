@@ -284,3 +284,48 @@ def test_a_lock_from_another_host_is_taken_only_once_its_heartbeat_is_stale(stor
     else:
         with pytest.raises(OutputLocked):
             OutputLock(store.url(store_output), "mine").acquire()
+
+
+# ------------------------------------------------------------------------------------------
+# An S3 endpoint that goes away during a run (Beam retries each S3 request for ~10 minutes)
+
+
+def test_a_read_from_an_s3_endpoint_that_went_away_fails_at_once():
+    """The store's fault is raised after botocore's own retries, not after Beam's exponential
+    backoff (7 tries from 5 s: ~10 minutes per object, so hours for a run)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import stores
+    from transforms import files, object_stores
+
+    outcome = []
+
+    def read() -> None:
+        try:
+            files.read_input("s3://bucket/cat/cat_01.jpg", 2**20)
+        except Exception as exc:
+            outcome.append(exc)
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        stores.use_filesystem_options(PipelineOptions(list(servers.S3Store._flags(
+            f"http://127.0.0.1:{closed.getsockname()[1]}"))))
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(60)
+    assert outcome, "reading from an endpoint nobody answers at was still being retried after 60 s"
+    assert isinstance(outcome[0], object_stores.StoreUnavailable) and "cannot connect" in str(outcome[0])
+
+
+@pytest.mark.e2e
+def test_an_s3_endpoint_that_goes_away_mid_run_fails_the_run_with_exit_1(small_input, tmp_path):
+    with servers.moto_server(tmp_path / "moto.log") as endpoint:
+        store = servers.S3Store(endpoint, "going-away")
+        store.upload_tree(small_input, "in")
+        run = Watched(imgrec_argv(store.url("in"), store.url("out"), *CONFIG, *store.flags))
+        while f"out/{LOCK}" not in store.keys("out") and run.sample():
+            time.sleep(0.02)
+        assert run.popen.poll() is None, "the run ended before it took the lock"
+    outcome = run.finish(timeout=120)
+    assert outcome.returncode == 1, outcome.brief()
+    assert "cannot connect" in error_line(outcome)
