@@ -116,7 +116,8 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
     reused = sum(s.reused for s in totals.shards)
     return DatasetMetadata(
         splits=splits,
-        features=(detection_feature_spec if spec.input.detection else feature_spec)(spec.image, spec.features),
+        features=(detection_feature_spec(spec.image, spec.features, spec.annotations.masks) if spec.input.detection
+                  else feature_spec(spec.image, spec.features)),
         image=image_description(spec.image),
         compression=spec.output.compression,
         label_map=dict(totals.label_map),

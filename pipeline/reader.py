@@ -46,6 +46,7 @@ _ENCODINGS = ("raw", "jpeg", "png")
 # [0, 1], as TFDS's BBoxFeature and KerasCV's `rel_yxyx` format hold them.
 BOX_ROLES = ("bbox/ymin", "bbox/xmin", "bbox/ymax", "bbox/xmax")
 OBJECT_LABEL_ROLE = "object_label"
+MASK_ROLE = "mask"  # a detection record's instance masks, one PNG per object (--masks)
 
 ImageDecoder = Callable[[tf.Tensor], tf.Tensor]
 Files = Union[str, Sequence[str]]
@@ -76,8 +77,8 @@ class RecordLayout:
     Both the metadata layout and the seed layout reduce to this, so they share one parser.
     `extras` maps a role (label_text, source_path, ...) to its feature key; roles are used as
     the names a caller sees because feature keys are configurable per dataset. A detection
-    layout has `box_keys` (the BOX_ROLES' keys): its label is {"boxes", "classes"}, and
-    `label_key` is the objects' class list.
+    layout has `box_keys` (the BOX_ROLES' keys): its label is {"boxes", "classes"} (and
+    "masks" with a `mask_key`), and `label_key` is the objects' class list.
     """
 
     parse_spec: Mapping[str, Union[tf.io.FixedLenFeature, tf.io.VarLenFeature]]
@@ -88,6 +89,7 @@ class RecordLayout:
     shape: Shape  # None where each record has its own size (resize_mode none)
     extras: Mapping[str, str] = dataclasses.field(default_factory=dict)
     box_keys: tuple[str, ...] = ()
+    mask_key: Optional[str] = None
 
     @property
     def ragged(self) -> bool:
@@ -100,12 +102,30 @@ class RecordLayout:
         return {key: tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor) else value
                 for key, value in parsed.items()}
 
-    def label(self, parsed: Mapping[str, tf.Tensor]) -> Union[tf.Tensor, dict[str, tf.Tensor]]:
+    def label(self, parsed: Mapping[str, tf.Tensor],
+              image: Optional[tf.Tensor] = None) -> Union[tf.Tensor, dict[str, tf.Tensor]]:
         """The class id, or a detection record's {"boxes": float32 [N, 4] (ymin, xmin, ymax, xmax),
-        "classes": int64 [N]}: the dict KerasCV's bounding-box utilities take."""
+        "classes": int64 [N]}: the dict KerasCV's bounding-box utilities take; given the decoded
+        `image`, a record with masks adds "masks": uint8 [N, height, width] of 0/1."""
         if not self.box_keys:
             return parsed[self.label_key]
-        return {"boxes": tf.stack([parsed[key] for key in self.box_keys], axis=-1), "classes": parsed[self.label_key]}
+        target = {"boxes": tf.stack([parsed[key] for key in self.box_keys], axis=-1), "classes": parsed[self.label_key]}
+        if self.mask_key and image is not None:
+            target["masks"] = decode_masks(parsed[self.mask_key], tf.shape(image)[:2])
+        return target
+
+
+def decode_masks(pngs: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
+    """[N] PNG masks → uint8 [N, height, width]; a mask of another size than the image's
+    (`size`: height, width) fails the read, as a misplaced mask must not pass for a right one."""
+    def decode(png: tf.Tensor) -> tf.Tensor:
+        mask = tf.io.decode_png(png, channels=1)[..., 0]
+        with tf.control_dependencies([tf.debugging.assert_equal(
+                tf.shape(mask), size, message="an instance mask is not the size of its image")]):
+            return tf.identity(mask)
+    return tf.cond(tf.size(pngs) > 0,
+                   lambda: tf.map_fn(decode, pngs, fn_output_signature=tf.TensorSpec([None, None], tf.uint8)),
+                   lambda: tf.zeros(tf.concat([[0], size], axis=0), tf.uint8))
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,20 +259,21 @@ def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False)
         raise UnsupportedDataset(f"metadata features have no {' or '.join(missing)} role: {sorted(features)}")
     image_key, label_key = by_role["image"], by_role[label_role]
     box_keys = tuple(by_role[role] for role in box_roles)
+    mask_key = by_role.get(MASK_ROLE) if detection else None
     image = features[image_key]
     pixel_dtype_name = image.get("pixel_dtype")
     if pixel_dtype_name not in _PIXEL_DTYPES:
         raise UnsupportedDataset(f"image pixel_dtype {pixel_dtype_name!r} is not one of {sorted(_PIXEL_DTYPES)}")
     pixel_dtype = _PIXEL_DTYPES[pixel_dtype_name]
     shape = tuple(None if d is None else int(d) for d in image["shape"])
-    read = ("image", label_role, *box_roles)
+    read = ("image", label_role, *box_roles, MASK_ROLE)
     extras = {role: key for role, key in by_role.items() if role not in read} if with_metadata else {}
-    keys = [image_key, label_key, *box_keys, *extras.values()]
+    keys = [image_key, label_key, *box_keys, *([mask_key] if mask_key else []), *extras.values()]
     return RecordLayout(
         parse_spec={key: _parsed_feature(key, features[key]) for key in keys},
         image_key=image_key, label_key=label_key,
         decode_image=image_decoder(image.get("encoding", "raw"), pixel_dtype, shape),
-        pixel_dtype=pixel_dtype, shape=shape, extras=extras, box_keys=box_keys)
+        pixel_dtype=pixel_dtype, shape=shape, extras=extras, box_keys=box_keys, mask_key=mask_key)
 
 
 def seed_layout(image_key: str = "train/image", label_key: str = "train/label",
@@ -357,7 +378,7 @@ def _record_fn(layout: RecordLayout, normalize: Optional[str], mean: Sequence[fl
         image = layout.decode_image(parsed[layout.image_key])
         if normalize:
             image = normalize_images(image, normalize, mean, std)
-        label = layout.label(parsed)
+        label = layout.label(parsed, image)
         if with_metadata:
             return image, label, {role: parsed[key] for role, key in layout.extras.items()}
         return image, label
@@ -430,7 +451,8 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
     Images are uint8 for normalize=none datasets and jpeg/png, float32 when normalized (at write
     time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata.label_map.
     A detection dataset's label is {"boxes": float32 [N, 4] as (ymin, xmin, ymax, xmax) in [0, 1],
-    "classes": int64 [N]}, and its batches are ragged (docs/detection.md).
+    "classes": int64 [N]} (and "masks": uint8 [N, height, width] of 0/1 when written with
+    --masks), and its batches are ragged (docs/detection.md).
     `batch_size=None` yields single examples. With an `input_context` (from
     `strategy.distribute_datasets_from_function`) each input pipeline reads its own shard files,
     and `batch_size` is the per-replica batch. If another run replaces the dataset while it is

@@ -61,7 +61,7 @@ from transforms.dataset_format import (
     parse_shard_file_name,
     tf_compression_type,
 )
-from transforms.detection_example import detection_feature_spec
+from transforms.detection_example import detection_feature_spec, masks_recorded
 from transforms.example import feature_spec, image_description, locates_image
 from transforms.specs import FeatureKeys, ImageSpec
 
@@ -333,7 +333,8 @@ def description_check(metadata: DatasetMetadata) -> Check:
         image, keys = _recorded_specs(metadata.config)
     except (KeyError, TypeError, ValueError) as exc:
         return Check(False, name, f"config.image or config.features is not a valid config: {type(exc).__name__}: {exc}")
-    described = (detection_feature_spec if metadata.objects is not None else feature_spec)(image, keys)
+    described = (detection_feature_spec(image, keys, masks_recorded(metadata.config)) if metadata.objects is not None
+                 else feature_spec(image, keys))
     differences = (_differences(metadata.features, described, "features")
                    + _differences(metadata.image, image_description(image), "image"))
     return Check(not differences, name, "; ".join(differences[:3]))

@@ -62,9 +62,10 @@ def place_objects(image: AnnotatedImage, where: Placement, min_visible: float,
     return tuple(placed), tuple(rejected)
 
 
-def detection_feature_spec(spec: ImageSpec, keys: FeatureKeys) -> dict[str, dict]:
+def detection_feature_spec(spec: ImageSpec, keys: FeatureKeys, masks: bool = False) -> dict[str, dict]:
     """metadata.json's parse spec of detection records: the image (its own size per record
-    unless resized), and per object lists (`kind: var_len`) a reader parses as ragged tensors."""
+    unless resized), and per object lists (`kind: var_len`) a reader parses as ragged tensors;
+    with `masks`, the objects' PNG masks."""
     def objects(role: str, dtype: str) -> dict:
         return {"role": role, "dtype": dtype, "kind": "var_len"}
 
@@ -81,10 +82,16 @@ def detection_feature_spec(spec: ImageSpec, keys: FeatureKeys) -> dict[str, dict
         "image/object/class/text": objects("object_text", "string"),
         "image/object/is_crowd": objects("is_crowd", "int64"),
         "image/object/area": objects("area", "float32"),
+        MASK_KEY: objects("mask", "string") if masks else None,
         keys.source_path: {"role": "source_path", "dtype": "string"},
         keys.content_hash: {"role": "content_hash", "dtype": "string"},
     }
-    return {key: value for key, value in described.items() if key}
+    return {key: value for key, value in described.items() if key and value}
+
+
+def masks_recorded(config: Mapping) -> bool:
+    """Whether a dataset's recorded config (metadata.json's `config`) wrote masks."""
+    return bool((config.get("annotations") or {}).get("masks"))
 
 
 def _text(value: str) -> bytes:
