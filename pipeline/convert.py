@@ -31,6 +31,7 @@ from transforms.fingerprint import InputFingerprint
 from transforms.label_map_files import write_label_maps
 from transforms.parts import WriterSettings
 from transforms.read import ReadAndCheck
+from transforms.rejected_objects import ObjectsOfRejectedImages
 from transforms.reuse import AttachReusableRecords, ReuseSource
 from transforms.specs import ConversionSpec
 from transforms.write_shards import WriteShards
@@ -143,7 +144,11 @@ class ConvertToTFRecords(beam.PTransform):
         inputs = ((discovered["candidates"] | "BatchSizes" >> beam.Map(len),
                    discovered[REJECTED] | "One" >> beam.Map(lambda r: int(r.stage != OBJECT_STAGE)))
                   | "AllInputs" >> beam.Flatten())
-        rejected = (early_rejections, plan[REJECTED], written[REJECTED]) | "AllRejections" >> beam.Flatten()
+        rejected = [early_rejections, plan[REJECTED], written[REJECTED]]
+        if spec.input.detection:  # the objects of an image rejected after discovery go with it, counted
+            late = (read[REJECTED], plan[REJECTED], written[REJECTED]) | "LateRejections" >> beam.Flatten()
+            rejected.append((discovered["candidates"], late) | "ObjectsOfRejectedImages" >> ObjectsOfRejectedImages())
+        rejected = rejected | "AllRejections" >> beam.Flatten()
         dead_letter_runs = rejected | "DeadLetters" >> beam.ParDo(WriteSortedRuns(context.run_dir))
         return ({"inputs": inputs, "rejected": rejected, "shards": written["shards"],
                  "planned_counts": written["planned_counts"], "duplicates": plan[DUPLICATES],

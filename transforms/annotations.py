@@ -135,10 +135,23 @@ def object_row(place: str, problem: Exception) -> Rejection:
     return dataclasses.replace(Rejection.from_exception(place, problem), stage=OBJECT_STAGE)
 
 
+def object_name(obj: ObjectAnnotation) -> str:
+    """How a dead-letter message names an object: `annotation 17 ('square')`."""
+    return f"{obj.ref} ({obj.text!r})" if obj.text else obj.ref
+
+
 def object_rejection(path: str, obj: ObjectAnnotation, problem: AnnotationRejected) -> Rejection:
     """A dropped object's dead-letter row: the image's path, the object named in the message."""
-    named = f"{obj.ref} ({obj.text!r})" if obj.text else obj.ref
-    return object_row(path, type(problem)(f"{named}: {problem}"))
+    return object_row(path, type(problem)(f"{object_name(obj)}: {problem}"))
+
+
+def dropped_with_image(objects: Iterable[ObjectAnnotation], image: Rejection) -> tuple[Rejection, ...]:
+    """The dead-letter rows of the objects of an image rejected after discovery (unreadable, a
+    size the file does not declare, a dropped duplicate, ...): one per object, under the image's
+    reason, so objects written + dropped still equal the objects annotated."""
+    return tuple(dataclasses.replace(image, stage=OBJECT_STAGE,
+                                     message=f"{object_name(obj)}: dropped with its image: {image.message}")
+                 for obj in objects)
 
 
 def annotation_digest(image: Optional[AnnotatedImage]) -> str:
