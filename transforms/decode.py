@@ -130,6 +130,15 @@ def jpeg_scale(header: ImageHeader, spec: ImageSpec) -> int:
     return next((scale for scale in (8, 4, 2) if -(-short // scale) >= needed), 1)
 
 
+def decoded_size(header: ImageHeader, spec: ImageSpec) -> tuple[int, int]:
+    """(width, height) of what `decode_image` gives, from the header alone: upright (turned as
+    `header.turned` says), and reduced by `jpeg_scale` where libjpeg decodes (not `imread`),
+    which rounds sizes up. Where annotations go when a previous record's pixels are reused."""
+    width, height = (header.height, header.width) if header.turned in (5, 6, 7, 8) else (header.width, header.height)
+    scale = jpeg_scale(header, spec) if header.format == "jpeg" and spec.decoder != "imread" else 1
+    return -(-width // scale), -(-height // scale)
+
+
 def refuse_made_up_pixels(header: ImageHeader, printed: str, source: str) -> None:
     """libjpeg's only report that it filled in missing or undecodable data is a warning on stderr
     (OpenCV returns the image as decoded), also for the JPEG data inside a TIFF: such a warning

@@ -20,14 +20,15 @@ import os
 import signal
 import socket
 import uuid
-from typing import BinaryIO, Iterable, Optional
+from typing import BinaryIO, Callable, Iterable, Optional
 
 from transforms import files, limits, tfrecord
 from transforms.annotations import annotation_digest
 from transforms.dataset_format import METADATA_FILE, IndexEntry, index_file_name, join, run_id_of, shard_file_name
 from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
+from transforms.geometry import GeometryError
 from transforms.process import image_to_record
-from transforms.process_detection import detection_to_record
+from transforms.process_detection import Detection, detection_from_previous, detection_to_record
 from transforms.process_pool import SubprocessPool, WorkerDied
 from transforms.refs import PlannedImage
 from transforms.rejections import CorruptImage, FileChanged, InputRejected, Rejection
@@ -213,8 +214,8 @@ def shard_keys(planned_counts: dict[str, int], image: ImageSpec, output: OutputS
     return keys
 
 
-def reused_record(image: PlannedImage, fields: RecordFields, settings: WriterSettings) -> EncodedRecord:
-    """The record rebuilt around the image bytes of the same content in a previous dataset."""
+def reused_pixels(image: PlannedImage) -> bytes:
+    """The image bytes of the same content in a previous dataset, checked to be that content's."""
     location = image.reuse
     try:
         with files.open_read(location.shard) as handle:
@@ -226,8 +227,7 @@ def reused_record(image: PlannedImage, fields: RecordFields, settings: WriterSet
     if entry.sha256 != image.source.content_hash or not locates_image(
             data, entry.image_offset, entry.image_length, entry.sha256, location.image_key):
         raise _ReuseFailed(f"{location.shard}@{entry.offset} does not hold content {image.source.content_hash}")
-    pixels = data[entry.image_offset:entry.image_offset + entry.image_length]
-    return build_example(pixels, fields, settings.image, settings.keys)
+    return data[entry.image_offset:entry.image_offset + entry.image_length]
 
 
 class _ReuseFailed(Exception):
@@ -260,15 +260,38 @@ class Converted:
     dropped: tuple[Rejection, ...] = ()
 
 
+def detection_converted(make: Callable[..., Detection], data: bytes, image: PlannedImage, fields: RecordFields,
+                        settings: WriterSettings, reused: bool) -> Converted:
+    """An annotated image's record by `make` (detection_to_record from the file's bytes, or
+    detection_from_previous from a previous record's image), with imgrec's own features."""
+    source, keys = image.source, settings.keys
+    own = ((keys.source_path, fields.source_path.encode("utf-8", "surrogateescape")),
+           (keys.content_hash, source.content_hash.encode("ascii")))
+    record, objects, dropped = make(data, source.header, source.annotations, settings.image, settings.objects,
+                                    settings.voc_fields, {key: value for key, value in own if key})
+    return Converted(record, reused, tuple(obj.text for obj in objects), dropped)
+
+
+def reused_image(image: PlannedImage, fields: RecordFields, settings: WriterSettings) -> Converted:
+    """The record rebuilt around a previous dataset's image bytes of the same content; an
+    annotated image's objects are placed afresh, so changed annotations are honoured."""
+    pixels = reused_pixels(image)
+    if image.source.annotations is None:
+        return Converted(build_example(pixels, fields, settings.image, settings.keys), True, (image.source.label,))
+    try:
+        return detection_converted(detection_from_previous, pixels, image, fields, settings, True)
+    except GeometryError as exc:
+        raise _ReuseFailed(str(exc)) from exc
+
+
 def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
     """One planned image's record: its previous bytes if it has some, else a fresh conversion of
-    the file, which must still hash to what was planned. An annotated image's record is always
-    built afresh (its objects are placed from the decoded geometry)."""
+    the file, which must still hash to what was planned."""
     source = image.source
     fields = RecordFields(image.label_id, source.label, settings.record_path(source.path), source.content_hash)
-    if image.reuse is not None and source.annotations is None:
+    if image.reuse is not None:
         try:
-            return Converted(reused_record(image, fields, settings), True, (source.label,))
+            return reused_image(image, fields, settings)
         except _ReuseFailed:
             pass
     data = files.read_input(source.path, settings.max_file_bytes)
@@ -276,12 +299,7 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
         raise FileChanged(f"{source.path} changed while the pipeline ran (sha256 differs)")
     try:
         if source.annotations is not None:
-            keys, path = settings.keys, fields.source_path.encode("utf-8", "surrogateescape")
-            extra = {key: value for key, value in ((keys.source_path, path),
-                                                   (keys.content_hash, source.content_hash.encode("ascii"))) if key}
-            record, objects, dropped = detection_to_record(data, source.header, source.annotations, settings.image,
-                                                           settings.objects, settings.voc_fields, extra)
-            return Converted(record, False, tuple(obj.text for obj in objects), dropped)
+            return detection_converted(detection_to_record, data, image, fields, settings, False)
         return Converted(image_to_record(data, source.header, fields, settings.image, settings.keys), False,
                          (source.label,))
     except InputRejected:
