@@ -96,6 +96,13 @@ def test_images_without_objects_are_kept_or_skipped_and_counted(tmp_path):
     _, kept, rejected = annotated_images(path, keep_empty=False)
     assert [im.source_id for im in kept] == ["1"]
     assert [r.error for r in rejected] == ["BoxOutsideImage", "NoAnnotations"]
+    assert rejected[1].message == ("image skipped: all 1 of its annotations were dropped (--keep_empty_images=false; "
+                                   "pass --keep_empty_images to write it as an image without objects)")
+    path = write_coco(tmp_path, [image(1)], [])
+    _, kept, rejected = annotated_images(path, keep_empty=False)
+    assert not kept and [(r.error, r.message) for r in rejected] == [(
+        "NoAnnotations", "image skipped: it has no annotations (--keep_empty_images=false; pass --keep_empty_images "
+        "to write it as an image without objects)")]
 
 
 def test_file_names_resolve_against_the_file_or_the_images_root(tmp_path):

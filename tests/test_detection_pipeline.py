@@ -147,6 +147,10 @@ def test_every_annotation_problem_is_a_dead_letter_and_the_counts_reconcile(tmp_
     assert metadata.inputs.rejected_by_error == {"ImageListedTwice": 2, "NoAnnotations": 1, "SizeMismatch": 1,
                                                  "UnreadableFile": 1}
     assert "upright size after EXIF orientation 6" in by_error["SizeMismatch"][0]["message"]
+    (empty,) = by_error["NoAnnotations"]
+    assert empty["path"].endswith("empty.jpg")
+    assert empty["message"].startswith("image skipped: it has no annotations (--keep_empty_images=false; pass "
+                                       "--keep_empty_images to write it")
     assert metadata.inputs.total == 7 == metadata.inputs.written + metadata.inputs.rejected
     assert metadata.inputs.errors == 4  # skipping an image without objects is by request, not an error
     assert metadata.objects.written == {"square": 2}  # street.jpg's good square and its copy's

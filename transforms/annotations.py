@@ -162,6 +162,13 @@ def annotation_digest(image: Optional[AnnotatedImage]) -> str:
     return hashlib.sha256(repr(image).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
+def no_objects_reason(dropped: int) -> str:
+    """Why an image without objects is skipped: asked for, and how to get it written instead."""
+    why = f"all {dropped} of its annotations were dropped" if dropped else "it has no annotations"
+    return (f"image skipped: {why} (--keep_empty_images=false; pass --keep_empty_images to write it as an "
+            "image without objects)")
+
+
 def finished_image(image: AnnotatedImage, objects: Iterable[ObjectAnnotation],
                    labelled: Callable[[ObjectAnnotation], Optional[ObjectAnnotation]],
                    unknown: Callable[[ObjectAnnotation], str],
@@ -179,6 +186,6 @@ def finished_image(image: AnnotatedImage, objects: Iterable[ObjectAnnotation],
         else:
             rejected.append(object_rejection(image.path, known or obj, problem))
     if not kept and not keep_empty:
-        rejected.append(Rejection.from_exception(image.path, NoAnnotations("no objects (kept with keep_empty_images)")))
+        rejected.append(Rejection.from_exception(image.path, NoAnnotations(no_objects_reason(len(rejected)))))
         return None, tuple(rejected)
     return dataclasses.replace(image, objects=tuple(kept)), tuple(rejected)
