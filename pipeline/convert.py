@@ -121,7 +121,8 @@ class ConvertToTFRecords(beam.PTransform):
             discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder,
                                                               spread=not context.in_one_process)
             label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
-                spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))
+                spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"),
+                multi_label=spec.input.multi_label)
         candidates = discovered["candidates"]
         if not context.in_one_process:  # one process spreads the work on its own pool
             candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()
@@ -134,7 +135,8 @@ class ConvertToTFRecords(beam.PTransform):
         fingerprint = ((read.images, early_rejections, label_map)
                        | "Fingerprint" >> InputFingerprint(spec, context.library_versions))
         plan = read.images | "PlanSplits" >> PlanSplits(spec.splits, AsSingleton(label_map),
-                                                        spec.output.drop_duplicates, context.writer.source_root)
+                                                        spec.output.drop_duplicates, context.writer.source_root,
+                                                        spec.input.multi_label)
         to_write = plan["planned"] | "SkipIfUnchanged" >> beam.Filter(
             lambda _, current, previous: current != previous, AsSingleton(fingerprint), context.previous_fingerprint)
         if context.reuse:

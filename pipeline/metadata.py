@@ -117,7 +117,7 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
     return DatasetMetadata(
         splits=splits,
         features=(detection_feature_spec(spec.image, spec.features, spec.annotations.masks) if spec.input.detection
-                  else feature_spec(spec.image, spec.features)),
+                  else feature_spec(spec.image, spec.features, spec.input.multi_label)),
         image=image_description(spec.image),
         compression=spec.output.compression,
         label_map=dict(totals.label_map),

@@ -93,8 +93,14 @@ class RecordLayout:
 
     @property
     def ragged(self) -> bool:
-        """Whether examples differ in shape (objects per image, image sizes), so batches are ragged."""
-        return bool(self.box_keys) or None in self.shape
+        """Whether examples differ in shape (objects or labels per image, image sizes), so batches
+        are ragged."""
+        return self.label_lists or None in self.shape
+
+    @property
+    def label_lists(self) -> bool:
+        """Whether a record holds a list of labels: a detection record's objects, a multi-label image's."""
+        return isinstance(self.parse_spec[self.label_key], tf.io.VarLenFeature)
 
     def parse(self, record: tf.Tensor) -> dict[str, tf.Tensor]:
         """One serialized record → {feature key: tensor}; per-object lists as dense 1-D tensors."""
@@ -449,7 +455,8 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
     (image, label, {role: value}) for the other features (label_text, source_path, ...).
 
     Images are uint8 for normalize=none datasets and jpeg/png, float32 when normalized (at write
-    time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata.label_map.
+    time, or here with normalize='unit' | 'mean_std'); labels are int64 ids of metadata.label_map
+    (a multi-label dataset's: an int64 [k] list per image, ragged when batched).
     A detection dataset's label is {"boxes": float32 [N, 4] as (ymin, xmin, ymax, xmax) in [0, 1],
     "classes": int64 [N]} (and "masks": uint8 [N, height, width] of 0/1 when written with
     --masks), and its batches are ragged (docs/detection.md).

@@ -122,6 +122,9 @@ def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
                             "(Sequence of BBoxFeature) store one [ymin, xmin, ymax, xmax] row per object, the records "
                             "hold four coordinate lists, and export never rewrites records; read them with "
                             "imgrec.load_dataset")
+    if (metadata.config.get("input") or {}).get("multi_label"):
+        raise NotExportable("multi-label datasets are not exportable to TFDS (their labels are lists); read them "
+                            "with imgrec.load_dataset")
     tfds = _tfds()
     connectors: dict[str, Any] = {}
     for key, described in metadata.features.items():

@@ -196,7 +196,7 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
     files, lengths = list(info.files), list(info.shard_lengths)
     detection = bool(layout.box_keys)  # label_counts count objects, not records
     unit = "objects" if detection else "records"
-    counted = detection or sum(info.label_counts.values()) == info.num_examples
+    counted = layout.label_lists or sum(info.label_counts.values()) == info.num_examples
     consistent = sum(lengths) == info.num_examples and counted
     checks.append(Check(consistent, f"{name}: metadata is self-consistent",
                         "" if consistent else f"sum(shard_lengths) {sum(lengths)}, label_counts sum "
@@ -334,7 +334,7 @@ def description_check(metadata: DatasetMetadata) -> Check:
     except (KeyError, TypeError, ValueError) as exc:
         return Check(False, name, f"config.image or config.features is not a valid config: {type(exc).__name__}: {exc}")
     described = (detection_feature_spec(image, keys, masks_recorded(metadata.config)) if metadata.objects is not None
-                 else feature_spec(image, keys))
+                 else feature_spec(image, keys, bool((metadata.config.get("input") or {}).get("multi_label"))))
     differences = (_differences(metadata.features, described, "features")
                    + _differences(metadata.image, image_description(image), "image"))
     return Check(not differences, name, "; ".join(differences[:3]))
@@ -449,7 +449,10 @@ def read_samples(files: Sequence[str], metadata: DatasetMetadata, count: int) ->
                                 or "no objects")
                 continue
             images.append(image)
-            text = extras["label_text"].decode("utf-8", "replace") if "label_text" in extras else None
+            text = extras.get("label_text")
+            if isinstance(text, np.ndarray):  # multi-label: its labels' texts
+                text = b", ".join(text.tolist()) or b"no labels"
+            text = text.decode("utf-8", "replace") if text is not None else None
             captions.append(text or id_to_name.get(int(label), f"id {int(label)}"))
     except tf.errors.OpError:
         pass  # already reported by the checks; show what could be read

@@ -13,7 +13,7 @@ import apache_beam as beam
 from transforms import files
 from transforms.batches import GroupInBuckets, batched, flatten, split_by
 from transforms.discover import REJECTED
-from transforms.labels import build_label_map
+from transforms.labels import build_label_map, label_list
 from transforms.refs import Batch, PlannedImage, SourceImage
 from transforms.rejections import DuplicateImage, Rejection, UnknownLabel
 from transforms.specs import SplitSpec
@@ -25,7 +25,7 @@ DUPLICATES = "duplicates"
 @dataclasses.dataclass(frozen=True)
 class LabeledImage:
     source: SourceImage
-    label_id: int
+    label_id: Union[int, tuple[int, ...]]  # a multi-label image's: one per label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +47,14 @@ class DuplicateGroup:
 class ComputeLabelMap(beam.PTransform):
     """Tuples of label names → a single {label text: id} dict, to be used as a side input."""
 
-    def __init__(self, class_names: Optional[Sequence[str]], integer_ids: bool):
+    def __init__(self, class_names: Optional[Sequence[str]], integer_ids: bool, multi_label: bool = False):
         super().__init__()
-        self._class_names, self._integer_ids = class_names, integer_ids
+        self._class_names, self._integer_ids, self._multi_label = class_names, integer_ids, multi_label
 
     def expand(self, labels: beam.PCollection) -> beam.PCollection:
+        if self._multi_label:  # each image's label text joins its labels: the classes are the labels
+            labels = labels | "SplitLabels" >> beam.Map(
+                lambda found: tuple(name for text in found for name in label_list(text)))
         return (labels
                 | "DistinctLabels" >> beam.CombineGlobally(DistinctFn())
                 | "BuildLabelMap" >> beam.Map(build_label_map, self._class_names, self._integer_ids))
@@ -74,17 +77,21 @@ class DistinctFn(beam.CombineFn):
         return accumulator
 
 
-def attach_label_ids(batch: Batch, label_map: Mapping[str, int]):
+def attach_label_ids(batch: Batch, label_map: Mapping[str, int], multi_label: bool = False):
     """A batch of images → the batch with label ids; unknown labels as rejections. An annotated
-    image (COCO, VOC) has no image-level class: id 0, its objects carry theirs."""
+    image (COCO, VOC) has no image-level class: id 0, its objects carry theirs. A multi-label
+    image gets a tuple of ids, one per label (none for an image with no label)."""
     labeled = []
     for image in batch:
+        labels = label_list(image.label) if multi_label else (image.label,)
+        unknown = [label for label in labels if label not in label_map]
         if image.annotations is not None:
             labeled.append(LabeledImage(image, 0))
-        elif image.label in label_map:
-            labeled.append(LabeledImage(image, label_map[image.label]))
+        elif not unknown:
+            ids = tuple(label_map[label] for label in labels)
+            labeled.append(LabeledImage(image, ids if multi_label else ids[0]))
         else:
-            reason = UnknownLabel(f"label {image.label!r} is not one of the {len(label_map)} configured classes")
+            reason = UnknownLabel(f"label {unknown[0]!r} is not one of the {len(label_map)} configured classes")
             yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(image.path, reason))
     if labeled:
         yield Batch(labeled)
@@ -151,9 +158,9 @@ class PlanSplits(beam.PTransform):
     "duplicates": DuplicateGroup}."""
 
     def __init__(self, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool,
-                 source_root: str = ""):
+                 source_root: str = "", multi_label: bool = False):
         super().__init__()
-        self._splits = splits
+        self._splits, self._multi_label = splits, multi_label
         self._label_map = label_map
         self._drop_duplicates = drop_duplicates
         self._source_root = source_root
@@ -161,7 +168,7 @@ class PlanSplits(beam.PTransform):
     def expand(self, images: beam.PCollection):
         splits = self._splits
         labeled = images | "AttachLabelIds" >> beam.FlatMap(
-            attach_label_ids, self._label_map).with_outputs(REJECTED, main="labeled")
+            attach_label_ids, self._label_map, self._multi_label).with_outputs(REJECTED, main="labeled")
         units = (labeled.labeled
                  | "ByContent" >> GroupInBuckets(lambda m: m.source.content_hash)
                  | "ToSplitUnits" >> beam.FlatMap(

@@ -25,7 +25,6 @@ from transforms.specs import FeatureKeys, ImageSpec
 IMAGE_KEY = "image/encoded"
 BOX_KEYS = ("image/object/bbox/xmin", "image/object/bbox/ymin", "image/object/bbox/xmax", "image/object/bbox/ymax")
 MASK_KEY = "image/object/mask"
-CLASS_LIST_KEYS = ("image/class/label", "image/class/text")  # multi-label, as the OD API reads them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,8 +126,3 @@ def detection_record(encoded: bytes, image_format: str, size: tuple[int, int], i
         features["image/object/truncated"] = ListFeature("int64", tuple(obj.truncated for obj in objects))
     return encode_record(features, IMAGE_KEY)
 
-
-def class_list_features(label_ids: Sequence[int], texts: Sequence[str]) -> dict[str, ListFeature]:
-    """A multi-label image's labels, as the OD API's decoder reads image-level classes."""
-    return {CLASS_LIST_KEYS[0]: ListFeature("int64", tuple(label_ids)),
-            CLASS_LIST_KEYS[1]: ListFeature("bytes", tuple(_text(text) for text in texts))}

@@ -16,6 +16,7 @@ from typing import Mapping, Union
 import cv2
 import numpy as np
 
+from transforms.labels import label_list
 from transforms.specs import FeatureKeys, ImageSpec
 
 
@@ -190,7 +191,7 @@ def encode_pixels(image: np.ndarray, spec: ImageSpec) -> bytes:
 class RecordFields:
     """What one record says about its image besides the pixels."""
 
-    label: int
+    label: Union[int, tuple[int, ...]]  # a multi-label image's: one id per label of `label_text`
     label_text: str
     source_path: str
     content_hash: str
@@ -208,11 +209,17 @@ class EncodedRecord:
 def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys) -> EncodedRecord:
     """The serialized record for one image; features whose key is empty are left out."""
     height, width, channels = spec.shape
+    # surrogateescape: a file or folder name that is not UTF-8 keeps its original bytes
+    text = fields.label_text.encode("utf-8", "surrogateescape")
+    if isinstance(fields.label, tuple):  # multi-label: a list of ids and the list of their texts
+        label: FeatureValue = ListFeature("int64", fields.label)
+        text = ListFeature("bytes", tuple(t.encode("utf-8", "surrogateescape") for t in label_list(fields.label_text)))
+    else:
+        label = fields.label
     values: dict[str, FeatureValue] = {
         keys.image: pixels,
-        keys.label: fields.label,
-        # surrogateescape: a file or folder name that is not UTF-8 keeps its original bytes
-        keys.label_text: fields.label_text.encode("utf-8", "surrogateescape"),
+        keys.label: label,
+        keys.label_text: text,
         keys.height: height,
         keys.width: width,
         keys.channels: channels,
@@ -234,14 +241,16 @@ def image_description(spec: ImageSpec) -> dict:
     return {"height": height, "width": width, "channels": channels, "dtype": spec.dtype, "encoding": spec.encoding}
 
 
-def feature_spec(spec: ImageSpec, keys: FeatureKeys) -> dict[str, dict]:
-    """The parse spec a reader needs, as JSON: {key: {"kind", "dtype", ...}} for metadata.json."""
+def feature_spec(spec: ImageSpec, keys: FeatureKeys, multi_label: bool = False) -> dict[str, dict]:
+    """The parse spec a reader needs, as JSON: {key: {"kind", "dtype", ...}} for metadata.json;
+    a multi-label dataset's labels and label texts are lists (`kind: var_len`)."""
+    lists = {"kind": "var_len"} if multi_label else {}
     described = {
         keys.image: {"role": "image", "dtype": "string", "encoding": spec.encoding,
                      "pixel_dtype": spec.dtype, "shape": list(spec.shape), "normalize": spec.normalize,
                      **({"mean": list(spec.mean), "std": list(spec.std)} if spec.normalize == "mean_std" else {})},
-        keys.label: {"role": "label", "dtype": "int64"},
-        keys.label_text: {"role": "label_text", "dtype": "string"},
+        keys.label: {"role": "label", "dtype": "int64", **lists},
+        keys.label_text: {"role": "label_text", "dtype": "string", **lists},
         keys.height: {"role": "height", "dtype": "int64"},
         keys.width: {"role": "width", "dtype": "int64"},
         keys.channels: {"role": "channels", "dtype": "int64"},

@@ -23,6 +23,15 @@ def build_label_map(labels: Iterable[str], class_names: Optional[Sequence[str]] 
 
 MAX_LABEL_ID = 2**63 - 1  # an int64 feature
 
+# A multi-label image's label text: its labels joined (`cat|dog`), so everything keyed by label
+# text (duplicate reports, fingerprints, part digests) sees a change of its labels.
+LABEL_SEPARATOR = "|"
+
+
+def label_list(joined: str) -> tuple[str, ...]:
+    """A multi-label image's labels from its label text: stripped, blank ones dropped, each once, sorted."""
+    return tuple(sorted({label.strip() for label in joined.split(LABEL_SEPARATOR)} - {""}))
+
 
 def _is_int(text: str) -> bool:
     """Canonical integers that fit an int64 id: "1" and "01" can never share an id, and "-1"

@@ -21,6 +21,7 @@ from typing import BinaryIO, Iterator, Optional, Sequence, Union
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.files import file_kind, local_path
+from transforms.labels import LABEL_SEPARATOR, label_list
 from transforms.refs import Candidate
 from transforms.rejections import BadManifestLine, UnreadableFile
 from transforms.specs import InputSpec
@@ -47,6 +48,7 @@ class ManifestLayout:
     path: Union[int, str]
     label: Union[int, str]
     header: tuple[str, ...] = ()  # the column names of the first non-blank CSV line, if it has them
+    multi_label: bool = False  # the label cell holds a list (`parse_labels_line`)
 
 
 def excerpt(line: Union[str, bytes]) -> str:
@@ -209,6 +211,8 @@ def manifest_layout(spec: InputSpec, kind: str) -> ManifestLayout:
         line = first_line(spec.path)
     except Exception as exc:  # each filesystem raises its own error types
         raise ManifestError(f"cannot read the manifest {spec.path}: {exc}") from None
+    if spec.multi_label:
+        return dataclasses.replace(multilabel_layout(line, kind), multi_label=True)
     if kind == "jsonl":
         return jsonl_layout(line, spec.manifest_columns)
     return csv_layout(line, spec.manifest_columns, tuple(e.lower() for e in spec.extensions))
@@ -262,7 +266,14 @@ def _is_label(value: object) -> bool:
 
 
 def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Candidate:
-    """One data line → its Candidate. Labels are stripped in both formats (`cat ` is `cat`)."""
+    """One data line → its Candidate. Labels are stripped in both formats (`cat ` is `cat`); a
+    multi-label line's are joined by LABEL_SEPARATOR."""
+    if layout.multi_label:
+        return parse_labels_line(line, layout, manifest)[0]
+    return _single_label_line(line, layout, manifest)
+
+
+def _single_label_line(line: str, layout: ManifestLayout, manifest: str) -> Candidate:
     if layout.kind == "csv":
         row = csv_row(line)
         if _names_columns(row, layout):
@@ -327,7 +338,6 @@ def canonical_path(path: str) -> str:
 # Multi-label manifests: a path and a list of labels per line. A CSV cell holds the labels
 # joined by LABEL_SEPARATOR (`cat|dog`); a JSONL line a list (`"labels": ["cat", "dog"]`).
 MULTI_LABEL_COLUMNS = ("labels", "tags", "classes", "categories")
-LABEL_SEPARATOR = "|"
 
 
 def multilabel_layout(first_line: Optional[str], kind: str) -> ManifestLayout:
@@ -355,7 +365,7 @@ def parse_labels_line(line: str, layout: ManifestLayout, manifest: str) -> tuple
     LABEL_SEPARATOR, and those labels). A CSV line's cell must name a label; a JSONL line may
     give an empty list (an image with none of the classes)."""
     if layout.kind == "csv":
-        return _with_labels(parse_manifest_line(line, layout, manifest))
+        return _with_labels(_single_label_line(line, layout, manifest))
     try:
         row = json.loads(line, object_pairs_hook=_JsonObject.from_pairs)
     except (ValueError, RecursionError) as exc:
@@ -370,6 +380,5 @@ def parse_labels_line(line: str, layout: ManifestLayout, manifest: str) -> tuple
 
 
 def _with_labels(candidate: Candidate) -> tuple[Candidate, tuple[str, ...]]:
-    """The labels joined in a candidate's label: stripped, blank ones dropped, each once, sorted."""
-    labels = tuple(sorted({label.strip() for label in candidate.label.split(LABEL_SEPARATOR)} - {""}))
+    labels = label_list(candidate.label)
     return Candidate(candidate.path, LABEL_SEPARATOR.join(labels)), labels

@@ -27,6 +27,7 @@ from transforms.annotations import annotation_digest
 from transforms.dataset_format import METADATA_FILE, IndexEntry, index_file_name, join, run_id_of, shard_file_name
 from transforms.example import EncodedRecord, RecordFields, build_example, locates_image
 from transforms.geometry import GeometryError
+from transforms.labels import label_list
 from transforms.process import image_to_record
 from transforms.process_detection import Detection, detection_from_previous, detection_to_record
 from transforms.process_pool import SubprocessPool, WorkerDied
@@ -272,12 +273,17 @@ def detection_converted(make: Callable[..., Detection], data: bytes, image: Plan
     return Converted(record, reused, tuple(obj.text for obj in objects), dropped)
 
 
+def counted_labels(image: PlannedImage) -> tuple[str, ...]:
+    """What an image adds to its split's label_counts: its label, or each of a multi-label image's."""
+    return label_list(image.source.label) if isinstance(image.label_id, tuple) else (image.source.label,)
+
+
 def reused_image(image: PlannedImage, fields: RecordFields, settings: WriterSettings) -> Converted:
     """The record rebuilt around a previous dataset's image bytes of the same content; an
     annotated image's objects are placed afresh, so changed annotations are honoured."""
     pixels = reused_pixels(image)
     if image.source.annotations is None:
-        return Converted(build_example(pixels, fields, settings.image, settings.keys), True, (image.source.label,))
+        return Converted(build_example(pixels, fields, settings.image, settings.keys), True, counted_labels(image))
     try:
         return detection_converted(detection_from_previous, pixels, image, fields, settings, True)
     except GeometryError as exc:
@@ -301,7 +307,7 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
         if source.annotations is not None:
             return detection_converted(detection_to_record, data, image, fields, settings, False)
         return Converted(image_to_record(data, source.header, fields, settings.image, settings.keys), False,
-                         (source.label,))
+                         counted_labels(image))
     except InputRejected:
         raise
     except Exception as exc:  # OpenCV raises cv2.error on data it cannot handle

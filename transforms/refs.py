@@ -5,7 +5,7 @@ Beam-free, so the processes that convert images can unpickle them without import
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Union
 
 from transforms.annotations import AnnotatedImage
 from transforms.dataset_format import RecordLocation
@@ -50,6 +50,6 @@ class PlannedImage:
     """An image with everything decided except its pixels: label id and split."""
 
     source: SourceImage
-    label_id: int
+    label_id: Union[int, tuple[int, ...]]  # a multi-label image's: one per label
     split: str
     reuse: Optional[RecordLocation] = None  # the same content's record in a previous dataset

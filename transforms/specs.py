@@ -288,6 +288,7 @@ class InputSpec:
     source_paths: str = "relative"
     images_root: Optional[str] = None  # COCO: where file_names resolve (default: the annotation file's folder)
     keep_empty_images: bool = True  # COCO/VOC: images without objects are written (negative examples)
+    multi_label: bool = False  # CSV/JSONL: a list of labels per image (transforms/manifests.py)
 
     def __post_init__(self) -> None:
         if self.kind != "auto":
@@ -305,6 +306,9 @@ class InputSpec:
         kind = self.resolved_kind()
         if self.images_root is not None and kind != "coco":
             raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}")
+        if self.multi_label and kind not in ("csv", "jsonl"):
+            raise ValueError(f"multi_label reads a list of labels per line of a CSV or JSONL manifest; the input "
+                             f"is {kind}")
 
     def root(self) -> str:
         """The folder the input's files are named from: the folder itself, a glob's folder above
@@ -369,8 +373,9 @@ class ConversionSpec:
     def __post_init__(self) -> None:
         kind = self.input.resolved_kind()
         objects = self.input.detection
-        if objects and self.splits.method == "stratified":
-            raise ValueError(f"split_method=stratified needs one label per image; {kind} images have objects, so "
+        if (objects or self.input.multi_label) and self.splits.method == "stratified":
+            what = "have several labels" if self.input.multi_label else "have objects"
+            raise ValueError(f"split_method=stratified needs one label per image; {kind} images {what}, so "
                              "they are split by hash (split_method=hash)")
         if objects and self.image.encoding == "raw":
             raise ValueError("detection records hold JPEG or PNG images, which TF's detection decoders read; "
