@@ -16,6 +16,7 @@ import pytest
 
 from tests.helpers import (
     MULTI_PROCESSING,
+    REPO,
     SAMPLE,
     Watched,
     error_line,
@@ -284,3 +285,24 @@ def test_a_lock_from_another_host_is_taken_only_once_its_heartbeat_is_stale(stor
     else:
         with pytest.raises(OutputLocked):
             OutputLock(store.url(store_output), "mine").acquire()
+
+
+# ------------------------------------------------------------------------------------------
+# Detection datasets on the store
+
+
+@pytest.mark.e2e
+def test_a_coco_dataset_on_a_store_makes_the_local_records(store, tmp_path):
+    """COCO's instances.json and its images uploaded as they are: the annotation file is read and
+    its `file_name`s resolved on the store; the shards are the local run's, byte for byte."""
+    coco = REPO / "data" / "detection" / "coco"
+    store.upload_tree(coco, "coco")
+    convert(f"--input={coco / 'instances.json'}", f"--output={tmp_path / 'local'}", "--input_kind=coco", *CONFIG)
+    convert(f"--input={store.url('coco/instances.json')}", f"--output={store.url('coco-out')}", "--input_kind=coco",
+            *CONFIG, *store.flags)
+    local = {name: data for name, data in snapshot(tmp_path / "local").items() if data != b"<dir>"}
+    found = imgrecs(store, "coco-out")
+    assert sorted(found) == sorted(local)
+    assert {name: found[name] for name in local if name.endswith(".tfrecord") or "label_map" in name} == \
+        {name: data for name, data in local.items() if name.endswith(".tfrecord") or "label_map" in name}
+    assert json.loads(found["metadata.json"])["objects"] == json.loads(local["metadata.json"])["objects"]
