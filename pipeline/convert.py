@@ -120,7 +120,7 @@ class ConvertToTFRecords(beam.PTransform):
             discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder,
                                                               spread=not context.in_one_process)
             label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
-                spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))
+                spec.input.class_names, integer_ids=spec.input.resolved_kind in ("csv", "jsonl"))
         candidates = discovered["candidates"]
         if not context.in_one_process:  # one process spreads the work on its own pool
             candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()

@@ -164,7 +164,7 @@ def check_layout(input_spec: InputSpec, output: str, state: OutputState) -> None
     itself, nor a folder of the input that already holds files and is not an imgrec dataset (a
     class folder, say). A new folder inside the input is fine: discovery passes over what imgrec
     writes there (transforms/discover.py OutputFolder)."""
-    kind, local_input, local_output = input_spec.resolved_kind(), local_path(input_spec.path), local_path(output)
+    kind, local_input, local_output = input_spec.resolved_kind, local_path(input_spec.path), local_path(output)
     if kind not in ("folders", "glob") or local_input is None or local_output is None:
         return
     root = os.path.realpath(local_input if kind == "folders" else glob_root(local_input))

@@ -146,7 +146,7 @@ def check_runner_options(options) -> None:
 def check_input(spec: ConversionSpec) -> None:
     """A missing input, or one that cannot be reached, listed or entered, is a usage error,
     found before anything starts."""
-    kind, path = spec.input.resolved_kind(), spec.input.path
+    kind, path = spec.input.resolved_kind, spec.input.path
     local = local_path(path)
     if kind == "folders" and local is not None:
         reach = "cannot reach the folder"
@@ -283,7 +283,7 @@ def convert(argv: Sequence[str]) -> Conversion:
                                                         objects),
                             local_processes=convert_processes(options), filesystems=filesystems,
                             source_root=source_root, objects=spec.annotations,
-                            voc_fields=spec.input.resolved_kind() == "voc")
+                            voc_fields=spec.input.resolved_kind == "voc")
     run_info = {"run_id": run_id, "started": started.isoformat(timespec="seconds"), "runner": runner}
     if _dry_run(options):  # DataflowRunner --dry_run=True only builds the job: leave the output alone
         context = RunContext(run_info, output, this_run, writer, library_versions)

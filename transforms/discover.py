@@ -587,7 +587,7 @@ class DiscoverImages(beam.PTransform):
         self._spec, self._output, self._spread = spec, output, spread
 
     def expand(self, pbegin: beam.pvalue.PBegin):
-        spec, kind = self._spec, self._spec.resolved_kind()
+        spec, kind = self._spec, self._spec.resolved_kind
         extensions = tuple(e.lower() for e in spec.extensions)
         if kind == "folders":
             listed = (pbegin

@@ -161,7 +161,7 @@ class DiscoverAnnotated(beam.PTransform):
     def expand(self, pbegin: beam.pvalue.PBegin):
         spec = self._spec
         keep_empty = spec.keep_empty_images
-        if spec.resolved_kind() == "coco":
+        if spec.resolved_kind == "coco":
             label_map = pbegin | "Categories" >> beam.Create([coco_categories(spec.path, spec.class_names)])
             rows = (pbegin
                     | "AnnotationFile" >> beam.Create([spec.path])

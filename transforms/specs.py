@@ -6,6 +6,7 @@ them without any configuration machinery.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import posixpath
@@ -297,24 +298,26 @@ class InputSpec:
         if self.manifest_columns is not None and (len(self.manifest_columns) != 2 or not all(self.manifest_columns)):
             raise ValueError("manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; "
                              f"got {self.manifest_columns}")
-        kind = self.resolved_kind()
+        kind = self.resolved_kind
         if self.images_root is not None and kind != "coco":
             raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}")
 
     def root(self) -> str:
         """The folder the input's files are named from: the input folder, a glob's folder above its
         first wildcard, a COCO file's images_root, else the (manifest or COCO) file's folder."""
-        kind = self.resolved_kind()
+        kind = self.resolved_kind
         if kind in ("folders", "voc"):
             return self.path.rstrip("/")
         if kind == "coco" and self.images_root is not None:
             return self.images_root.rstrip("/")
         return glob_root(self.path) if kind == "glob" else posixpath.dirname(self.path)
 
+    @functools.cached_property
     def resolved_kind(self) -> str:
         """`auto` picks by the path: manifests by extension (a `.json` whose top level starts with
         a COCO key is COCO), globs by wildcard, a folder holding Annotations/ and JPEGImages/
-        is Pascal VOC, else folders. COCO and VOC are recognised on local disks only."""
+        is Pascal VOC, else folders. COCO and VOC are recognised on local disks only. Looked at
+        once, by the driver's first question: the answer travels with the spec to the workers."""
         if self.kind != "auto":
             return self.kind
         lower = self.path.lower()
@@ -333,7 +336,7 @@ class InputSpec:
     @property
     def detection(self) -> bool:
         """Annotation files (COCO, VOC): records of objects with boxes."""
-        return self.resolved_kind() in DETECTION_KINDS
+        return self.resolved_kind in DETECTION_KINDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,7 +364,7 @@ class ConversionSpec:
     annotations: AnnotationSpec = AnnotationSpec()
 
     def __post_init__(self) -> None:
-        kind = self.input.resolved_kind()
+        kind = self.input.resolved_kind
         objects = self.input.detection
         if objects and self.splits.method == "stratified":
             raise ValueError(f"split_method=stratified needs one label per image; {kind} images have objects, so "
