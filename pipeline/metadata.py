@@ -23,12 +23,12 @@ from transforms.dataset_format import (
     ReuseSummary,
     SplitInfo,
 )
-from transforms.detection_example import detection_feature_spec
-from transforms.example import feature_spec, image_description
-from transforms.fingerprint import pixel_library_versions
-from transforms.parts import ShardResult
+from transforms.plan.fingerprint import pixel_library_versions
 from transforms.rejections import is_error_class
 from transforms.specs import ConversionSpec
+from transforms.write.detection_example import detection_feature_spec
+from transforms.write.example import feature_spec, image_description
+from transforms.write.parts import ShardResult
 
 # (split or None, stage, error class, counts as error) → how many inputs
 RejectionKey = tuple[Optional[str], str, str, bool]

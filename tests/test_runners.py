@@ -328,7 +328,7 @@ def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_netw
     with tarfile.open(sdist) as tar:
         members = {m.name for m in tar.getmembers()}
         assert {f"{root}/setup.py", f"{root}/pipeline/run.py", f"{root}/pipeline/convert.py",
-                f"{root}/transforms/write_shards.py", f"{root}/configs/seed.yaml"} <= members
+                f"{root}/transforms/write/write_shards.py", f"{root}/configs/seed.yaml"} <= members
         assert tar.extractfile(f"{root}/setup.py").read() == (REPO / "setup.py").read_bytes()
 
 

@@ -81,7 +81,7 @@ class ImageSpec:
     # PNGs, premultiplies some TIFF alpha).
     decoder: str = "imgrec"
     # JPEGs decoded at 1/2, 1/4 or 1/8 size by the decoder itself (DCT scaling) when the image is
-    # large enough that this is invisible after the resize; see transforms/decode.py.
+    # large enough that this is invisible after the resize; see transforms/images/decode.py.
     reduced_decode: str = "auto"
 
     def __post_init__(self) -> None:
@@ -119,7 +119,7 @@ class ImageSpec:
 
     @property
     def reduces_jpegs(self) -> bool:
-        """Whether large JPEGs may be decoded at a reduced size (transforms/decode.py jpeg_scale);
+        """Whether large JPEGs may be decoded at a reduced size (transforms/images/decode.py jpeg_scale);
         never when the decoded size is kept."""
         return self.reduced_decode != "off" and self.interpolation in REDUCING_INTERPOLATIONS and self.resizes
 
@@ -182,7 +182,7 @@ class FeatureKeys:
             raise ValueError(f"feature keys must be distinct; got {keys}")
 
 
-# Detection records' keys, as TF's detection decoders read them (transforms/detection_example.py);
+# Detection records' keys, as TF's detection decoders read them (transforms/write/detection_example.py);
 # imgrec's own source path and content hash beside them.
 DETECTION_KEYS = FeatureKeys(image="image/encoded", label="image/object/class/label",
                              label_text="image/object/class/text", channels="")
@@ -256,7 +256,7 @@ def _is_local_folder(path: str) -> bool:
 
 
 def _is_coco_file(path: str) -> bool:
-    from transforms.coco import looks_like_coco  # coco.py reads manifests' paths, which import this module
+    from transforms.inputs.coco import looks_like_coco  # coco.py reads manifests' paths, which import this module
 
     return looks_like_coco(path)
 

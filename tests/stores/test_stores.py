@@ -213,7 +213,7 @@ def test_an_endpoint_nobody_answers_at_is_one_line_and_exit_2(store, monkeypatch
 
 
 # ------------------------------------------------------------------------------------------
-# The lock, through pipeline/lock.py itself
+# The lock, through pipeline/output/lock.py itself
 
 _folders = itertools.count()
 
@@ -240,7 +240,7 @@ def lock_text(host: str, pid: int, heartbeat_age: float) -> bytes:
 
 def test_exactly_one_of_many_takes_a_free_lock(store, store_output):
     from pipeline.errors import OutputLocked
-    from pipeline.lock import OutputLock
+    from pipeline.output.lock import OutputLock
 
     won, barrier = [], threading.Barrier(4)
 
@@ -260,7 +260,7 @@ def test_exactly_one_of_many_takes_a_free_lock(store, store_output):
 
 
 def test_the_lock_of_a_dead_driver_on_this_host_is_taken_at_once(store, store_output):
-    from pipeline.lock import OutputLock
+    from pipeline.output.lock import OutputLock
 
     key = f"{store_output}/{LOCK}"
     store.put(key, lock_text(socket.gethostname(), exited_pid(), heartbeat_age=0))
@@ -277,7 +277,7 @@ def test_the_lock_of_a_dead_driver_on_this_host_is_taken_at_once(store, store_ou
 @pytest.mark.parametrize("heartbeat_age, taken", [(0, False), (11 * 60, True)])
 def test_a_lock_from_another_host_is_taken_only_once_its_heartbeat_is_stale(store, store_output, heartbeat_age, taken):
     from pipeline.errors import OutputLocked
-    from pipeline.lock import OutputLock
+    from pipeline.output.lock import OutputLock
 
     store.put(f"{store_output}/{LOCK}", lock_text("another-host", 1, heartbeat_age))
     if taken:
