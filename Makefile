@@ -93,7 +93,7 @@ lock-modelgarden: venv
 engines: venv
 	$(PY) -m tests.engines.fetch
 
-test-engines: engines
+test-engines: engines stores
 	$(PY) -m pytest -q -rsxXfE --force-short-summary -m engines tests/engines
 
 # Object stores: moto's S3 server (test extra) and fake-gcs-server (go install, cached in

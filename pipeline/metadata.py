@@ -23,12 +23,12 @@ from transforms.dataset_format import (
     ReuseSummary,
     SplitInfo,
 )
-from transforms.detection_example import detection_feature_spec
-from transforms.example import feature_spec, image_description
-from transforms.fingerprint import pixel_library_versions
-from transforms.parts import ShardResult
+from transforms.plan.fingerprint import pixel_library_versions
 from transforms.rejections import is_error_class
 from transforms.specs import ConversionSpec
+from transforms.write.detection_example import detection_feature_spec
+from transforms.write.example import feature_spec, image_description
+from transforms.write.parts import ShardResult
 
 # (split or None, stage, error class, counts as error) → how many inputs
 RejectionKey = tuple[Optional[str], str, str, bool]
@@ -81,9 +81,7 @@ def split_infos(spec: ConversionSpec, totals: RunTotals) -> dict[str, SplitInfo]
     splits = {}
     for name in spec.splits.names:
         shards = sorted((s for s in totals.shards if s.split == name), key=lambda s: s.index)
-        label_counts: collections.Counter[str] = collections.Counter()
-        for shard in shards:
-            label_counts.update(dict(shard.label_counts))
+        label_counts = sum((collections.Counter(dict(s.label_counts)) for s in shards), collections.Counter())
         written = sum(s.num_examples for s in shards)
         rejected = sum(n for (split, *_), n in totals.rejection_counts if split == name)
         planned = totals.planned_counts.get(name, 0)
@@ -132,17 +130,11 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
              "resumed_records": sum(shard.resumed for shard in totals.shards)},
         versions=dict(library_versions),
         reuse=ReuseSummary(reuse_source, reused, inputs.written - reused) if reuse_source else None,
-        objects=object_accounting(splits, totals) if spec.input.detection else None,
+        # COCO and VOC: objects written per class (label_counts count objects), and dropped by reason
+        objects=ObjectAccounting(dict(sum((collections.Counter(info.label_counts) for info in splits.values()),
+                                          collections.Counter())), dict(totals.objects_dropped))
+        if spec.input.detection else None,
     )
-
-
-def object_accounting(splits: Mapping[str, SplitInfo], totals: RunTotals) -> ObjectAccounting:
-    """COCO and VOC: objects written per class (each split's label_counts counts objects) and
-    objects or annotation entries dropped, by reason."""
-    written: collections.Counter[str] = collections.Counter()
-    for info in splits.values():
-        written.update(info.label_counts)
-    return ObjectAccounting(dict(written), dict(totals.objects_dropped))
 
 
 def rejections_by_error(inputs: InputAccounting, errors_only: bool = False) -> str:

@@ -77,22 +77,19 @@ class ConfigLoader(yaml.SafeLoader):
         keys it may override: PyYAML flattens a merged mapping in place."""
         if id(node) not in self._checked_mappings:
             self._checked_mappings.add(id(node))
-            self._refuse_repeated_keys(node)
+            first_lines: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, collections.abc.Hashable):  # refused by the construction itself
+                    continue
+                if key in first_lines:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice (first on line {first_lines[key]})",
+                        key_node.start_mark)
+                first_lines[key] = key_node.start_mark.line + 1
         super().flatten_mapping(node)
-
-    def _refuse_repeated_keys(self, node: yaml.MappingNode) -> None:
-        first_lines: dict = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, collections.abc.Hashable):  # refused by the construction itself
-                continue
-            if key in first_lines:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice (first on line {first_lines[key]})",
-                    key_node.start_mark)
-            first_lines[key] = key_node.start_mark.line + 1
 
 
 _REPLACED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}

@@ -23,8 +23,8 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
-from pipeline.lock import run_alive
-from pipeline.publish import JOURNAL_FILE, journal_path, read_json
+from pipeline.output.lock import run_alive
+from pipeline.output.publish import JOURNAL_FILE, journal_path, read_json
 from transforms import files
 from transforms.dataset_format import (
     DEAD_LETTERS_FILE,
@@ -46,11 +46,11 @@ from transforms.dataset_format import (
     run_id_of,
     staging_dir,
 )
-from transforms.discover import OutputFolder
 from transforms.files import list_names, local_path
-from transforms.reuse import ReuseSource
+from transforms.inputs.discover import OutputFolder
+from transforms.plan.reuse import ReuseSource
 from transforms.specs import InputSpec, OutputSpec, glob_root
-from transforms.tfrecord import framed_length
+from transforms.write.tfrecord import framed_length
 
 LATEST = "latest"
 # The fields of a dated output template: the UTC strftime format of each, and a regex of its values.
@@ -163,8 +163,8 @@ def check_layout(input_spec: InputSpec, output: str, state: OutputState) -> None
     """A dataset is not written in among its own inputs: the output may not be the input folder
     itself, nor a folder of the input that already holds files and is not an imgrec dataset (a
     class folder, say). A new folder inside the input is fine: discovery passes over what imgrec
-    writes there (transforms/discover.py OutputFolder)."""
-    kind, local_input, local_output = input_spec.resolved_kind(), local_path(input_spec.path), local_path(output)
+    writes there (transforms/inputs/discover.py OutputFolder)."""
+    kind, local_input, local_output = input_spec.resolved_kind, local_path(input_spec.path), local_path(output)
     if kind not in ("folders", "glob") or local_input is None or local_output is None:
         return
     root = os.path.realpath(local_input if kind == "folders" else glob_root(local_input))
@@ -189,11 +189,9 @@ def clear_dead_runs(output: str) -> None:
 
 
 def stopped_runs_beside(template: str, output: str) -> list[str]:
-    """The sibling folders of a `{timestamp}` output (or a `{date}` one, once the date has
-    changed) that hold the staging of a stopped run. No later run of the template expands to
-    them, so nothing would ever resume or remove it there: the run says so (a report, not a
-    removal: whose run it was, and whether it is wanted, only the user knows). Local and NFS
-    folders only: elsewhere looking into each folder of the schedule's history is a request."""
+    """The sibling folders of a dated output holding the staging of a stopped run: no later run
+    expands to them to resume or remove it, so the run reports them (whether it is wanted, only
+    the user knows). Local folders only: on a store each look would be a request."""
     found = sibling_pattern(template)
     if found is None or local_path(output) is None:
         return []
@@ -205,10 +203,9 @@ def stopped_runs_beside(template: str, output: str) -> list[str]:
 
 
 def _stopped_run_left(folder: str) -> bool:
-    """Whether `folder` holds the staging of a run that was stopped: killed (its lock file is
-    still there) or interrupted (it removed its lock and run folder, and kept the finished parts).
-    Not a run that failed (its message pointed at the dead letters in its run folder), nor one
-    alive (its lock is held)."""
+    """Whether `folder` holds the staging of a run that was killed (its lock is left, not held)
+    or interrupted (no lock, no run folder, finished parts kept); not one that failed (its run
+    folder holds the dead letters its message named) or is alive."""
     staging = staging_dir(folder)
     try:
         if not os.path.isdir(staging):
@@ -286,17 +283,13 @@ def _is_dataset(folder: str) -> bool:
 
 
 def resolve_dataset(reference: Optional[str], template: str) -> Optional[str]:
-    if reference == LATEST:
-        return latest_sibling(template)
-    return reference
+    return latest_sibling(template) if reference == LATEST else reference
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """The dataset --skip_unchanged compares with, and its input + config fingerprint (None when
-    files it lists are missing or shards are not whole, or it holds no image and this run does not
-    allow that: then it is not kept as it is, the run converts and repairs it, or fails as a first
-    run would)."""
+    """The dataset --skip_unchanged compares with, and its input + config fingerprint: None when it
+    cannot be kept as it is (files missing, shards not whole, no image without --allow_empty)."""
 
     dataset: str
     fingerprint: Optional[str]
@@ -344,12 +337,10 @@ def _compared_to(reference: str, template: str) -> Optional[tuple[str, dict]]:
 
 
 def not_whole(dataset: str, previous: Mapping) -> tuple[str, ...]:
-    """The shards and record indexes that are not what metadata.json says, found from the shards'
-    sizes and the indexes (about 100 bytes per record), without reading a record: an
-    uncompressed split's shards must add up to its records' framed bytes (num_bytes and
-    num_examples), and each record index (format 2 on) must frame its shard's records one after
-    another (to the shard's end, when its size says something: not gzip). --reuse_from and DALI
-    read the indexes, so a cut one is no dataset to keep as it is either."""
+    """The shards and record indexes that are not what metadata.json says, found from sizes and
+    indexes without reading a record: uncompressed shards must add up to their records' framed
+    bytes, and each record index (format 2 on) must frame its shard's records back to back (to
+    the shard's end when its size is known: not gzip); --reuse_from and DALI read the indexes."""
     uncompressed = previous.get("compression") == "none"
     indexed = previous.get("format_version", 0) >= 2
     found: list[str] = []
@@ -382,7 +373,7 @@ def index_lists_records(data: bytes, records: object, shard_bytes: Optional[int]
     shard's start, the last one ending where the shard does (when its uncompressed size is known)."""
     try:
         entries = parse_index(data.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):  # FormatError is a ValueError
+    except ValueError:  # UnicodeDecodeError and FormatError are ValueErrors
         return False
     if len(entries) != records or (data and not data.endswith(b"\n")):
         return False
@@ -404,12 +395,10 @@ class Reuse:
 
 def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str, output: str,
                  state: OutputState) -> Reuse:
-    """The dataset --reuse_from names, checked to be able to serve this run's images.
-
-    A dataset the user named that cannot serve is a usage error. One the run picks itself, the
-    newest dated sibling (`latest`) or its own output, may not serve (none there yet, a publish
-    cut short, a dataset of other image settings after the config changed): every image is then
-    converted, with a note, so that a schedule is never stuck on it."""
+    """The dataset --reuse_from names, checked to be able to serve this run's images. One the user
+    named that cannot is a usage error; one the run picks itself (`latest`, its own output) may
+    not (none yet, other image settings): every image is then converted, with a note, so that a
+    schedule is never stuck on it."""
     if not spec.reuse_from:
         return Reuse()
     dataset = resolve_dataset(spec.reuse_from, template)

@@ -10,8 +10,11 @@ host. Flink (batch, on a session cluster) and Spark without `--environment_cache
 a worker per slot for every stage, about a dozen times per imgrec run, so a run of 36 images
 spent most of its 100 s waiting for workers. This pool forks each worker from a process that
 has Beam and imgrec's modules imported already (a multiprocessing forkserver: it holds no gRPC
-channel or thread, so forking it is safe), and the worker runs the same SDK harness Beam's pool
-runs.
+channel or thread, so forking it is safe). Each worker starts as Beam's container boot starts
+one, not as Beam's pool does: it asks the runner's provision service for the job's pipeline
+options and builds its harness with `sdk_worker_main.create_harness`, so Beam's FileSystems get
+the job's store options (S3 endpoint and keys, GCS project...), logs go to the runner, and the
+state cache and pickler follow the options; Beam's pool gives its workers none of these.
 """
 from __future__ import annotations
 
@@ -25,28 +28,60 @@ import threading
 from typing import Optional, Sequence
 
 import grpc
-from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc
+from apache_beam.portability.api import (
+    beam_fn_api_pb2,
+    beam_fn_api_pb2_grpc,
+    beam_provision_api_pb2,
+    beam_provision_api_pb2_grpc,
+)
+from google.protobuf import json_format, text_format
 
 _LOG = logging.getLogger("imgrec.worker_pool")
 # What an SDK worker imports before its first bundle, and the modules imgrec's DoFns need.
-PRELOAD = ("apache_beam.runners.worker.sdk_worker", "pipeline.convert", "transforms.write_shards")
+PRELOAD = ("apache_beam.runners.worker.sdk_worker_main", "pipeline.convert", "transforms.write.write_shards")
 STOP_GRACE = 10.0  # s between SIGTERM and SIGKILL for a worker told to stop
+PROVISION_TIMEOUT = 60.0  # s a new worker waits for the runner's provision service
 
 
-def run_harness(control_endpoint: str, worker_id: str, state_cache_size: int, data_buffer_time_limit_ms: int) -> None:
-    """One SDK worker: what Beam's worker pool runs with `python -c`, in a forked process."""
-    from apache_beam.runners.worker.sdk_worker import SdkHarness
-    SdkHarness(control_endpoint, worker_id=worker_id, state_cache_size=state_cache_size,
-               data_buffer_time_limit_ms=data_buffer_time_limit_ms).run()
+def harness_environment(request: beam_fn_api_pb2.StartWorkerRequest) -> dict[str, str]:
+    """What Beam's container boot gives `sdk_worker_main` in its environment, for a worker the
+    runner asked for with `request`: its endpoints and, from the runner's provision service, the
+    job's pipeline options."""
+    environment = {"WORKER_ID": request.worker_id,
+                   "CONTROL_API_SERVICE_DESCRIPTOR": text_format.MessageToString(request.control_endpoint)}
+    if request.logging_endpoint.url:
+        environment["LOGGING_API_SERVICE_DESCRIPTOR"] = text_format.MessageToString(request.logging_endpoint)
+    if request.provision_endpoint.url:
+        with grpc.insecure_channel(request.provision_endpoint.url) as channel:
+            info = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel).GetProvisionInfo(
+                beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", request.worker_id)],
+                timeout=PROVISION_TIMEOUT).info
+        environment["PIPELINE_OPTIONS"] = json_format.MessageToJson(info.pipeline_options)
+        environment["RUNNER_CAPABILITIES"] = " ".join(info.runner_capabilities)
+        if info.status_endpoint.url:
+            environment["STATUS_API_SERVICE_DESCRIPTOR"] = text_format.MessageToString(info.status_endpoint)
+    return environment
+
+
+def run_harness(request_bytes: bytes) -> None:
+    """One SDK worker, in a forked process: the harness `python -m sdk_worker_main` would run."""
+    from apache_beam.runners.worker import sdk_worker_main
+
+    request = beam_fn_api_pb2.StartWorkerRequest.FromString(request_bytes)
+    log_handler, harness, _ = sdk_worker_main.create_harness(harness_environment(request))
+    try:
+        harness.run()
+    finally:
+        if log_handler:
+            log_handler.close()
 
 
 class ForkingWorkerPool(beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer):
     """StartWorker forks an SDK worker from a forkserver that preloaded PRELOAD; StopWorker ends it."""
 
-    def __init__(self, state_cache_size: int = 0, data_buffer_time_limit_ms: int = -1):
+    def __init__(self) -> None:
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(list(PRELOAD))
-        self._settings = (state_cache_size, data_buffer_time_limit_ms)
         self._workers: dict[str, multiprocessing.process.BaseProcess] = {}
         self._lock = threading.Lock()
 
@@ -59,7 +94,7 @@ class ForkingWorkerPool(beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer):
     def StartWorker(self, request: beam_fn_api_pb2.StartWorkerRequest, context) -> beam_fn_api_pb2.StartWorkerResponse:
         try:
             process = self._context.Process(
-                target=run_harness, args=(request.control_endpoint.url, request.worker_id, *self._settings),
+                target=run_harness, args=(request.SerializeToString(),),
                 name=f"sdk-worker-{request.worker_id}")
             process.start()
         except Exception as exc:  # the runner reports the error with the worker id

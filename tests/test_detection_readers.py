@@ -18,16 +18,17 @@ from PIL import Image
 from pycocotools.coco import COCO
 
 from tests.helpers import REPO
-from transforms import files, tfrecord
-from transforms.coco import annotated_images
-from transforms.decode import decode_image
-from transforms.detection_example import detection_record, place_objects
-from transforms.example import encode_pixels
-from transforms.geometry import placement
-from transforms.image_header import read_header
-from transforms.label_map_files import CSV_FILE, label_map_csv
-from transforms.resize import resize_image
+from transforms import files
+from transforms.images.decode import decode_image
+from transforms.images.geometry import placement
+from transforms.images.image_header import read_header
+from transforms.images.resize import resize_image
+from transforms.inputs.coco import annotated_images
+from transforms.inputs.label_map_files import CSV_FILE, label_map_csv
 from transforms.specs import ImageSpec
+from transforms.write import tfrecord
+from transforms.write.detection_example import detection_record, place_objects
+from transforms.write.example import encode_pixels
 
 pytestmark = pytest.mark.modelgarden
 

@@ -12,13 +12,13 @@ import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from pycocotools import mask as coco_mask
 
-from transforms.annotations import AnnotatedImage, ObjectAnnotation, Polygons, RunLengths
-from transforms.detection_example import detection_record, place_objects
-from transforms.example import ListFeature, serialize_example
-from transforms.geometry import Placement, placement
-from transforms.label_map_files import label_map_csv, label_map_pbtxt
-from transforms.masks import mask_png, polygons_mask, rle_counts, rle_mask
+from transforms.images.geometry import Placement, placement
+from transforms.images.masks import mask_png, polygons_mask, rle_counts, rle_mask
+from transforms.inputs.annotations import AnnotatedImage, ObjectAnnotation, Polygons, RunLengths
+from transforms.inputs.label_map_files import label_map_csv, label_map_pbtxt
 from transforms.specs import ImageSpec
+from transforms.write.detection_example import detection_record, place_objects
+from transforms.write.example import ListFeature, serialize_example
 
 pytestmark = pytest.mark.unit
 

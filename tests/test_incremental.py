@@ -21,7 +21,7 @@ from pipeline import prepare
 from pipeline.errors import UsageError
 from pipeline.run import run
 from tests.helpers import IN_MEMORY, REPO
-from transforms import tfrecord
+from transforms.write import tfrecord
 
 pytestmark = pytest.mark.e2e
 

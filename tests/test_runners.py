@@ -328,7 +328,7 @@ def test_dataflow_dry_run_with_setup_file(config, tmp_path, monkeypatch, no_netw
     with tarfile.open(sdist) as tar:
         members = {m.name for m in tar.getmembers()}
         assert {f"{root}/setup.py", f"{root}/pipeline/run.py", f"{root}/pipeline/convert.py",
-                f"{root}/transforms/write_shards.py", f"{root}/configs/seed.yaml"} <= members
+                f"{root}/transforms/write/write_shards.py", f"{root}/configs/seed.yaml"} <= members
         assert tar.extractfile(f"{root}/setup.py").read() == (REPO / "setup.py").read_bytes()
 
 
@@ -396,6 +396,25 @@ def test_dask_runner_is_refused_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("imgrec: error: --runner=DaskRunner is not supported")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("runner, checked", [("PortableRunner", True), ("FlinkRunner", True), ("PrismRunner", True),
+                                             ("DirectRunner", False), (None, False)])
+def test_the_job_endpoint_is_checked_only_for_runners_that_submit_to_it(runner, checked):
+    """`--config=configs/flink.yaml --runner=DirectRunner` runs here: the config's job endpoint
+    is not the runner's business."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.errors import UsageError
+    from pipeline.run import check_runner_options
+
+    options = PipelineOptions([*([f"--runner={runner}"] if runner else []), "--job_endpoint=127.0.0.1:1"])
+    if checked:
+        with pytest.raises(UsageError, match="cannot connect"):
+            check_runner_options(options)
+    else:
+        check_runner_options(options)
 
 
 @pytest.mark.timeout(120)

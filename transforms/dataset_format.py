@@ -283,7 +283,7 @@ class ReuseSummary:
 @dataclasses.dataclass(frozen=True)
 class ObjectAccounting:
     """A detection dataset's objects: written per class, dropped per reason (error class). Its
-    label map is also written beside the shards (transforms/label_map_files.py)."""
+    label map is also written beside the shards (transforms/inputs/label_map_files.py)."""
 
     written: Mapping[str, int]
     dropped: Mapping[str, int]
@@ -344,7 +344,7 @@ class DatasetMetadata:
         return [name for name, _ in sorted(self.label_map.items(), key=lambda item: item[1])]
 
     def to_json(self) -> dict:
-        value = {
+        return {
             "format_version": self.format_version,
             "splits": {name: info.to_json() for name, info in self.splits.items()},
             "features": {key: dict(described) for key, described in self.features.items()},
@@ -363,7 +363,6 @@ class DatasetMetadata:
             "run": dict(self.run),
             "versions": dict(self.versions),
         }
-        return value
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Union
 
-from transforms.annotations import AnnotatedImage
 from transforms.dataset_format import RecordLocation
-from transforms.image_header import ImageHeader
+from transforms.images.image_header import ImageHeader
+from transforms.inputs.annotations import AnnotatedImage
 
 
 class Batch(tuple):

@@ -7,18 +7,20 @@ and written to out/test-engines/timings.json.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import pathlib
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 import pytest
 
 from tests.engines import data
-from tests.engines.engines import PipelineRun, run_imgrec
-from tests.helpers import REPO
+from tests.engines.engines import Netns, PipelineRun, run_imgrec
+from tests.helpers import REPO, SAMPLE, subprocess_env
 from tests.portable import brief
+from tests.stores import servers
 
 # The reference: what `--runner=DirectRunner --direct_running_mode=in_memory` runs when Prism
 # can't be had (as in CI here). Named directly, because DirectRunner first tries Prism (Beam
@@ -180,3 +182,78 @@ CHECKS = ("shards", "dead_letters", "metadata_counts")
 def assert_run_ok(run: PipelineRun) -> None:
     assert run.returncode == 0, f"{' '.join(run.argv)} exited with {run.returncode}:\n{run.tail()}"
     assert not run.survivors, f"processes outlived the pipeline: {run.survivors}"
+
+
+# --- object stores inside an engine's network namespace -------------------------------------------------
+
+# fake-gcs-server's port in every test namespace (each has its own ports): the worker pools, started
+# before the server, find it through the environment as on any GCS client (STORAGE_EMULATOR_HOST).
+GCS_EMULATOR_PORT = servers.free_port()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def gcs_emulator_environment(tmp_path_factory):
+    """Every process the engine tests start (engines, worker pools, pipelines) with the GCS
+    emulator's environment, as a cluster's hosts have their store's credentials."""
+    url = f"http://127.0.0.1:{GCS_EMULATOR_PORT}"
+    with servers.environment(servers.emulator_environment(url, tmp_path_factory.mktemp("gcs"))):
+        yield
+
+
+class InNamespace:
+    """A store client whose every call runs inside the store's network namespace."""
+
+    def __init__(self, netns: Netns, store: servers.Store):
+        self._netns, self._store = netns, store
+        self.flags = store.flags
+
+    def __getattr__(self, name: str):
+        method = getattr(self._store, name)
+        return lambda *args: self._netns.call(method, *args)
+
+
+@contextlib.contextmanager
+def object_stores(netns: Netns, log_dir: pathlib.Path) -> Iterator[dict[str, InNamespace]]:
+    """moto's S3 server and fake-gcs-server in `netns`, each with a new bucket, by scheme."""
+    if not servers.fake_gcs_binary().exists():
+        pytest.fail("fake-gcs-server is not built: run `python -m tests.stores.servers` (make test-engines does)")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with servers.moto_server(log_dir / "moto.log", netns) as s3_endpoint, \
+            servers.fake_gcs_server(log_dir / "fake-gcs-server.log", netns, GCS_EMULATOR_PORT):
+        yield {"s3": InNamespace(netns, netns.call(servers.S3Store, s3_endpoint, "imgrec-engines")),
+               "gs": InNamespace(netns, netns.call(servers.GcsStore, "imgrec-engines"))}
+
+
+def check_store_run(netns: Netns, source: str, target: str, runner: tuple[str, ...], work: pathlib.Path,
+                    reference: pathlib.Path, config: Optional[pathlib.Path] = None) -> None:
+    """data/sample uploaded to the `source` store, converted on an engine (`runner` flags) into
+    the `target` store: the dataset there equals the local `reference` run's."""
+    with object_stores(netns, work / "servers") as stores:
+        stores[source].upload_tree(SAMPLE, "in")
+        flags = [*imgrec_flags(stores[source].url("in"), stores[target].url("out"), runner, config),
+                 *dict.fromkeys(stores[source].flags + stores[target].flags)]
+        with Timer(f"{' '.join(runner[:1])} {source}:// to {target}://: imgrec"):
+            run = run_imgrec(flags, work / "imgrec.log", netns, env=subprocess_env())
+        assert_run_ok(run)
+        output = work / "out"
+        for name, data_ in stores[target].objects("out").items():
+            (output / name).parent.mkdir(parents=True, exist_ok=True)
+            (output / name).write_bytes(data_)
+    check_against_reference("shards", output, reference)
+    assert dead_letters(output, stores[source].url("in")) == dead_letters(reference, str(SAMPLE))
+    assert metadata_counts(load_metadata(output)) == metadata_counts(load_metadata(reference))
+
+
+def dead_letters(output: pathlib.Path, input_root: str) -> list[dict]:
+    """The dead letters of a run, each naming its file below `input_root`."""
+    letters = [json.loads(line) for path in sorted(output.glob("errors-*")) for line in path.read_text().splitlines()]
+    return [{**letter, "path": letter["path"].removeprefix(input_root)} for letter in letters]
+
+
+@pytest.fixture(scope="session")
+def sample_reference(tmp_path_factory) -> pathlib.Path:
+    """data/sample converted on the local disk by the reference runner."""
+    work = tmp_path_factory.mktemp("sample-reference")
+    run = run_imgrec(imgrec_flags(SAMPLE, work / "out", REFERENCE_RUNNER), work / "imgrec.log")
+    assert run.returncode == 0, f"reference run failed:\n{run.tail()}"
+    return work / "out"

@@ -40,7 +40,6 @@ from apache_beam.version import __version__ as BEAM_VERSION
 
 from tests.helpers import REPO
 from tests.portable import (
-    WORKER_POOL_MODULE,
     Service,
     ServiceFailed,
     accepts_connections,
@@ -72,7 +71,7 @@ FLINK_VERSION = _VERSIONS["flink.version"]            # PyPI apache-flink / apac
 FLINK_MINOR = _VERSIONS["flink.minor"]
 SPARK_VERSION = _VERSIONS["spark.version"]            # PyPI pyspark, and the Spark in Spark's job server
 PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
-FAST_WORKER_POOL_MODULE = "pipeline.worker_pool"  # what docs/runners.md tells cluster users to run
+IMGREC_WORKER_POOL_MODULE = "pipeline.worker_pool"  # what docs/runners.md tells cluster users to run
 JOB_SERVER_JARS = {"flink": f"beam-runners-flink-{FLINK_MINOR}-job-server-{JOB_SERVER_BEAM_VERSION}.jar",
                    "spark": f"beam-runners-spark-3-job-server-{JOB_SERVER_BEAM_VERSION}.jar"}
 
@@ -331,7 +330,7 @@ def prism_engine(log_dir: pathlib.Path, timeout: float = 60) -> Iterator[PrismEn
             log_dir, env, ready=lambda: netns.accepts_connections(job_port), timeout=timeout, port=job_port))
         pool_port = free_port()
         started.append(start_command(
-            "worker_pool", netns.wrap([sys.executable, "-m", WORKER_POOL_MODULE, f"--service_port={pool_port}"]),
+            "worker_pool", netns.wrap([sys.executable, "-m", IMGREC_WORKER_POOL_MODULE, f"--service_port={pool_port}"]),
             log_dir, env, ready=lambda: netns.accepts_connections(pool_port), timeout=timeout, port=pool_port))
         yield PrismEngine(netns, started[-2], started[-1])
 
@@ -597,8 +596,8 @@ def job_server(engine: str, jar: pathlib.Path, cluster: "FlinkCluster | SparkClu
             f"{engine}-job-server", netns.wrap(job_server_command(engine, jar, cluster, ports, log_dir / "artifacts")),
             log_dir, env, ready=lambda: netns.accepts_connections(ports["job"]), timeout=timeout, port=ports["job"]))
         started.append(start_command(
-            "worker_pool", netns.wrap([sys.executable, "-m", FAST_WORKER_POOL_MODULE, f"--service_port={ports['pool']}",
-                                       "--host=127.0.0.1"]),
+            "worker_pool", netns.wrap([sys.executable, "-m", IMGREC_WORKER_POOL_MODULE,
+                                       f"--service_port={ports['pool']}", "--host=127.0.0.1"]),
             log_dir, env, ready=lambda: netns.accepts_connections(ports["pool"]), timeout=timeout,
             port=ports["pool"]))
         yield PortableEngine(started[0], started[1])

@@ -27,7 +27,15 @@ from typing import Optional
 import pytest
 import yaml
 
-from tests.engines.conftest import CHECKS, Timer, assert_run_ok, check_against_reference, imgrec_flags, load_metadata
+from tests.engines.conftest import (
+    CHECKS,
+    Timer,
+    assert_run_ok,
+    check_against_reference,
+    check_store_run,
+    imgrec_flags,
+    load_metadata,
+)
 from tests.engines.engines import (
     JOB_SERVER_JARS,
     cluster,
@@ -40,7 +48,7 @@ from tests.engines.engines import (
 from tests.helpers import REPO
 from tests.portable import live_group_members, subprocess_env
 from transforms.dataset_format import METADATA_FILE, parts_dir
-from transforms.parts import PART_IMAGES
+from transforms.write.parts import PART_IMAGES
 
 ENGINES = ("flink", "spark")
 ENVIRONMENTS = ("external", "loopback")
@@ -165,6 +173,19 @@ def cluster_run(engine_cluster, portable_engine, built_jar, inputs, tmp_path_fac
 def test_cluster_matches_direct_runner(cluster_run, reference, environment, check):
     output, _ = cluster_run(environment)
     check_against_reference(check, output, reference)
+
+
+# (input, output) store of the run on each cluster: between them, each store is read and written.
+STORE_RUNS = {"flink": ("gs", "s3"), "spark": ("s3", "gs")}
+
+
+@pytest.mark.engines
+def test_cluster_reads_and_publishes_to_object_stores(engine_cluster, portable_engine, sample_reference, tmp_path):
+    """With the Python code in the worker pool's processes, as on a real cluster: the job's store
+    options (flags) and the hosts' (environment) reach every worker."""
+    engine, running, _ = engine_cluster
+    check_store_run(running.netns, *STORE_RUNS[engine], portable_engine.runner_flags(), tmp_path, sample_reference,
+                    config=REPO / "configs" / f"{engine}.yaml")
 
 
 SUMMARY_ENGINES = {

@@ -16,7 +16,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engines.conftest import CHECKS, Timer, assert_run_ok, check_against_reference, imgrec_flags
+from tests.engines.conftest import (
+    CHECKS,
+    REFERENCE_RUNNER,
+    Timer,
+    assert_run_ok,
+    check_against_reference,
+    check_store_run,
+    imgrec_flags,
+    load_metadata,
+)
 from tests.engines.engines import (
     PipelineRun,
     PrismEngine,
@@ -25,7 +34,7 @@ from tests.engines.engines import (
     prism_engine,
     run_imgrec,
 )
-from tests.helpers import SAMPLE
+from tests.helpers import REPO, SAMPLE
 from tests.portable import live_group_members, subprocess_env
 
 ENVIRONMENTS = ("loopback", "external", "direct")
@@ -68,6 +77,13 @@ def prism_run(prism: PrismEngine, inputs, tmp_path_factory):
 @pytest.mark.parametrize("environment", ENVIRONMENTS)
 def test_prism_matches_direct_runner(prism_run, reference, environment, check):
     check_against_reference(check, prism_run(environment).log.parent / "out", reference)
+
+
+@pytest.mark.engines
+def test_prism_reads_s3_and_publishes_to_gcs(prism, sample_reference, tmp_path):
+    """Input on S3, output on GCS, with the Python code in the worker pool's processes: the
+    job's store options (flags) and the hosts' (environment) reach every worker."""
+    check_store_run(prism.netns, "s3", "gs", prism.runner_flags("external"), tmp_path, sample_reference)
 
 
 @pytest.mark.engines
@@ -130,3 +146,20 @@ def test_sigterm_on_prism_tells_what_the_output_holds(prism, tmp_path, moment):
         assert run.returncode == 130, run.tail()
         assert run.tail(1) == "imgrec: error: interrupted; nothing was published", run.tail()
         assert not (out / "metadata.json").exists()
+
+
+@pytest.mark.engines
+def test_prism_converts_coco_as_the_direct_runner_does(prism, tmp_path):
+    """A COCO detection dataset (data/detection/coco) through the worker pool: the same records,
+    label map and object counts as the reference runner's."""
+    coco = REPO / "data" / "detection" / "coco" / "instances.json"
+    runs = {}
+    for name, runner in (("reference", REFERENCE_RUNNER), ("prism", prism.runner_flags("external"))):
+        run = run_imgrec([*imgrec_flags(coco, tmp_path / name, runner), "--input_kind=coco"], tmp_path / f"{name}.log",
+                         prism.netns)
+        assert_run_ok(run)
+        runs[name] = tmp_path / name
+    for check in CHECKS:
+        check_against_reference(check, runs["prism"], runs["reference"])
+    assert (runs["prism"] / "label_map.pbtxt").read_bytes() == (runs["reference"] / "label_map.pbtxt").read_bytes()
+    assert load_metadata(runs["prism"])["objects"] == load_metadata(runs["reference"])["objects"]

@@ -35,18 +35,8 @@ def gcs_endpoint(tmp_path_factory):
         pytest.skip("fake-gcs-server is not built: run `python -m tests.stores.servers` (make test-stores does)")
     folder = tmp_path_factory.mktemp("gcs")
     with servers.fake_gcs_server(folder / "fake-gcs-server.log") as url:
-        saved = {name: os.environ.get(name) for name in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS",
-                                                         "GOOGLE_CLOUD_PROJECT")}
-        os.environ.update(STORAGE_EMULATOR_HOST=url, GOOGLE_CLOUD_PROJECT=servers.PROJECT,
-                          GOOGLE_APPLICATION_CREDENTIALS=str(servers.emulator_credentials(folder)))
-        try:
+        with servers.environment(servers.emulator_environment(url, folder)):
             yield url
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 @pytest.fixture(scope="module", params=["s3", "gs"])

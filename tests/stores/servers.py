@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Iterator
+from typing import Callable, Iterator, Optional, Protocol
 
 FAKE_GCS_VERSION = "v1.56.1"
 FAKE_GCS_PACKAGE = "github.com/fsouza/fake-gcs-server"
@@ -61,13 +61,33 @@ def _wait_until_up(url: str, process: subprocess.Popen | None = None, timeout: f
             time.sleep(0.1)
 
 
+class Netns(Protocol):
+    """Where a server runs (tests/engines/engines.py's private network namespaces): how to start
+    a command there, and how to call a function from there."""
+
+    def wrap(self, argv: list[str]) -> list[str]: ...
+
+    def call(self, function: Callable, *args): ...
+
+
+class _HostNetwork:
+    def wrap(self, argv: list[str]) -> list[str]:
+        return argv
+
+    def call(self, function: Callable, *args):
+        return function(*args)
+
+
+HOST_NETWORK = _HostNetwork()
+
+
 @contextlib.contextmanager
-def _server(argv: list[str], probe: str, log: pathlib.Path) -> Iterator[None]:
+def _server(argv: list[str], probe: str, log: pathlib.Path, netns: Netns) -> Iterator[None]:
     """A server process, up once `probe` answers; stopped at the end."""
     with open(log, "wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(netns.wrap(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        _wait_until_up(probe, process)
+        netns.call(_wait_until_up, probe, process)
         yield
     finally:
         process.terminate()
@@ -79,23 +99,46 @@ def _server(argv: list[str], probe: str, log: pathlib.Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def moto_server(log: pathlib.Path) -> Iterator[str]:
+def moto_server(log: pathlib.Path, netns: Netns = HOST_NETWORK) -> Iterator[str]:
     """moto's S3 server on a free loopback port, a process of its own (so its work does not
     contend for the interpreter lock of the runs this process makes); yields its endpoint URL."""
     url = f"http://127.0.0.1:{free_port()}"
     port = url.rsplit(":", 1)[1]
-    with _server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", port], f"{url}/moto-api/", log):
+    with _server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", port], f"{url}/moto-api/", log,
+                 netns):
         yield url
 
 
 @contextlib.contextmanager
-def fake_gcs_server(log: pathlib.Path) -> Iterator[str]:
-    """fake-gcs-server (in memory, plain HTTP) on a free loopback port; yields its URL."""
-    url = f"http://127.0.0.1:{free_port()}"
+def fake_gcs_server(log: pathlib.Path, netns: Netns = HOST_NETWORK, port: Optional[int] = None) -> Iterator[str]:
+    """fake-gcs-server (in memory, plain HTTP) on loopback (`port`, else a free one); yields its URL."""
+    url = f"http://127.0.0.1:{port or free_port()}"
     port = url.rsplit(":", 1)[1]
     with _server([str(fake_gcs_binary()), "-host", "127.0.0.1", "-port", port, "-scheme", "http", "-backend", "memory",
-                  "-external-url", url, "-log-level", "warn"], f"{url}/storage/v1/b", log):
+                  "-external-url", url, "-log-level", "warn"], f"{url}/storage/v1/b", log, netns):
         yield url
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """os.environ with `values` while the block runs (then as it was)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def emulator_environment(url: str, folder: pathlib.Path) -> dict[str, str]:
+    """The environment every process (imgrec's, Beam's workers, the converters) finds the GCS
+    emulator at `url` by, with credentials that need no network."""
+    return {"STORAGE_EMULATOR_HOST": url, "GOOGLE_CLOUD_PROJECT": PROJECT,
+            "GOOGLE_APPLICATION_CREDENTIALS": str(emulator_credentials(folder))}
 
 
 def emulator_credentials(folder: pathlib.Path) -> pathlib.Path:
