@@ -36,8 +36,8 @@ setup(
         "defusedxml>=0.7,<1",  # Pascal VOC XML without DTDs or entities (transforms/inputs/voc.py)
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "scikit-image>=0.22", "tifffile>=2023.1",
-                 "tensorflow-datasets>=4.9.6", "ruff>=0.6", "moto[server]>=5",
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "psutil>=5.9", "scikit-image>=0.22",
+                 "tifffile>=2023.1", "tensorflow-datasets>=4.9.6", "ruff>=0.6", "moto[server]>=5",
                  "pycocotools>=2.0.8"],  # the reference reader of COCO annotations in tests
         # Beam stages --setup_file with `python -m build --no-isolation` (setuptools from this venv).
         "gcp": ["apache-beam[gcp]>=2.61,<3", "build>=1", "setuptools>=68"],
