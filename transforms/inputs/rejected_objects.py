@@ -3,7 +3,7 @@
 An image read, planned or converted and then rejected (unreadable, `SizeMismatch`, too large, a
 dropped duplicate, undecodable) takes its objects with it. Only the image's row names the
 reason; this step joins those rows with the discovered images' objects by path, so every
-object annotated is either written or dropped with a reason (transforms/annotations.py
+object annotated is either written or dropped with a reason (transforms/inputs/annotations.py
 `dropped_with_image`), and metadata's `objects` reconciles with the annotation file.
 """
 from __future__ import annotations
