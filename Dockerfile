@@ -21,5 +21,5 @@ COPY configs/ /opt/imgrec/configs/
 # The lock constrains every package imgrec (with the gcp and aws extras) needs to its tested
 # version; the check fails the build if that ever replaced the base image's Beam.
 RUN pip install --no-cache-dir -c /opt/imgrec/requirements.lock "/opt/imgrec[gcp,aws]" \
-    && python -c "import apache_beam, cv2, tensorflow, pipeline.run, transforms.write_shards, imgrec.configs; \
+    && python -c "import apache_beam, cv2, tensorflow, pipeline.run, transforms.write.write_shards, imgrec.configs; \
 assert apache_beam.__version__ == '${BEAM_VERSION}', apache_beam.__version__"

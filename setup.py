@@ -25,19 +25,19 @@ setup(
     # these ranges at every landing, so a release that breaks imgrec is caught and named.
     install_requires=[
         "apache-beam>=2.61,<3",
-        "crc32c>=2.4",  # TFRecord checksums (transforms/tfrecord.py)
+        "crc32c>=2.4",  # TFRecord checksums (transforms/write/tfrecord.py)
         "tensorflow-cpu>=2.18,<3",
         # imdecodeWithMetadata (EXIF orientation without a second decode) needs OpenCV 5.
         "opencv-python-headless>=5.0,<6",
         "numpy>=2.0,<3",
-        "pillow>=10",  # reads image headers without decoding (transforms/image_header.py)
+        "pillow>=10",  # reads image headers without decoding (transforms/images/image_header.py)
         "pyyaml>=6,<7",
-        "ijson>=3.2,<4",  # COCO annotation files streamed, one element at a time (transforms/coco.py)
-        "defusedxml>=0.7,<1",  # Pascal VOC XML without DTDs or entities (transforms/voc.py)
+        "ijson>=3.2,<4",  # COCO annotation files streamed, one element at a time (transforms/inputs/coco.py)
+        "defusedxml>=0.7,<1",  # Pascal VOC XML without DTDs or entities (transforms/inputs/voc.py)
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "scikit-image>=0.22", "tifffile>=2023.1",
-                 "tensorflow-datasets>=4.9.6", "ruff>=0.6", "moto[server]>=5",
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "psutil>=5.9", "scikit-image>=0.22",
+                 "tifffile>=2023.1", "tensorflow-datasets>=4.9.6", "ruff>=0.6", "moto[server]>=5",
                  "pycocotools>=2.0.8"],  # the reference reader of COCO annotations in tests
         # Beam stages --setup_file with `python -m build --no-isolation` (setuptools from this venv).
         "gcp": ["apache-beam[gcp]>=2.61,<3", "build>=1", "setuptools>=68"],

@@ -25,13 +25,13 @@ from typing import Sequence
 import cv2
 
 from pipeline.options import ImgrecOptions, build_spec, read_config
-from transforms.discover import label_from_parent
-from transforms.example import RecordFields
 from transforms.files import content_hash, read_input
-from transforms.image_header import check_header
-from transforms.labels import build_label_map
-from transforms.process import image_to_record
-from transforms.tfrecord import write_record
+from transforms.images.image_header import check_header
+from transforms.images.process import image_to_record
+from transforms.inputs.discover import label_from_parent
+from transforms.inputs.labels import build_label_map
+from transforms.write.example import RecordFields
+from transforms.write.tfrecord import write_record
 
 
 def list_images(input_dir: str) -> list[tuple[str, str]]:

@@ -107,7 +107,7 @@ def make_corpus(images: int, root: Optional[pathlib.Path] = None, seed: int = 0,
 
 def describe(folder: pathlib.Path, sample: int = 500) -> dict:
     """Mean size and dimensions of (up to `sample` of) the corpus, for the report."""
-    from transforms.image_header import read_header
+    from transforms.images.image_header import read_header
 
     paths = sorted(folder.glob("*/*.jpg"))
     step = max(1, len(paths) // sample)

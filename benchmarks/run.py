@@ -401,7 +401,7 @@ def run_contender(contender: Contender, round_index: int, corpus: pathlib.Path, 
 READER_SNIPPET = """
 import json, sys, time
 start = time.perf_counter()
-from pipeline.reader import load_dataset
+from pipeline.read.reader import load_dataset
 import tensorflow as tf
 out, split = sys.argv[1], sys.argv[2]
 ds = load_dataset(out, split, batch_size=64)

@@ -21,8 +21,8 @@ from pipeline import __version__
 _EXPORTS = {
     "convert": "imgrec.api",
     "verify": "imgrec.api",
-    "load_dataset": "pipeline.reader",
-    "read_metadata": "pipeline.reader",
+    "load_dataset": "pipeline.read.reader",
+    "read_metadata": "pipeline.read.reader",
     "export_tfds": "imgrec.api",
     "ImgrecError": "pipeline.errors",
     "UsageError": "pipeline.errors",

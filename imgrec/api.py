@@ -39,13 +39,13 @@ def convert(input: str, output: str, *, config: Optional[str] = None, **settings
 def verify(output: str, samples: int = 8, out_dir: Optional[str] = None, stream: Optional[TextIO] = None) -> bool:
     """Checks a finished dataset end to end as `imgrec verify` does (report to `stream`, stdout by
     default; contact sheet and class counts as PNGs); True when every check passed."""
-    from pipeline.verify import verify_dataset
+    from pipeline.read.verify import verify_dataset
 
     return verify_dataset(output, samples, out_dir, stream or sys.stdout)
 
 
 def export_tfds(output: str, name: Optional[str] = None) -> Any:
     """Makes a dataset loadable with `tfds.builder_from_directory(output)`, as `imgrec export-tfds`."""
-    from pipeline.tfds_export import export
+    from pipeline.read.tfds_export import export
 
     return export(output, name)

@@ -16,10 +16,10 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipeline.metadata import RejectionKey, RunTotals
-from transforms.annotations import OBJECT_STAGE
-from transforms.assign import DuplicateGroup
 from transforms.dataset_format import DuplicateSummary
-from transforms.fingerprint import add_hashes, recorded_fingerprint, retry_hash
+from transforms.inputs.annotations import OBJECT_STAGE
+from transforms.plan.assign import DuplicateGroup
+from transforms.plan.fingerprint import add_hashes, recorded_fingerprint, retry_hash
 from transforms.rejections import Rejection
 
 DUPLICATE_EXAMPLES = 100  # duplicate groups listed in metadata.json
@@ -37,7 +37,7 @@ class Gathered:
     """The combined facts of one run (the accumulator of `TotalsFn` and its output)."""
 
     num_inputs: int = 0
-    # Rejections are counted, not kept (pipeline/dead_letters.py writes them): a run may have millions.
+    # Rejections are counted, not kept (pipeline/output/dead_letters.py writes them): a run may have millions.
     rejections: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # RejectionKey → n
     retries: int = 0  # sum of the rejections' retry_hash
     dead_letter_runs: list = dataclasses.field(default_factory=list)  # paths of sorted run files

@@ -15,8 +15,8 @@ USAGE = """usage: imgrec COMMAND [ARGS]
 
 commands:
   run          convert images + labels into sharded TFRecords (python -m pipeline.run)
-  verify       check a finished dataset end to end (python -m pipeline.verify)
-  export-tfds  make a dataset loadable with tfds.builder_from_directory (python -m pipeline.tfds_export)
+  verify       check a finished dataset end to end (python -m pipeline.read.verify)
+  export-tfds  make a dataset loadable with tfds.builder_from_directory (python -m pipeline.read.tfds_export)
 
 `imgrec COMMAND --help` lists a command's options; `imgrec run --config=seed` uses a shipped config."""
 
@@ -35,13 +35,13 @@ def _run(argv: Sequence[str]) -> int:
 
 
 def _verify(argv: Sequence[str]) -> int:
-    from pipeline.verify import main
+    from pipeline.read.verify import main
 
     return main(argv, prog="imgrec verify")
 
 
 def _export_tfds(argv: Sequence[str]) -> int:
-    from pipeline.tfds_export import main
+    from pipeline.read.tfds_export import main
 
     return main(argv, prog="imgrec export-tfds")
 

@@ -2,7 +2,7 @@
 
 Each concern is its own labelled composite; this one only wires them. Its last step gathers
 the counts, checks them (they must reconcile, the error budget must hold, some image must have
-been written) and publishes the dataset (pipeline/publish.py). A refusal leaves its reason in
+been written) and publishes the dataset (pipeline/output/publish.py). A refusal leaves its reason in
 the run's staging folder for the driver to print; on Dataflow, whose job status schedulers
 watch without the driver, it also fails the job.
 """
@@ -15,25 +15,26 @@ import apache_beam as beam
 from apache_beam.pvalue import AsSingleton
 
 from pipeline.accounting import Gathered, GatherTotals
-from pipeline.dead_letters import WriteSortedRuns, write_dead_letters
 from pipeline.errors import RunFailed
 from pipeline.metadata import build_metadata, check_error_budget, rejections_by_error
-from pipeline.progress import RecordProgress
-from pipeline.publish import publish
+from pipeline.output.dead_letters import WriteSortedRuns, write_dead_letters
+from pipeline.output.progress import RecordProgress
+from pipeline.output.publish import publish
 from pipeline.tables import counted
 from transforms import files
-from transforms.annotations import OBJECT_STAGE
-from transforms.assign import DUPLICATES, ComputeLabelMap, PlanSplits
 from transforms.dataset_format import DatasetMetadata, FormatError, join
-from transforms.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
-from transforms.discover_annotated import LABEL_MAP, DiscoverAnnotated
-from transforms.fingerprint import InputFingerprint
-from transforms.label_map_files import write_label_maps
-from transforms.parts import WriterSettings
-from transforms.read import ReadAndCheck
-from transforms.reuse import AttachReusableRecords, ReuseSource
+from transforms.inputs.annotations import OBJECT_STAGE
+from transforms.inputs.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
+from transforms.inputs.discover_annotated import LABEL_MAP, DiscoverAnnotated
+from transforms.inputs.label_map_files import write_label_maps
+from transforms.inputs.read import ReadAndCheck
+from transforms.inputs.rejected_objects import ObjectsOfRejectedImages
+from transforms.plan.assign import DUPLICATES, ComputeLabelMap, PlanSplits
+from transforms.plan.fingerprint import InputFingerprint
+from transforms.plan.reuse import AttachReusableRecords, ReuseSource
 from transforms.specs import ConversionSpec
-from transforms.write_shards import WriteShards
+from transforms.write.parts import WriterSettings
+from transforms.write.write_shards import WriteShards
 
 UNCHANGED_MARKER = "unchanged"
 VERDICT_FILE = "refused.txt"  # why the last step refused to publish
@@ -120,7 +121,8 @@ class ConvertToTFRecords(beam.PTransform):
             discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder,
                                                               spread=not context.in_one_process)
             label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
-                spec.input.class_names, integer_ids=spec.input.resolved_kind() in ("csv", "jsonl"))
+                spec.input.class_names, integer_ids=spec.input.resolved_kind in ("csv", "jsonl"),
+                multi_label=spec.input.multi_label)
         candidates = discovered["candidates"]
         if not context.in_one_process:  # one process spreads the work on its own pool
             candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()
@@ -133,7 +135,8 @@ class ConvertToTFRecords(beam.PTransform):
         fingerprint = ((read.images, early_rejections, label_map)
                        | "Fingerprint" >> InputFingerprint(spec, context.library_versions))
         plan = read.images | "PlanSplits" >> PlanSplits(spec.splits, AsSingleton(label_map),
-                                                        spec.output.drop_duplicates, context.writer.source_root)
+                                                        spec.output.drop_duplicates, context.writer.source_root,
+                                                        spec.input.multi_label)
         to_write = plan["planned"] | "SkipIfUnchanged" >> beam.Filter(
             lambda _, current, previous: current != previous, AsSingleton(fingerprint), context.previous_fingerprint)
         if context.reuse:
@@ -143,7 +146,11 @@ class ConvertToTFRecords(beam.PTransform):
         inputs = ((discovered["candidates"] | "BatchSizes" >> beam.Map(len),
                    discovered[REJECTED] | "One" >> beam.Map(lambda r: int(r.stage != OBJECT_STAGE)))
                   | "AllInputs" >> beam.Flatten())
-        rejected = (early_rejections, plan[REJECTED], written[REJECTED]) | "AllRejections" >> beam.Flatten()
+        rejected = [early_rejections, plan[REJECTED], written[REJECTED]]
+        if spec.input.detection:  # the objects of an image rejected after discovery go with it, counted
+            late = (read[REJECTED], plan[REJECTED], written[REJECTED]) | "LateRejections" >> beam.Flatten()
+            rejected.append((discovered["candidates"], late) | "ObjectsOfRejectedImages" >> ObjectsOfRejectedImages())
+        rejected = rejected | "AllRejections" >> beam.Flatten()
         dead_letter_runs = rejected | "DeadLetters" >> beam.ParDo(WriteSortedRuns(context.run_dir))
         return ({"inputs": inputs, "rejected": rejected, "shards": written["shards"],
                  "planned_counts": written["planned_counts"], "duplicates": plan[DUPLICATES],

@@ -107,6 +107,8 @@ FLAGS = (
          "COCO: the folder file_names resolve against (default: the annotation file's folder)."),
     Flag("keep_empty_images", "input", "keep_empty_images", None,
          "COCO/VOC: write images without objects (on by default; --no_keep_empty_images skips them, counted)."),
+    Flag("multi_label", "input", "multi_label", None,
+         "CSV/JSONL: a list of labels per image (`a.jpg,cat|dog`; JSONL a list); records hold label lists.", False),
     Flag("output", "output", "path", str, "Output folder ({date} and {timestamp} expand, UTC)."),
     Flag("num_shards", "output", "num_shards", int, "Shards per split; 0 picks them from --target_shard_mb."),
     Flag("target_shard_mb", "output", "target_shard_bytes", mebibytes,

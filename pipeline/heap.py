@@ -3,7 +3,7 @@
 Beam's, OpenCV's and NumPy's imports leave about 160,000 objects that live until the process
 ends, and every full collection walks all of them. Frozen (`gc.freeze`), they are left out:
 a 2,000-image run (benchmarks/corpus/2000, default settings) took 1.08x the CPU time of the run's
-process tree without it (median of 5 interleaved rounds, 10.5 against 9.7 s). `pipeline.verify`
+process tree without it (median of 5 interleaved rounds, 10.5 against 9.7 s). `pipeline.read.verify`
 freezes TensorFlow's the same way.
 """
 from __future__ import annotations

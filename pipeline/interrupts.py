@@ -20,7 +20,7 @@ So a thread of imgrec's reads the signal numbers Python writes to its wakeup fd,
 main thread's wait with a signal whose handler does nothing (Python then runs the pending
 handlers), and on the third signal exits by itself.
 
-What the user is told comes from the output (`pipeline.publish.interrupted_outcome`), not from
+What the user is told comes from the output (`pipeline.output.publish.interrupted_outcome`), not from
 when the signal came.
 """
 from __future__ import annotations

@@ -23,12 +23,12 @@ from transforms.dataset_format import (
     ReuseSummary,
     SplitInfo,
 )
-from transforms.detection_example import detection_feature_spec
-from transforms.example import feature_spec, image_description
-from transforms.fingerprint import pixel_library_versions
-from transforms.parts import ShardResult
+from transforms.plan.fingerprint import pixel_library_versions
 from transforms.rejections import is_error_class
 from transforms.specs import ConversionSpec
+from transforms.write.detection_example import detection_feature_spec
+from transforms.write.example import feature_spec, image_description
+from transforms.write.parts import ShardResult
 
 # (split or None, stage, error class, counts as error) → how many inputs
 RejectionKey = tuple[Optional[str], str, str, bool]
@@ -114,7 +114,8 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
     reused = sum(s.reused for s in totals.shards)
     return DatasetMetadata(
         splits=splits,
-        features=(detection_feature_spec if spec.input.detection else feature_spec)(spec.image, spec.features),
+        features=(detection_feature_spec(spec.image, spec.features, spec.annotations.masks) if spec.input.detection
+                  else feature_spec(spec.image, spec.features, spec.input.multi_label)),
         image=image_description(spec.image),
         compression=spec.output.compression,
         label_map=dict(totals.label_map),

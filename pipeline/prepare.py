@@ -23,8 +23,8 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.errors import UsageError
-from pipeline.lock import run_alive
-from pipeline.publish import JOURNAL_FILE, journal_path, read_json
+from pipeline.output.lock import run_alive
+from pipeline.output.publish import JOURNAL_FILE, journal_path, read_json
 from transforms import files
 from transforms.dataset_format import (
     DEAD_LETTERS_FILE,
@@ -46,11 +46,11 @@ from transforms.dataset_format import (
     run_id_of,
     staging_dir,
 )
-from transforms.discover import OutputFolder
 from transforms.files import list_names, local_path
-from transforms.reuse import ReuseSource
+from transforms.inputs.discover import OutputFolder
+from transforms.plan.reuse import ReuseSource
 from transforms.specs import InputSpec, OutputSpec, glob_root
-from transforms.tfrecord import framed_length
+from transforms.write.tfrecord import framed_length
 
 LATEST = "latest"
 # The fields of a dated output template: the UTC strftime format of each, and a regex of its values.
@@ -163,8 +163,8 @@ def check_layout(input_spec: InputSpec, output: str, state: OutputState) -> None
     """A dataset is not written in among its own inputs: the output may not be the input folder
     itself, nor a folder of the input that already holds files and is not an imgrec dataset (a
     class folder, say). A new folder inside the input is fine: discovery passes over what imgrec
-    writes there (transforms/discover.py OutputFolder)."""
-    kind, local_input, local_output = input_spec.resolved_kind(), local_path(input_spec.path), local_path(output)
+    writes there (transforms/inputs/discover.py OutputFolder)."""
+    kind, local_input, local_output = input_spec.resolved_kind, local_path(input_spec.path), local_path(output)
     if kind not in ("folders", "glob") or local_input is None or local_output is None:
         return
     root = os.path.realpath(local_input if kind == "folders" else glob_root(local_input))

@@ -40,9 +40,12 @@ from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords,
 from pipeline.engine_name import engine_name
 from pipeline.errors import ImgrecError, Interrupted, OutOfSpace, RunFailed, UsageError
 from pipeline.heap import imports_frozen
-from pipeline.lock import OutputLock
 from pipeline.metadata import TooManyErrors, pixel_fingerprint, versions
 from pipeline.options import ImgrecOptions, parse_arguments
+from pipeline.output.lock import OutputLock
+from pipeline.output.progress import ProgressReporter, default_interval
+from pipeline.output.publish import interrupted_outcome
+from pipeline.output.retention import check_retention, datasets_to_remove, remove_dataset
 from pipeline.prepare import (
     LATEST,
     check_layout,
@@ -55,20 +58,17 @@ from pipeline.prepare import (
     reuse_source,
     stopped_runs_beside,
 )
-from pipeline.progress import ProgressReporter, default_interval
-from pipeline.publish import interrupted_outcome
 from pipeline.reaper import reaped
-from pipeline.retention import check_retention, datasets_to_remove, remove_dataset
 from pipeline.summary import format_header, format_summary
 from transforms import files, object_stores
-from transforms.coco import AnnotationFileError
-from transforms.concurrency import close_shared_pools, shared_process_pool
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
-from transforms.discover_annotated import coco_categories
 from transforms.files import list_names, local_path
-from transforms.manifests import ManifestError, manifest_layout
-from transforms.parts import WriterSettings, record_digest
+from transforms.inputs.coco import AnnotationFileError
+from transforms.inputs.discover_annotated import coco_categories
+from transforms.inputs.manifests import ManifestError, manifest_layout
 from transforms.specs import ConversionSpec
+from transforms.write.concurrency import close_shared_pools, shared_process_pool
+from transforms.write.parts import WriterSettings, record_digest
 
 _LOG = logging.getLogger("imgrec")
 JOB_SERVICE_CONNECT_TIMEOUT = 10.0  # s
@@ -146,7 +146,7 @@ def check_runner_options(options) -> None:
 def check_input(spec: ConversionSpec) -> None:
     """A missing input, or one that cannot be reached, listed or entered, is a usage error,
     found before anything starts."""
-    kind, path = spec.input.resolved_kind(), spec.input.path
+    kind, path = spec.input.resolved_kind, spec.input.path
     local = local_path(path)
     if kind == "folders" and local is not None:
         reach = "cannot reach the folder"
@@ -283,7 +283,7 @@ def convert(argv: Sequence[str]) -> Conversion:
                                                         objects),
                             local_processes=convert_processes(options), filesystems=filesystems,
                             source_root=source_root, objects=spec.annotations,
-                            voc_fields=spec.input.resolved_kind() == "voc")
+                            voc_fields=spec.input.resolved_kind == "voc")
     run_info = {"run_id": run_id, "started": started.isoformat(timespec="seconds"), "runner": runner}
     if _dry_run(options):  # DataflowRunner --dry_run=True only builds the job: leave the output alone
         context = RunContext(run_info, output, this_run, writer, library_versions)

@@ -6,7 +6,7 @@ AzureOptions, HadoopFileSystemOptions), so they travel with the pipeline options
 worker (Beam's SDK harness gives them to its FileSystems) on every runner. Where they go besides:
 
 - the driver: `use_filesystem_options` (Beam's FileSystems, and imgrec's own store requests);
-- imgrec's converter processes: `WriterSettings.filesystems` → `limits.Converter` (transforms/limits.py),
+- imgrec's converter processes: `WriterSettings.filesystems` → `limits.Converter` (transforms/images/limits.py),
   their initializer; the same value also configures imgrec's own store requests in the Beam
   workers that convert, concatenate and publish.
 """

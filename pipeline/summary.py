@@ -5,7 +5,7 @@ from typing import Optional
 
 from pipeline.tables import counted, format_bytes, format_table
 from transforms.dataset_format import DatasetMetadata
-from transforms.manifests import excerpt
+from transforms.inputs.manifests import excerpt
 from transforms.rejections import SkippedFile, is_error_class
 from transforms.specs import ConversionSpec
 

@@ -38,7 +38,7 @@ from google.protobuf import json_format, text_format
 
 _LOG = logging.getLogger("imgrec.worker_pool")
 # What an SDK worker imports before its first bundle, and the modules imgrec's DoFns need.
-PRELOAD = ("apache_beam.runners.worker.sdk_worker_main", "pipeline.convert", "transforms.write_shards")
+PRELOAD = ("apache_beam.runners.worker.sdk_worker_main", "pipeline.convert", "transforms.write.write_shards")
 STOP_GRACE = 10.0  # s between SIGTERM and SIGKILL for a worker told to stop
 PROVISION_TIMEOUT = 60.0  # s a new worker waits for the runner's provision service
 

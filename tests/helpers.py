@@ -356,7 +356,7 @@ def run_imgrec(input_path, output, *flags: str, runner: Sequence[str] = IN_MEMOR
 
 
 def run_verify(output, *flags: str, **kwargs) -> Run:
-    return run_module("pipeline.verify", [str(output), *flags], **kwargs)
+    return run_module("pipeline.read.verify", [str(output), *flags], **kwargs)
 
 
 def error_line(run: Run) -> str:

@@ -1,5 +1,5 @@
-"""transforms.concurrency.InflightDoFn (inline, threads, converter processes) in real pipelines, and
-transforms.process_pool.SubprocessPool: input problems become rejections, anything else fails loudly."""
+"""transforms.write.concurrency.InflightDoFn (inline, threads, converter processes) in real pipelines, and
+transforms.write.process_pool.SubprocessPool: input problems become rejections, anything else fails loudly."""
 from __future__ import annotations
 
 import os
@@ -16,10 +16,10 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import reaper
 from tests.helpers import REPO, test_pipeline
-from transforms.concurrency import InflightDoFn, close_shared_pools, shared_process_pool
 from transforms.files import read_input
-from transforms.limits import Converter
-from transforms.process_pool import SubprocessPool, WorkerDied, note
+from transforms.images.limits import Converter
+from transforms.write.concurrency import InflightDoFn, close_shared_pools, shared_process_pool
+from transforms.write.process_pool import SubprocessPool, WorkerDied, note
 
 pytestmark = [pytest.mark.beam, pytest.mark.timeout(120)]
 

@@ -1,4 +1,4 @@
-"""Dead letters in bounded memory (pipeline/dead_letters.py): sorted runs, merged."""
+"""Dead letters in bounded memory (pipeline/output/dead_letters.py): sorted runs, merged."""
 from __future__ import annotations
 
 import pathlib
@@ -8,7 +8,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that
 
-from pipeline.dead_letters import RUNS_DIR, WriteSortedRuns, merge_runs, write_dead_letters, write_run
+from pipeline.output.dead_letters import RUNS_DIR, WriteSortedRuns, merge_runs, write_dead_letters, write_run
 from tests.helpers import beam_matcher, test_pipeline
 from transforms.rejections import Rejection
 

@@ -17,8 +17,8 @@ import pytest
 from PIL import Image, ImageOps
 
 from tests.helpers import png_declaring
-from transforms.decode import apply_orientation, decode_image, jpeg_scale, refuse_made_up_pixels
-from transforms.image_header import ImageHeader, check_header, decode_working_bytes, read_header
+from transforms.images.decode import apply_orientation, decode_image, jpeg_scale, refuse_made_up_pixels
+from transforms.images.image_header import ImageHeader, check_header, decode_working_bytes, read_header
 from transforms.rejections import CorruptImage, EmptyFile, ImageTooLarge, ImageTooSmall, NotAnImage, UnsupportedImage
 from transforms.specs import ImageSpec
 
@@ -675,7 +675,7 @@ def test_jpeg_scale(width, height, size, interpolation, reduced, scale):
 
 @pytest.mark.parametrize("size", [224, 150, 64])
 def test_reduced_decode_is_invisible_after_an_area_resize(size):
-    from transforms.resize import resize_image
+    from transforms.images.resize import resize_image
 
     data = large_photo_jpeg()
     auto = ImageSpec(height=size, width=size, interpolation="area", normalize="none")

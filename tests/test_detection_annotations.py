@@ -8,11 +8,11 @@ import pathlib
 import pytest
 
 from tests.helpers import REPO
-from transforms import coco
-from transforms.coco import AnnotationFileError, annotated_images, coco_rows
-from transforms.manifests import ManifestError, multilabel_layout, parse_labels_line
+from transforms.inputs import coco
+from transforms.inputs.coco import AnnotationFileError, annotated_images, coco_rows
+from transforms.inputs.manifests import ManifestError, multilabel_layout, parse_labels_line
+from transforms.inputs.voc import labelled_voc_image, parse_voc, voc_label_map
 from transforms.rejections import BadManifestLine
-from transforms.voc import labelled_voc_image, parse_voc, voc_label_map
 
 pytestmark = pytest.mark.unit
 
@@ -96,6 +96,13 @@ def test_images_without_objects_are_kept_or_skipped_and_counted(tmp_path):
     _, kept, rejected = annotated_images(path, keep_empty=False)
     assert [im.source_id for im in kept] == ["1"]
     assert [r.error for r in rejected] == ["BoxOutsideImage", "NoAnnotations"]
+    assert rejected[1].message == ("image skipped: all 1 of its annotations were dropped (--keep_empty_images=false; "
+                                   "pass --keep_empty_images to write it as an image without objects)")
+    path = write_coco(tmp_path, [image(1)], [])
+    _, kept, rejected = annotated_images(path, keep_empty=False)
+    assert not kept and [(r.error, r.message) for r in rejected] == [(
+        "NoAnnotations", "image skipped: it has no annotations (--keep_empty_images=false; pass --keep_empty_images "
+        "to write it as an image without objects)")]
 
 
 def test_file_names_resolve_against_the_file_or_the_images_root(tmp_path):
@@ -182,7 +189,7 @@ EXTERNAL = """<?xml version="1.0"?><!DOCTYPE a [<!ENTITY e SYSTEM "file:///etc/p
      "</bndbox></object></annotation>", "object 1: <bndbox/xmin> is 'x', not a number"),
 ])
 def test_a_voc_file_that_cannot_be_read_is_refused_with_its_reason(tmp_path, text, message):
-    from transforms.annotations import AnnotationFileProblem
+    from transforms.inputs.annotations import AnnotationFileProblem
 
     with pytest.raises(AnnotationFileProblem, match=message):
         parse_voc(*voc_file(tmp_path, text))

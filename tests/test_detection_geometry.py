@@ -1,6 +1,6 @@
 """Boxes and masks move with the pixels: images with a drawn object go through the real decode
 (EXIF orientation, JPEG reduction) and resize; the object's pixels found in the output are
-compared with where transforms/geometry.py, boxes.py and masks.py put its box and mask."""
+compared with where transforms/images/geometry.py, boxes.py and masks.py put its box and mask."""
 from __future__ import annotations
 
 import io
@@ -10,13 +10,13 @@ import pytest
 from PIL import Image
 from pycocotools import mask as coco_mask
 
-from transforms.annotations import Polygons, RunLengths
-from transforms.boxes import crop_problem, place_boxes
-from transforms.decode import decode_image
-from transforms.geometry import GeometryError, placement, reduction
-from transforms.image_header import check_header
-from transforms.masks import segmentation_mask
-from transforms.resize import resize_image
+from transforms.images.boxes import crop_problem, place_boxes
+from transforms.images.decode import decode_image, decoded_size
+from transforms.images.geometry import GeometryError, placement, reduction
+from transforms.images.image_header import check_header
+from transforms.images.masks import segmentation_mask
+from transforms.images.resize import resize_image
+from transforms.inputs.annotations import Polygons, RunLengths
 from transforms.specs import ImageSpec
 
 pytestmark = pytest.mark.unit
@@ -54,8 +54,11 @@ def found_box(mask: np.ndarray) -> np.ndarray:
 
 
 def converted(data: bytes, spec: ImageSpec, mode: str) -> tuple[np.ndarray, np.ndarray, object]:
-    """(decoded upright image, output image, placement) as the pipeline would make them."""
-    decoded = decode_image(data, check_header(data, spec), spec)
+    """(decoded upright image, output image, placement) as the pipeline would make them; the
+    decoded size is the one the header alone predicts (what reusing a record relies on)."""
+    header = check_header(data, spec)
+    decoded = decode_image(data, header, spec)
+    assert decoded_size(header, spec) == (decoded.shape[1], decoded.shape[0])
     resize = None if mode == "none" else spec
     out = decoded if resize is None else resize_image(decoded, spec)
     return decoded, out, resize

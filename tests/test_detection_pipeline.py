@@ -142,15 +142,46 @@ def test_every_annotation_problem_is_a_dead_letter_and_the_counts_reconcile(tmp_
     for row in rows:
         by_error.setdefault(row["error"], []).append(row)
     assert metadata.objects.dropped == {"BoxOutsideImage": 1, "EmptyBox": 1, "UnknownCategory": 1,
-                                        "MissingImage": 1, "ImageListedTwice": 1, "AnnotationFileProblem": 1}
+                                        "MissingImage": 1, "ImageListedTwice": 1, "AnnotationFileProblem": 1,
+                                        "SizeMismatch": 1, "UnreadableFile": 1}  # the last two with their image
     assert metadata.inputs.rejected_by_error == {"ImageListedTwice": 2, "NoAnnotations": 1, "SizeMismatch": 1,
                                                  "UnreadableFile": 1}
     assert "upright size after EXIF orientation 6" in by_error["SizeMismatch"][0]["message"]
+    (empty,) = by_error["NoAnnotations"]
+    assert empty["path"].endswith("empty.jpg")
+    assert empty["message"].startswith("image skipped: it has no annotations (--keep_empty_images=false; pass "
+                                       "--keep_empty_images to write it")
     assert metadata.inputs.total == 7 == metadata.inputs.written + metadata.inputs.rejected
     assert metadata.inputs.errors == 4  # skipping an image without objects is by request, not an error
     assert metadata.objects.written == {"square": 2}  # street.jpg's good square and its copy's
     assert metadata.duplicates.groups == 1  # the copy is reported, as for class folders
     assert len(rows) == sum(metadata.objects.dropped.values()) + metadata.inputs.rejected
+    with_image = [row for row in by_error["SizeMismatch"] if row["stage"] == "object"]
+    assert len(with_image) == 1 and "annotation 8 ('square'): dropped with its image: the annotation file declares" \
+        in with_image[0]["message"]
+    annotations = json.loads(broken_coco(tmp_path / "again").read_text())["annotations"]
+    assert sum(metadata.objects.written.values()) + sum(metadata.objects.dropped.values()) == len(annotations)
+
+
+def test_objects_of_images_dropped_late_are_counted_with_their_reason(tmp_path):
+    """A duplicate dropped while planning and an image that fails to decode while converting take
+    their objects with them, counted under their reasons: written + dropped = annotated."""
+    path = broken_coco(tmp_path)
+    png = path.parent / "images" / "pond.png"
+    png.write_bytes(png.read_bytes()[:-200])  # the header reads; the pixels do not decode
+    coco = json.loads(path.read_text())
+    coco["images"] = [im for im in coco["images"] if im["id"] != 3]  # pond.png listed once: it is read
+    path.write_text(json.dumps(coco))
+    metadata = run_pipeline(path, tmp_path / "out", "--drop_duplicates", "--max_error_fraction=1",
+                            "--split_ratios=1,0,0")
+    assert metadata.inputs.rejected_by_error["DuplicateImage"] == 1
+    assert metadata.inputs.rejected_by_error["CorruptImage"] == 1
+    assert metadata.objects.dropped["DuplicateImage"] == 1  # again.jpg's square
+    assert metadata.objects.dropped["CorruptImage"] == 1  # pond.png's disc
+    assert metadata.objects.written == {"square": 1}
+    rows = [row for row in dead_letters(tmp_path / "out") if row["stage"] == "object"]
+    assert len(rows) == sum(metadata.objects.dropped.values())
+    assert sum(metadata.objects.written.values()) + sum(metadata.objects.dropped.values()) == len(coco["annotations"])
 
 
 def test_voc_folder_records(tmp_path):

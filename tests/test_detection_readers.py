@@ -18,15 +18,17 @@ from PIL import Image
 from pycocotools.coco import COCO
 
 from tests.helpers import REPO
-from transforms import files, tfrecord
-from transforms.coco import annotated_images
-from transforms.decode import decode_image
-from transforms.detection_example import detection_record, place_objects
-from transforms.example import encode_pixels
-from transforms.geometry import placement
-from transforms.label_map_files import CSV_FILE, label_map_csv
-from transforms.resize import resize_image
+from transforms import files
+from transforms.images.decode import decode_image
+from transforms.images.geometry import placement
+from transforms.images.image_header import read_header
+from transforms.images.resize import resize_image
+from transforms.inputs.coco import annotated_images
+from transforms.inputs.label_map_files import CSV_FILE, label_map_csv
 from transforms.specs import ImageSpec
+from transforms.write import tfrecord
+from transforms.write.detection_example import detection_record, place_objects
+from transforms.write.example import encode_pixels
 
 pytestmark = pytest.mark.modelgarden
 
@@ -48,7 +50,7 @@ def write_records(path, resize: ImageSpec | None) -> list:
     with open(path, "wb") as handle:
         for image in images:
             data = files.read_bytes(image.path)
-            decoded = decode_image(data, SPEC)
+            decoded = decode_image(data, read_header(data), SPEC)
             orientation = Image.open(image.path).getexif().get(0x0112, 1)
             where = placement((image.width, image.height), orientation, (decoded.shape[1], decoded.shape[0]), resize)
             objects, dropped = place_objects(image, where, 0.5, with_masks=True)

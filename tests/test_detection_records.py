@@ -12,13 +12,13 @@ import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from pycocotools import mask as coco_mask
 
-from transforms.annotations import AnnotatedImage, ObjectAnnotation, Polygons, RunLengths
-from transforms.detection_example import class_list_features, detection_record, place_objects
-from transforms.example import ListFeature, serialize_example
-from transforms.geometry import Placement, placement
-from transforms.label_map_files import label_map_csv, label_map_pbtxt
-from transforms.masks import mask_png, polygons_mask, rle_counts, rle_mask
+from transforms.images.geometry import Placement, placement
+from transforms.images.masks import mask_png, polygons_mask, rle_counts, rle_mask
+from transforms.inputs.annotations import AnnotatedImage, ObjectAnnotation, Polygons, RunLengths
+from transforms.inputs.label_map_files import label_map_csv, label_map_pbtxt
 from transforms.specs import ImageSpec
+from transforms.write.detection_example import detection_record, place_objects
+from transforms.write.example import ListFeature, serialize_example
 
 pytestmark = pytest.mark.unit
 
@@ -151,14 +151,6 @@ def test_a_detection_record_holds_what_tf_detection_decoders_read():
     assert list(got["image/object/difficult"]) == [0, 0]
     empty = parse_detection(detection_record(b"x", "jpeg", (4, 4), image, ()).data)
     assert empty["image/object/bbox/xmin"].shape == (0,) and empty["image/object/mask"].shape == (0,)
-
-
-def test_multilabel_features():
-    record = serialize_example({"image": b"x", **class_list_features([3, 1], ["dog", "cat"])})
-    parsed = tf.io.parse_single_example(record, {"image/class/label": tf.io.VarLenFeature(tf.int64),
-                                                 "image/class/text": tf.io.VarLenFeature(tf.string)})
-    assert list(tf.sparse.to_dense(parsed["image/class/label"]).numpy()) == [3, 1]
-    assert list(tf.sparse.to_dense(parsed["image/class/text"]).numpy()) == [b"dog", b"cat"]
 
 
 def string_int_label_map():

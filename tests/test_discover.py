@@ -1,4 +1,4 @@
-"""transforms.discover without a pipeline: which names are inputs, manifest headers and lines, and
+"""transforms.inputs.discover without a pipeline: which names are inputs, manifest headers and lines, and
 walking local class folders (nested, symlinked, hidden, broken) so that every path is accounted for.
 DiscoverImages itself runs in tests/test_transforms.py."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import split_found, write_image, write_text
 from transforms.batches import BATCH, batched
-from transforms.discover import (
+from transforms.inputs.discover import (
     LOOP,
     ClassFolder,
     OutputFolder,
@@ -33,7 +33,7 @@ from transforms.discover import (
     walk_class_folder,
     walk_class_folder_files,
 )
-from transforms.manifests import (
+from transforms.inputs.manifests import (
     LABEL_COLUMNS,
     MAX_LINE_BYTES,
     PATH_COLUMNS,

@@ -1,11 +1,11 @@
-"""pipeline.drawing: the contact sheet, the class-count bars and display pixels, on synthetic arrays."""
+"""pipeline.read.drawing: the contact sheet, the class-count bars and display pixels, on synthetic arrays."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pipeline import drawing
-from transforms.normalize import normalize_image
+from pipeline.read import drawing
+from transforms.images.normalize import normalize_image
 from transforms.specs import ImageSpec
 
 pytestmark = pytest.mark.unit

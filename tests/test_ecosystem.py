@@ -98,7 +98,7 @@ def demo(tmp_path_factory) -> pathlib.Path:
 def test_input_pipelines_read_disjoint_files_that_cover_the_split(demo):
     import tensorflow as tf
 
-    from pipeline.reader import load_dataset
+    from pipeline.read.reader import load_dataset
 
     def labels(context) -> list[int]:
         dataset = load_dataset(str(demo), "train", batch_size=None, input_context=context, with_metadata=True)
@@ -114,7 +114,7 @@ def test_input_pipelines_read_disjoint_files_that_cover_the_split(demo):
 def test_more_input_pipelines_than_files_is_refused(demo):
     import tensorflow as tf
 
-    from pipeline.reader import load_dataset
+    from pipeline.read.reader import load_dataset
 
     context = tf.distribute.InputContext(num_input_pipelines=5, input_pipeline_id=0, num_replicas_in_sync=5)
     with pytest.raises(ValueError, match="fewer than the 5 input pipelines"):
@@ -126,7 +126,7 @@ def test_input_pipelines_are_given_only_shard_files_with_records(tmp_path):
     nothing (and stall synchronous training), so they are not counted as files to share."""
     import tensorflow as tf
 
-    from pipeline.reader import load_dataset
+    from pipeline.read.reader import load_dataset
 
     _image(tmp_path / "in" / "cat" / "a.png", 1)
     _image(tmp_path / "in" / "cat" / "b.png", 2)
@@ -150,7 +150,7 @@ def test_input_pipelines_are_given_only_shard_files_with_records(tmp_path):
 
 
 def test_an_empty_split_gives_every_input_pipeline_nothing():
-    from pipeline.reader import shard_for_input_pipeline
+    from pipeline.read.reader import shard_for_input_pipeline
 
     assert [shard_for_input_pipeline([], 3, i, "test") for i in range(3)] == [[], [], []]
 

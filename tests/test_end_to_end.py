@@ -23,8 +23,8 @@ from tests.helpers import (
     run_pipeline,
     visible_files,
 )
-from transforms import tfrecord
 from transforms.dataset_format import IndexEntry
+from transforms.write import tfrecord
 
 pytestmark = pytest.mark.e2e
 

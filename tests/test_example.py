@@ -1,4 +1,4 @@
-"""transforms.example: tf.train.Example records built without TensorFlow, parsed back with it."""
+"""transforms.write.example: tf.train.Example records built without TensorFlow, parsed back with it."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from transforms.example import (
+from transforms.images.normalize import normalize_image
+from transforms.specs import FeatureKeys, ImageSpec
+from transforms.write.example import (
     EncodedRecord,
     RecordFields,
     build_example,
@@ -18,8 +20,6 @@ from transforms.example import (
     locates_image,
     serialize_example,
 )
-from transforms.normalize import normalize_image
-from transforms.specs import FeatureKeys, ImageSpec
 
 pytestmark = pytest.mark.unit
 

@@ -21,7 +21,7 @@ from pipeline import prepare
 from pipeline.errors import UsageError
 from pipeline.run import run
 from tests.helpers import IN_MEMORY, REPO
-from transforms import tfrecord
+from transforms.write import tfrecord
 
 pytestmark = pytest.mark.e2e
 
@@ -71,6 +71,22 @@ def kill_once_parts_finish(argv: list[str], parts: pathlib.Path, count: int) -> 
     process.wait()
 
 
+@pytest.fixture(scope="module")
+def resumable_images(tmp_path_factory) -> pathlib.Path:
+    """600 images, enough for a run of `resumable_run` to be killed with some of its parts finished."""
+    images = tmp_path_factory.mktemp("resumable") / "images"
+    make_images(images, 600)
+    return images
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(resumable_images, tmp_path_factory) -> pathlib.Path:
+    """`resumable_run` of those images, never killed: what a killed and resumed run must equal."""
+    output = tmp_path_factory.mktemp("uninterrupted") / "out"
+    subprocess.run(resumable_run(resumable_images, output), cwd=REPO, check=True, capture_output=True, timeout=300)
+    return output
+
+
 def finished_records(parts: pathlib.Path) -> int:
     """The records in the parts a killed run finished (those in progress are converted again)."""
     return sum(json.loads(p.read_text())["records"] for p in parts.glob("*.json"))
@@ -98,43 +114,58 @@ def assert_same_dataset(actual: pathlib.Path, expected: pathlib.Path) -> None:
         comparable(json.loads((expected / "metadata.json").read_text()))
 
 
-@pytest.fixture
-def changed_inputs(tmp_path) -> tuple[pathlib.Path, pathlib.Path, int]:
-    """(images, first dataset, images changed since): 60 images converted, then 9 added, 3
-    replaced with other pictures and 2 removed; plus a broken file that stays broken."""
-    images = tmp_path / "images"
+@pytest.fixture(scope="module")
+def changed_world(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+    """(images, first dataset, a from-scratch dataset of the images as they are now), which the
+    tests only read: 60 images converted, then 9 added, 3 replaced with other pictures and 2
+    removed; plus a broken file that stays broken."""
+    root = tmp_path_factory.mktemp("changed")
+    images = root / "images"
     paths = make_images(images, 60)
     (images / "ant" / "broken.jpg").write_bytes(b"not an image")
-    first = tmp_path / "first"
+    first = root / "first"
     convert(images, first)
     make_images(images, 9, first_seed=1000)
     for path in paths[:3]:
         photo(path, 5000 + paths.index(path))
     for path in paths[-2:]:
         path.unlink()
-    return images, first, 9 + 3
+    convert(images, root / "scratch")
+    return images, first, root / "scratch"
 
 
-def test_incremental_run_equals_a_from_scratch_run(changed_inputs, tmp_path):
+@pytest.fixture
+def changed_inputs(changed_world, tmp_path) -> tuple[pathlib.Path, pathlib.Path, int]:
+    """(images, first dataset, images changed since): the first dataset is the test's own copy."""
+    images, first, _ = changed_world
+    shutil.copytree(first, tmp_path / "first")
+    return images, tmp_path / "first", 9 + 3
+
+
+@pytest.fixture
+def scratch(changed_world) -> pathlib.Path:
+    """The changed images converted from scratch: what every incremental run of them must equal."""
+    return changed_world[2]
+
+
+def test_incremental_run_equals_a_from_scratch_run(changed_inputs, scratch, tmp_path):
     images, first, changed = changed_inputs
     incremental = convert(images, tmp_path / "incremental", f"--reuse_from={first}")
-    convert(images, tmp_path / "scratch")
-    assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
+    assert_same_dataset(tmp_path / "incremental", scratch)
     assert incremental["reuse"] == {"from": str(first), "reused": 67 - changed, "converted": changed}
 
 
-def test_a_damaged_previous_dataset_costs_conversions_not_correctness(changed_inputs, tmp_path):
+def test_a_damaged_previous_dataset_costs_conversions_not_correctness(changed_inputs, scratch, tmp_path):
     images, first, _ = changed_inputs
     shard = sorted(first.glob("train-*.tfrecord"))[0]
     damaged = bytearray(shard.read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF
     shard.write_bytes(bytes(damaged))
     convert(images, tmp_path / "incremental", f"--reuse_from={first}")
-    convert(images, tmp_path / "scratch")
-    assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
+    assert_same_dataset(tmp_path / "incremental", scratch)
 
 
-def test_an_edited_record_index_never_gives_an_image_another_images_pixels(changed_inputs, tmp_path):
+def test_an_edited_record_index_never_gives_an_image_another_images_pixels(changed_inputs, scratch, tmp_path):
     images, first, changed = changed_inputs
     index = sorted((first / "index").glob("train-*.idx"))[0]
     rows = [line.split() for line in index.read_text().splitlines()]
@@ -144,12 +175,11 @@ def test_an_edited_record_index_never_gives_an_image_another_images_pixels(chang
         rows[a][column], rows[b][column] = rows[b][column], rows[a][column]
     index.write_text("".join(" ".join(row) + "\n" for row in rows))
     incremental = convert(images, tmp_path / "incremental", f"--reuse_from={first}")
-    convert(images, tmp_path / "scratch")
-    assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
+    assert_same_dataset(tmp_path / "incremental", scratch)
     assert incremental["reuse"]["converted"] == changed + 2
 
 
-def test_an_edited_record_index_never_gives_an_image_another_features_bytes(changed_inputs, tmp_path):
+def test_an_edited_record_index_never_gives_an_image_another_features_bytes(changed_inputs, scratch, tmp_path):
     """An index line pointed at the record's label text (a bytes value framed like the image's):
     the incremental run wrote `b'cow'` as the image."""
     images, first, changed = changed_inputs
@@ -165,8 +195,7 @@ def test_an_edited_record_index_never_gives_an_image_another_features_bytes(chan
     rows[a][3], rows[a][4] = str(data.index(bytes([0x0A, len(text)]) + text) + 2), str(len(text))
     index.write_text("".join(" ".join(row) + "\n" for row in rows))
     incremental = convert(images, tmp_path / "incremental", f"--reuse_from={first}")
-    convert(images, tmp_path / "scratch")
-    assert_same_dataset(tmp_path / "incremental", tmp_path / "scratch")
+    assert_same_dataset(tmp_path / "incremental", scratch)
     assert incremental["reuse"]["converted"] == changed + 1
 
 
@@ -335,11 +364,10 @@ def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_t
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
+def test_a_killed_run_resumes_from_its_finished_parts(tmp_path, resumable_images, uninterrupted):
     """kill -9 mid-conversion, then the same command again: the finished parts are taken as they
     are, the parts in progress converted again; the output equals an uninterrupted run's."""
-    images = tmp_path / "images"
-    make_images(images, 600)
+    images = resumable_images
     output = tmp_path / "out"
     parts = output / ".imgrec-staging" / "parts"
     kill_once_parts_finish(resumable_run(images, output), parts, 4)
@@ -350,18 +378,15 @@ def test_a_killed_run_resumes_from_its_finished_parts(tmp_path):
     resumed = json.loads((output / "metadata.json").read_text())["run"]["resumed_records"]
     assert resumed == finished > 0
     assert f"resumed: {resumed} records" in done.stdout
-    uninterrupted = tmp_path / "uninterrupted"
-    subprocess.run(resumable_run(images, uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
     assert published(output) == published(uninterrupted)
 
 
 @pytest.mark.slow
-def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_path):
+def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_path, resumable_images, uninterrupted):
     """`--output=ROOT/{timestamp}`: the next run expands to another folder, so a killed run's
     staging stayed for good without a word (83 MB in one report). The next run names it, and the
     command it advises resumes it."""
-    images, root = tmp_path / "images", tmp_path / "root"
-    make_images(images, 600)
+    images, root = resumable_images, tmp_path / "root"
     template = root / "{timestamp}"
     kill_once_parts_finish(resumable_run(images, template), root / "*" / ".imgrec-staging" / "parts", 2)
     (killed,) = root.iterdir()
@@ -374,6 +399,4 @@ def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_pa
     resumed = subprocess.run(resumable_run(images, killed), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((killed / "metadata.json").read_text())["run"]["resumed_records"] == finished > 0
-    uninterrupted = tmp_path / "uninterrupted"
-    subprocess.run(resumable_run(images, uninterrupted), cwd=REPO, check=True, capture_output=True, timeout=300)
     assert published(killed) == published(uninterrupted)

@@ -1,10 +1,10 @@
-"""transforms.labels.build_label_map: class folders sort as strings (as Keras does); integer ids
+"""transforms.inputs.labels.build_label_map: class folders sort as strings (as Keras does); integer ids
 only for manifests; a fixed class list wins."""
 from __future__ import annotations
 
 import pytest
 
-from transforms.labels import build_label_map
+from transforms.inputs.labels import build_label_map
 
 pytestmark = pytest.mark.unit
 

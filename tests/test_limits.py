@@ -1,4 +1,4 @@
-"""The limits of a converter process (transforms/limits.py), one test per kind of bomb, where they
+"""The limits of a converter process (transforms/images/limits.py), one test per kind of bomb, where they
 act: a part converted in a real converter process, the bomb among good images. Each bomb is a
 dead letter with the converter's memory and time bounded, and the good images are written."""
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pytest
 
 from tests.helpers import tile_bomb, write_photo
 from transforms.files import content_hash
-from transforms.image_header import ImageHeader
-from transforms.limits import DECODE_HEADROOM, Converter, image_seconds
-from transforms.parts import PartTask, WriterSettings, convert_part_on, cut_into_parts, record_digest
-from transforms.process_pool import SubprocessPool
+from transforms.images.image_header import ImageHeader
+from transforms.images.limits import DECODE_HEADROOM, Converter, image_seconds
+from transforms.inputs.source import describe_source
 from transforms.refs import Candidate, PlannedImage, SourceImage
-from transforms.source import describe_source
 from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
+from transforms.write.parts import PartTask, WriterSettings, convert_part_on, cut_into_parts, record_digest
+from transforms.write.process_pool import SubprocessPool
 
 pytestmark = [pytest.mark.converter, pytest.mark.timeout(120)]
 

@@ -257,7 +257,7 @@ def test_beam_counters_count_each_rejection_class(messy_run):
 
 
 def test_a_locked_output_exits_3_with_one_line(messy_folder, tmp_path, capsys):
-    from pipeline.lock import OutputLock
+    from pipeline.output.lock import OutputLock
     from pipeline.run import main
 
     locked = tmp_path / "locked"

@@ -20,9 +20,8 @@ from pipeline.metadata import (
     versions,
 )
 from transforms.dataset_format import DatasetMetadata, DuplicateSummary, ReuseSummary
-from transforms.decode import DAMAGE_CHECKS
-from transforms.example import feature_spec
-from transforms.fingerprint import (
+from transforms.images.decode import DAMAGE_CHECKS
+from transforms.plan.fingerprint import (
     POLICY_FIELDS,
     FingerprintFn,
     add_hashes,
@@ -32,10 +31,11 @@ from transforms.fingerprint import (
     retry_hash,
     rows_sum,
 )
-from transforms.parts import ShardResult
+from transforms.plan.split import STRATIFIED_ROUNDING
 from transforms.rejections import Rejection
 from transforms.specs import ConversionSpec, FeatureKeys, InputSpec, OutputSpec, SplitSpec
-from transforms.split import STRATIFIED_ROUNDING
+from transforms.write.example import feature_spec
+from transforms.write.parts import ShardResult
 
 pytestmark = pytest.mark.unit
 

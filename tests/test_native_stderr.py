@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from transforms.native_stderr import call_capturing_stderr, write_stderr
+from transforms.images.native_stderr import call_capturing_stderr, write_stderr
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +45,7 @@ def test_a_closed_stderr_neither_fails_the_call_nor_stays_open(tmp_path):
     import subprocess
     import sys
 
-    script = ("import os; from transforms.native_stderr import call_capturing_stderr, write_stderr\n"
+    script = ("import os; from transforms.images.native_stderr import call_capturing_stderr, write_stderr\n"
               "result, printed = call_capturing_stderr(lambda: os.write(2, b'native\\n') and 7)\n"
               "write_stderr('nowhere to go\\n')\n"
               "closed = False\n"
@@ -91,7 +91,7 @@ def test_a_fork_while_another_thread_captures_leaves_the_child_a_working_capture
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd_create: the capture is a temporary file")
 def test_the_capture_lives_in_memory_so_a_full_temporary_folder_cannot_swallow_a_warning():
-    from transforms import native_stderr
+    from transforms.images import native_stderr
 
     call_capturing_stderr(lambda: None)
     assert os.readlink(f"/proc/self/fd/{native_stderr._sink()}").startswith("/memfd:imgrec-stderr")

@@ -1,4 +1,4 @@
-"""transforms.parts without Beam: part digests, cutting shards into parts, converting a part
+"""transforms.write.parts without Beam: part digests, cutting shards into parts, converting a part
 (records, outcome, record index, resumption, reuse) and concatenating parts into a shard."""
 from __future__ import annotations
 
@@ -15,11 +15,17 @@ import pytest
 import tensorflow as tf
 
 from tests.helpers import write_photo
-from transforms import tfrecord
 from transforms.dataset_format import METADATA_FILE, IndexEntry, RecordLocation
-from transforms.example import RecordFields
-from transforms.image_header import ImageHeader
-from transforms.parts import (
+from transforms.images.image_header import ImageHeader
+from transforms.images.process import image_to_record
+from transforms.inputs.source import describe_source
+from transforms.plan.reuse import attach, read_index
+from transforms.plan.split import order_in_shard
+from transforms.refs import Candidate, PlannedImage, SourceImage
+from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
+from transforms.write import tfrecord
+from transforms.write.example import RecordFields
+from transforms.write.parts import (
     PartOutcome,
     PartResult,
     PartTask,
@@ -35,12 +41,6 @@ from transforms.parts import (
     shard_keys,
     shard_order,
 )
-from transforms.process import image_to_record
-from transforms.refs import Candidate, PlannedImage, SourceImage
-from transforms.reuse import attach, read_index
-from transforms.source import describe_source
-from transforms.specs import FeatureKeys, ImageSpec, OutputSpec
-from transforms.split import order_in_shard
 
 pytestmark = pytest.mark.unit
 

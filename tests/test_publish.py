@@ -1,5 +1,5 @@
 """The output folder without a pipeline: driver-side checks (pipeline.prepare), the output lock
-(pipeline.lock) and worker-side publishing (pipeline.publish) on real local folders."""
+(pipeline.output.lock) and worker-side publishing (pipeline.output.publish) on real local folders."""
 from __future__ import annotations
 
 import fcntl
@@ -12,9 +12,10 @@ from typing import Optional
 
 import pytest
 
-from pipeline import lock as lock_module
 from pipeline.errors import OutputLocked, RunFailed, UsageError
-from pipeline.lock import LockOwner, OutputLock, check_publisher
+from pipeline.output import lock as lock_module
+from pipeline.output.lock import LockOwner, OutputLock, check_publisher
+from pipeline.output.publish import JOURNAL_FILE, interrupted_outcome, publish
 from pipeline.prepare import (
     check_layout,
     check_output,
@@ -25,7 +26,6 @@ from pipeline.prepare import (
     sibling_pattern,
     stopped_runs_beside,
 )
-from pipeline.publish import JOURNAL_FILE, interrupted_outcome, publish
 from pipeline.reaper import driver_marker, process_start_time
 from transforms.dataset_format import (
     FORMAT_VERSION,

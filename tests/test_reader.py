@@ -1,4 +1,4 @@
-"""pipeline.reader on datasets written by the real pipeline (in-memory DirectRunner), and on
+"""pipeline.read.reader on datasets written by the real pipeline (in-memory DirectRunner), and on
 records in the old seed layout."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import reader
-from pipeline.reader import NotAnImgrecDataset, UnsupportedDataset, load_dataset, load_seed_layout
+from pipeline.read import reader
+from pipeline.read.reader import NotAnImgrecDataset, UnsupportedDataset, load_dataset, load_seed_layout
 from tests.helpers import SAMPLE, make_tree, parse_records, run_pipeline, written_datasets
 from transforms.dataset_format import METADATA_FILE, index_file_name, parse_index
-from transforms.normalize import normalize_image
+from transforms.images.normalize import normalize_image
 from transforms.specs import ImageSpec
 
 pytestmark = pytest.mark.e2e

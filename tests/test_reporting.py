@@ -1,4 +1,4 @@
-"""What the terminal shows: pipeline.tables, pipeline.summary and pipeline.progress."""
+"""What the terminal shows: pipeline.tables, pipeline.summary and pipeline.output.progress."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pipeline.progress import (
+from pipeline.output.progress import (
     PROGRESS_DIR,
     TOTAL_FILE,
     ProgressReporter,

@@ -1,12 +1,12 @@
-"""transforms.resize and transforms.normalize: the pixel steps between decode and encode."""
+"""transforms.images.resize and transforms.images.normalize: the pixel steps between decode and encode."""
 from __future__ import annotations
 
 import cv2
 import numpy as np
 import pytest
 
-from transforms.normalize import normalize_image
-from transforms.resize import resize_image
+from transforms.images.normalize import normalize_image
+from transforms.images.resize import resize_image
 from transforms.specs import ImageSpec
 
 pytestmark = pytest.mark.unit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 
 import pytest
 
@@ -94,8 +95,8 @@ def test_invalid_specs(make, message):
     ("gs://bucket/images/", "folders"),
 ])
 def test_input_kind_auto(path, kind):
-    assert InputSpec(path).resolved_kind() == kind
-    assert InputSpec(path, kind="folders").resolved_kind() == "folders"
+    assert InputSpec(path).resolved_kind == kind
+    assert InputSpec(path, kind="folders").resolved_kind == "folders"
 
 
 @pytest.mark.parametrize("path,root", [
@@ -110,8 +111,22 @@ def test_the_input_root_names_the_records_source_paths_from(path, root):
 def test_an_existing_folder_with_glob_characters_is_a_folder(tmp_path):
     folder = tmp_path / "photos[2024]"
     folder.mkdir()
-    assert InputSpec(str(folder)).resolved_kind() == "folders"
-    assert InputSpec(str(tmp_path / "other[2024]")).resolved_kind() == "glob"
+    assert InputSpec(str(folder)).resolved_kind == "folders"
+    assert InputSpec(str(tmp_path / "other[2024]")).resolved_kind == "glob"
+
+
+def test_the_input_kind_is_found_once_and_travels_with_the_spec(tmp_path):
+    """A worker on another host, where the driver's local folder is not, converts what the
+    driver found: a Pascal VOC folder stays VOC."""
+    import pickle
+
+    (tmp_path / "voc" / "Annotations").mkdir(parents=True)
+    (tmp_path / "voc" / "JPEGImages").mkdir()
+    spec = InputSpec(str(tmp_path / "voc"))
+    assert spec.resolved_kind == "voc"
+    shutil.rmtree(tmp_path / "voc")
+    assert spec.resolved_kind == "voc"
+    assert pickle.loads(pickle.dumps(spec)).resolved_kind == "voc"
 
 
 def test_pixel_settings_leave_out_the_acceptance_limits():

@@ -1,4 +1,4 @@
-"""transforms.split: deterministic split, shard and order assignment from stable hashes."""
+"""transforms.plan.split: deterministic split, shard and order assignment from stable hashes."""
 from __future__ import annotations
 
 import collections
@@ -6,8 +6,7 @@ import hashlib
 
 import pytest
 
-from transforms.specs import ImageSpec, OutputSpec, SplitSpec
-from transforms.split import (
+from transforms.plan.split import (
     assign_split,
     num_shards_for,
     order_in_shard,
@@ -17,6 +16,7 @@ from transforms.split import (
     stratified_splits,
     unit_fraction,
 )
+from transforms.specs import ImageSpec, OutputSpec, SplitSpec
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""pipeline.tfds_export: datasets written by the real pipeline load with
+"""pipeline.read.tfds_export: datasets written by the real pipeline load with
 `tfds.builder_from_directory` and give the same records as our own reader."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from pipeline import tfds_export
 from pipeline.errors import OutputLocked
-from pipeline.lock import OutputLock
-from pipeline.reader import load_dataset
+from pipeline.output.lock import OutputLock
+from pipeline.read import tfds_export
+from pipeline.read.reader import load_dataset
 from tests.helpers import SAMPLE, read_metadata, run_pipeline, visible_files, written_datasets
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +33,7 @@ def written(tmp_path_factory):
 
 
 def ours(output: str, split: str) -> dict[str, tuple[int, np.ndarray]]:
-    """source path → (label id, image) from pipeline.reader: the reference TFDS must match."""
+    """source path → (label id, image) from pipeline.read.reader: the reference TFDS must match."""
     dataset = load_dataset(output, split, batch_size=None, with_metadata=True)
     return {extras["source_path"].decode(): (int(label), image)
             for image, label, extras in dataset.as_numpy_iterator()}

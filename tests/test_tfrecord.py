@@ -1,4 +1,4 @@
-"""transforms.tfrecord: the framing and masked CRC-32C, checked against TensorFlow's own writer
+"""transforms.write.tfrecord: the framing and masked CRC-32C, checked against TensorFlow's own writer
 and reader."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from transforms import tfrecord
-from transforms.tfrecord import CorruptRecord
+from transforms.write import tfrecord
+from transforms.write.tfrecord import CorruptRecord
 
 pytestmark = pytest.mark.unit
 

@@ -15,25 +15,25 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.accounting import GatherTotals
-from pipeline.progress import RecordProgress, read_progress
+from pipeline.output.progress import RecordProgress, read_progress
 from tests.helpers import beam_matcher, rejection_tuple, test_pipeline, write_image, write_text
-from transforms.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, LabeledImage, PlanSplits, group_copies
 from transforms.batches import batched
 from transforms.dataset_format import DuplicateSummary, IndexEntry, RecordLocation, index_file_name
-from transforms.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
 from transforms.files import content_hash
-from transforms.fingerprint import InputFingerprint
-from transforms.image_header import ImageHeader
-from transforms.manifests import ManifestError
-from transforms.parts import ShardResult, WriterSettings, record_digest, shard_order
-from transforms.read import ReadAndCheck
+from transforms.images.image_header import ImageHeader
+from transforms.inputs.discover import LABELS, REJECTED, DiscoverImages, OutputFolder
+from transforms.inputs.manifests import ManifestError
+from transforms.inputs.read import ReadAndCheck
+from transforms.inputs.source import describe_source
+from transforms.plan.assign import DUPLICATES, ComputeLabelMap, DuplicateGroup, LabeledImage, PlanSplits, group_copies
+from transforms.plan.fingerprint import InputFingerprint
+from transforms.plan.reuse import AttachReusableRecords, ReuseSource
+from transforms.plan.split import shard_for
 from transforms.refs import Batch, Candidate, PlannedImage, SourceImage
 from transforms.rejections import Rejection
-from transforms.reuse import AttachReusableRecords, ReuseSource
-from transforms.source import describe_source
 from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
-from transforms.split import shard_for
-from transforms.write_shards import WriteShards
+from transforms.write.parts import ShardResult, WriterSettings, record_digest, shard_order
+from transforms.write.write_shards import WriteShards
 
 pytestmark = pytest.mark.beam
 VERSIONS = {"imgrec": "1", "opencv": "5", "numpy": "2", "pillow": "12"}
@@ -578,7 +578,7 @@ def _check(condition: bool) -> None:
 # ----------------------------------------------------------------------------- RecordProgress
 
 def test_record_progress_markers(tmp_path):
-    from transforms.parts import PartResult
+    from transforms.write.parts import PartResult
 
     parts = [PartResult(shard=("train", 0, 1), index=i, digest=f"{i:064x}", images=n, records=n, num_bytes=0,
                         label_counts=(), reused=0, converted_by="host:1", resumed=0)

@@ -322,7 +322,7 @@ def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
     error_line(run)
 
 
-@pytest.mark.parametrize("module", ["pipeline.verify", "pipeline.tfds_export"])
+@pytest.mark.parametrize("module", ["pipeline.read.verify", "pipeline.read.tfds_export"])
 def test_commands_reading_datasets_print_no_tensorflow_start_up_lines(module):
     """Without TF_CPP_MIN_LOG_LEVEL, as a user runs them, TensorFlow's import printed four lines
     (absl's warning and the oneDNN notice, twice) before the one-line usage error."""

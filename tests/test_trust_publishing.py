@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from pipeline.publish import JOURNAL_FILE
+from pipeline.output.publish import JOURNAL_FILE
 from tests.helpers import (
     IN_MEMORY,
     MULTI_PROCESSING,

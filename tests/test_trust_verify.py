@@ -111,7 +111,7 @@ def test_a_check_started_with_its_standard_streams_closed_passes_and_draws_its_p
     """`... 2>&- >&- <&-`: files the command opens (TensorFlow's, the PNGs) would get descriptors
     0-2, where native libraries write their messages; the command reopens them first."""
     pngs = tmp_path / "pngs"
-    run = subprocess.run([sys.executable, "-m", "pipeline.verify", str(dataset), f"--out={pngs}"], cwd=REPO,
+    run = subprocess.run([sys.executable, "-m", "pipeline.read.verify", str(dataset), f"--out={pngs}"], cwd=REPO,
                          env=subprocess_env(), timeout=120, preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
     assert run.returncode == 0
     drawn = sorted(pngs.glob("*.png"))

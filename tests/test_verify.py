@@ -1,4 +1,4 @@
-"""pipeline.verify: passes on datasets the real pipeline wrote;
+"""pipeline.read.verify: passes on datasets the real pipeline wrote;
 fails naming the file when a shard, a record index or a dead-letter file is damaged, missing or
 miscounted, or when the accounting or the parse spec in metadata.json was edited; refuses folders
 that are not readable datasets and an --out that is a file."""
@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline import verify
+from pipeline.read import verify
 from tests.helpers import REPO, written_datasets
 
 pytestmark = pytest.mark.e2e
@@ -320,7 +320,7 @@ def test_label_map_ids_must_be_distinct_but_not_contiguous():
     assert not verify.label_map_check({"cat": 0, "dog": 0}).ok
 
 
-@pytest.mark.parametrize("command", [["-m", "pipeline.verify"], ["-m", "pipeline.cli", "verify"]],
+@pytest.mark.parametrize("command", [["-m", "pipeline.read.verify"], ["-m", "pipeline.cli", "verify"]],
                          ids=["verify", "imgrec"])
 def test_command_line_entry_points(written, tmp_path, command):
     output, _ = copy_of(written, "jpeg", tmp_path)

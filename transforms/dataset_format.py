@@ -283,7 +283,7 @@ class ReuseSummary:
 @dataclasses.dataclass(frozen=True)
 class ObjectAccounting:
     """A detection dataset's objects: written per class, dropped per reason (error class). Its
-    label map is also written beside the shards (transforms/label_map_files.py)."""
+    label map is also written beside the shards (transforms/inputs/label_map_files.py)."""
 
     written: Mapping[str, int]
     dropped: Mapping[str, int]

@@ -4,7 +4,7 @@ filesystem options Beam's filesystems use (transforms/files.py `filesystem_optio
 
 - `create_exclusive`: create an object only if no object has that name, atomically (S3's
   conditional write `If-None-Match: *`, GCS's precondition `ifGenerationMatch=0`); the output
-  lock (pipeline/lock.py) is taken this way;
+  lock (pipeline/output/lock.py) is taken this way;
 - `put_empty`: a zero-byte object on S3, which Beam's S3 writer cannot make (it always uploads
   in parts, and S3 refuses to complete an upload of no parts: MalformedXML);
 - `delete_each`: single-object deletes on a GCS emulator (`STORAGE_EMULATOR_HOST`), which does

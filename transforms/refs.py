@@ -5,11 +5,11 @@ Beam-free, so the processes that convert images can unpickle them without import
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Union
 
-from transforms.annotations import AnnotatedImage
 from transforms.dataset_format import RecordLocation
-from transforms.image_header import ImageHeader
+from transforms.images.image_header import ImageHeader
+from transforms.inputs.annotations import AnnotatedImage
 
 
 class Batch(tuple):
@@ -50,6 +50,6 @@ class PlannedImage:
     """An image with everything decided except its pixels: label id and split."""
 
     source: SourceImage
-    label_id: int
+    label_id: Union[int, tuple[int, ...]]  # a multi-label image's: one per label
     split: str
     reuse: Optional[RecordLocation] = None  # the same content's record in a previous dataset

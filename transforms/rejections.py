@@ -129,7 +129,7 @@ class Rejection:
 
 
 # By name: NoAnnotations (an image without objects skipped on request) and BoxCroppedAway (an
-# object a center crop cut off) are transforms/annotations.py's, which imports this module.
+# object a center crop cut off) are transforms/inputs/annotations.py's, which imports this module.
 _NOT_ERRORS = frozenset({SkippedFile.__name__, DuplicateImage.__name__, DuplicateListing.__name__,
                          "NoAnnotations", "BoxCroppedAway"})
 

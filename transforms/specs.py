@@ -6,6 +6,7 @@ them without any configuration machinery.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import posixpath
@@ -80,7 +81,7 @@ class ImageSpec:
     # PNGs, premultiplies some TIFF alpha).
     decoder: str = "imgrec"
     # JPEGs decoded at 1/2, 1/4 or 1/8 size by the decoder itself (DCT scaling) when the image is
-    # large enough that this is invisible after the resize; see transforms/decode.py.
+    # large enough that this is invisible after the resize; see transforms/images/decode.py.
     reduced_decode: str = "auto"
 
     def __post_init__(self) -> None:
@@ -118,7 +119,7 @@ class ImageSpec:
 
     @property
     def reduces_jpegs(self) -> bool:
-        """Whether large JPEGs may be decoded at a reduced size (transforms/decode.py jpeg_scale);
+        """Whether large JPEGs may be decoded at a reduced size (transforms/images/decode.py jpeg_scale);
         never when the decoded size is kept."""
         return self.reduced_decode != "off" and self.interpolation in REDUCING_INTERPOLATIONS and self.resizes
 
@@ -181,7 +182,7 @@ class FeatureKeys:
             raise ValueError(f"feature keys must be distinct; got {keys}")
 
 
-# Detection records' keys, as TF's detection decoders read them (transforms/detection_example.py);
+# Detection records' keys, as TF's detection decoders read them (transforms/write/detection_example.py);
 # imgrec's own source path and content hash beside them.
 DETECTION_KEYS = FeatureKeys(image="image/encoded", label="image/object/class/label",
                              label_text="image/object/class/text", channels="")
@@ -255,7 +256,7 @@ def _is_local_folder(path: str) -> bool:
 
 
 def _is_coco_file(path: str) -> bool:
-    from transforms.coco import looks_like_coco  # coco.py reads manifests' paths, which import this module
+    from transforms.inputs.coco import looks_like_coco  # coco.py reads manifests' paths, which import this module
 
     return looks_like_coco(path)
 
@@ -283,6 +284,7 @@ class InputSpec:
     source_paths: str = "relative"
     images_root: Optional[str] = None  # COCO: where file_names resolve (default: the annotation file's folder)
     keep_empty_images: bool = True  # COCO/VOC: images without objects are written (negative examples)
+    multi_label: bool = False  # CSV/JSONL: a list of labels per image (transforms/inputs/manifests.py)
 
     def __post_init__(self) -> None:
         if self.kind != "auto":
@@ -297,24 +299,29 @@ class InputSpec:
         if self.manifest_columns is not None and (len(self.manifest_columns) != 2 or not all(self.manifest_columns)):
             raise ValueError("manifest_columns must be two names, PATH_COLUMN,LABEL_COLUMN; "
                              f"got {self.manifest_columns}")
-        kind = self.resolved_kind()
+        kind = self.resolved_kind
         if self.images_root is not None and kind != "coco":
             raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}")
+        if self.multi_label and kind not in ("csv", "jsonl"):
+            raise ValueError(f"multi_label reads a list of labels per line of a CSV or JSONL manifest; the input "
+                             f"is {kind}")
 
     def root(self) -> str:
         """The folder the input's files are named from: the input folder, a glob's folder above its
         first wildcard, a COCO file's images_root, else the (manifest or COCO) file's folder."""
-        kind = self.resolved_kind()
+        kind = self.resolved_kind
         if kind in ("folders", "voc"):
             return self.path.rstrip("/")
         if kind == "coco" and self.images_root is not None:
             return self.images_root.rstrip("/")
         return glob_root(self.path) if kind == "glob" else posixpath.dirname(self.path)
 
+    @functools.cached_property
     def resolved_kind(self) -> str:
         """`auto` picks by the path: manifests by extension (a `.json` whose top level starts with
         a COCO key is COCO), globs by wildcard, a folder holding Annotations/ and JPEGImages/
-        is Pascal VOC, else folders. COCO and VOC are recognised on local disks only."""
+        is Pascal VOC, else folders. COCO and VOC are recognised on local disks only. Looked at
+        once, by the driver's first question: the answer travels with the spec to the workers."""
         if self.kind != "auto":
             return self.kind
         lower = self.path.lower()
@@ -333,7 +340,7 @@ class InputSpec:
     @property
     def detection(self) -> bool:
         """Annotation files (COCO, VOC): records of objects with boxes."""
-        return self.resolved_kind() in DETECTION_KINDS
+        return self.resolved_kind in DETECTION_KINDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,10 +368,11 @@ class ConversionSpec:
     annotations: AnnotationSpec = AnnotationSpec()
 
     def __post_init__(self) -> None:
-        kind = self.input.resolved_kind()
+        kind = self.input.resolved_kind
         objects = self.input.detection
-        if objects and self.splits.method == "stratified":
-            raise ValueError(f"split_method=stratified needs one label per image; {kind} images have objects, so "
+        if (objects or self.input.multi_label) and self.splits.method == "stratified":
+            what = "have several labels" if self.input.multi_label else "have objects"
+            raise ValueError(f"split_method=stratified needs one label per image; {kind} images {what}, so "
                              "they are split by hash (split_method=hash)")
         if objects and self.image.encoding == "raw":
             raise ValueError("detection records hold JPEG or PNG images, which TF's detection decoders read; "

@@ -27,9 +27,9 @@ import time
 import cv2
 import numpy as np
 
-from transforms import decode
-from transforms.decode import decode_image
-from transforms.image_header import check_header
+from transforms.images import decode
+from transforms.images.decode import decode_image
+from transforms.images.image_header import check_header
 from transforms.rejections import InputRejected
 from transforms.specs import ImageSpec
 

@@ -20,7 +20,7 @@ import time
 import cv2
 import numpy as np
 
-from transforms.resize import resize_image
+from transforms.images.resize import resize_image
 from transforms.specs import ImageSpec
 
 FLAGS = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,

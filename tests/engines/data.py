@@ -9,7 +9,7 @@ folder, so that one run per engine and environment checks all of it.
   copy of an image in another class.
 
 With the built-in defaults (train/val/test 0.7/0.2/0.1, one shard per split at this size) a
-cluster cuts the shards into parts of 256 images (transforms/parts.py): 14 parts, which the
+cluster cuts the shards into parts of 256 images (transforms/write/parts.py): 14 parts, which the
 slots convert side by side; the reshuffle that spreads them leaves all on one slot once in 8,192
 runs. Everything is a pure function of the arguments, so the DirectRunner reference and every
 engine convert the same bytes.

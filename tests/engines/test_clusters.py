@@ -48,7 +48,7 @@ from tests.engines.engines import (
 from tests.helpers import REPO
 from tests.portable import live_group_members, subprocess_env
 from transforms.dataset_format import METADATA_FILE, parts_dir
-from transforms.parts import PART_IMAGES
+from transforms.write.parts import PART_IMAGES
 
 ENGINES = ("flink", "spark")
 ENVIRONMENTS = ("external", "loopback")

@@ -16,6 +16,7 @@ import pytest
 
 from tests.helpers import (
     MULTI_PROCESSING,
+    REPO,
     SAMPLE,
     Watched,
     error_line,
@@ -212,7 +213,7 @@ def test_an_endpoint_nobody_answers_at_is_one_line_and_exit_2(store, monkeypatch
 
 
 # ------------------------------------------------------------------------------------------
-# The lock, through pipeline/lock.py itself
+# The lock, through pipeline/output/lock.py itself
 
 _folders = itertools.count()
 
@@ -239,7 +240,7 @@ def lock_text(host: str, pid: int, heartbeat_age: float) -> bytes:
 
 def test_exactly_one_of_many_takes_a_free_lock(store, store_output):
     from pipeline.errors import OutputLocked
-    from pipeline.lock import OutputLock
+    from pipeline.output.lock import OutputLock
 
     won, barrier = [], threading.Barrier(4)
 
@@ -259,7 +260,7 @@ def test_exactly_one_of_many_takes_a_free_lock(store, store_output):
 
 
 def test_the_lock_of_a_dead_driver_on_this_host_is_taken_at_once(store, store_output):
-    from pipeline.lock import OutputLock
+    from pipeline.output.lock import OutputLock
 
     key = f"{store_output}/{LOCK}"
     store.put(key, lock_text(socket.gethostname(), exited_pid(), heartbeat_age=0))
@@ -276,7 +277,7 @@ def test_the_lock_of_a_dead_driver_on_this_host_is_taken_at_once(store, store_ou
 @pytest.mark.parametrize("heartbeat_age, taken", [(0, False), (11 * 60, True)])
 def test_a_lock_from_another_host_is_taken_only_once_its_heartbeat_is_stale(store, store_output, heartbeat_age, taken):
     from pipeline.errors import OutputLocked
-    from pipeline.lock import OutputLock
+    from pipeline.output.lock import OutputLock
 
     store.put(f"{store_output}/{LOCK}", lock_text("another-host", 1, heartbeat_age))
     if taken:
@@ -329,3 +330,24 @@ def test_an_s3_endpoint_that_goes_away_mid_run_fails_the_run_with_exit_1(small_i
     outcome = run.finish(timeout=120)
     assert outcome.returncode == 1, outcome.brief()
     assert "cannot connect" in error_line(outcome)
+
+
+# ------------------------------------------------------------------------------------------
+# Detection datasets on the store
+
+
+@pytest.mark.e2e
+def test_a_coco_dataset_on_a_store_makes_the_local_records(store, tmp_path):
+    """COCO's instances.json and its images uploaded as they are: the annotation file is read and
+    its `file_name`s resolved on the store; the shards are the local run's, byte for byte."""
+    coco = REPO / "data" / "detection" / "coco"
+    store.upload_tree(coco, "coco")
+    convert(f"--input={coco / 'instances.json'}", f"--output={tmp_path / 'local'}", "--input_kind=coco", *CONFIG)
+    convert(f"--input={store.url('coco/instances.json')}", f"--output={store.url('coco-out')}", "--input_kind=coco",
+            *CONFIG, *store.flags)
+    local = {name: data for name, data in snapshot(tmp_path / "local").items() if data != b"<dir>"}
+    found = imgrecs(store, "coco-out")
+    assert sorted(found) == sorted(local)
+    assert {name: found[name] for name in local if name.endswith(".tfrecord") or "label_map" in name} == \
+        {name: data for name, data in local.items() if name.endswith(".tfrecord") or "label_map" in name}
+    assert json.loads(found["metadata.json"])["objects"] == json.loads(local["metadata.json"])["objects"]

@@ -1,0 +1,1 @@
+"""The output folder: its lock, progress markers, dead letters, atomic publishing, retention."""

@@ -1,0 +1,51 @@
+"""Retention for scheduled runs: `--keep_last=N` keeps the newest N datasets of a dated output.
+
+After a successful run (published, or kept unchanged), the older finished datasets among the
+folders the output template names are removed, oldest first, each under its own output lock
+(a folder a live run holds is left for the next time). Only what imgrec wrote goes: the files
+the dataset's metadata.json lists, metadata.json itself first (so nothing reads a half-removed
+folder as a dataset), then the folder if nothing else is left in it.
+"""
+from __future__ import annotations
+
+import uuid
+
+from pipeline.errors import OutputLocked, UsageError
+from pipeline.output.lock import OutputLock
+from pipeline.prepare import finished_siblings, read_json, sibling_pattern
+from transforms import files
+from transforms.dataset_format import INDEX_DIR, METADATA_FILE, is_dataset_metadata, join, listed_files
+
+
+def check_retention(template: str, keep_last: int) -> None:
+    if keep_last and sibling_pattern(template) is None:
+        raise UsageError(f"--keep_last needs an output template with {{date}} or {{timestamp}} in its last folder, "
+                         f"got --output={template}")
+
+
+def datasets_to_remove(template: str, keep_last: int) -> list[str]:
+    """The finished datasets of the template beyond the newest `keep_last`, oldest first."""
+    if not keep_last:
+        return []
+    return list(reversed(list(finished_siblings(template))[keep_last:]))
+
+
+def remove_dataset(folder: str) -> bool:
+    """Removes what imgrec wrote in `folder`; False when a live run holds its lock (left as is)."""
+    try:
+        lock = OutputLock(folder, uuid.uuid4().hex).acquire()
+    except OutputLocked:
+        return False
+    try:
+        metadata = read_json(join(folder, METADATA_FILE))
+        if not is_dataset_metadata(metadata):
+            return False
+        files.delete([join(folder, METADATA_FILE)])
+        files.delete([path for path in (join(folder, name) for name in listed_files(metadata)) if files.exists(path)])
+        if files.is_folder(join(folder, INDEX_DIR)) and not files.list_names(join(folder, INDEX_DIR)):
+            files.delete([join(folder, INDEX_DIR)])
+    finally:
+        lock.release()
+    if not files.list_names(folder):
+        files.delete([folder])
+    return True

@@ -1,0 +1,1 @@
+"""Reading a published dataset back: tf.data, verify, contact sheets, TFDS export."""

@@ -1,0 +1,568 @@
+"""`python -m pipeline.read.verify OUTPUT [--samples N] [--out DIR]`: verify a finished dataset.
+
+Reads every shard metadata.json lists: TensorFlow checks the CRCs, every record is parsed with
+the metadata's parse spec (which must be what the recorded config gives) and its image decoded,
+and what was found is compared with what metadata.json claims: counts per file, split, label and
+(detection) object, record bytes, size features, boxes, the record indexes (each line frames a
+record holding its content hash), and the accounting (every input written or rejected, one
+dead-letter row per rejection or dropped object). Prints OK/FAILED per check and exits 0 (all
+passed), 1 (a check failed) or 2 (not a readable imgrec dataset, or --out is a file), so it can
+gate a training job or a copy. It also draws `contact_sheet.png` and `class_counts.png` for a human.
+"""
+from __future__ import annotations
+
+from pipeline.standard_streams import open_closed_standard_streams, quiet_tensorflow, say
+
+if __name__ == "__main__":
+    open_closed_standard_streams()  # before TensorFlow's import opens files
+
+quiet_tensorflow()
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import gzip
+import json
+import posixpath
+import re
+import sys
+import zlib
+from typing import Any, BinaryIO, ContextManager, Mapping, Optional, Sequence, TextIO
+
+import numpy as np
+import tensorflow as tf
+
+from pipeline.errors import CommandLineParser, UsageError
+from pipeline.heap import imports_frozen
+from pipeline.interrupts import exit_quietly
+from pipeline.read import reader
+from pipeline.read.drawing import draw_bar_chart, draw_boxes, draw_contact_sheet, to_display_uint8
+from pipeline.tables import format_table
+from transforms import files
+from transforms.dataset_format import (
+    CLASS_COUNTS,
+    CONTACT_SHEET,
+    METADATA_FILE,
+    DatasetMetadata,
+    SplitInfo,
+    join,
+    parse_index,
+    parse_shard_file_name,
+    tf_compression_type,
+)
+from transforms.inputs.annotations import OBJECT_STAGE
+from transforms.specs import FeatureKeys, ImageSpec
+from transforms.write import tfrecord
+from transforms.write.detection_example import detection_feature_spec, masks_recorded
+from transforms.write.example import feature_spec, image_description, locates_image
+
+_SCAN_BATCH = 256
+_SIZE_ROLES = ("height", "width", "channels")  # record features that restate the image shape
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    ok: bool
+    name: str
+    detail: str = ""
+
+    @classmethod
+    def of(cls, ok: bool, name: str, problem: str) -> "Check":
+        """A check whose detail says what is wrong, shown only when it failed."""
+        return cls(ok, name, "" if ok else problem)
+
+    def line(self) -> str:
+        return f"  {'OK' if self.ok else 'FAILED':<7} {self.name}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclasses.dataclass
+class ShardScan:
+    """What reading one shard found."""
+
+    path: str
+    records: int = 0
+    record_bytes: int = 0
+    labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # per object in detection
+    # (label id, label text) pairs, to check the text agrees with label_map.
+    label_pairs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    non_finite: int = 0
+    wrong_size: int = 0  # records whose height/width/channels features are not the decoded image's shape
+    bad_boxes: int = 0  # detection: objects whose box is outside [0, 1] or has min > max
+    bad_lengths: int = 0  # detection: records whose per-object lists differ in length
+    error: Optional[str] = None
+
+
+def _size_keys(layout: reader.RecordLayout) -> dict[str, int]:
+    """{feature key: the image axis it must equal} for the size features the records have: a raw
+    image reshapes to any shape of the same element count, so only these tell a wrong shape."""
+    return {layout.extras[role]: axis for axis, role in enumerate(_SIZE_ROLES) if role in layout.extras}
+
+
+def _object_values(parsed: Mapping[str, tf.Tensor], layout: reader.RecordLayout) -> dict[str, tf.Tensor]:
+    """A detection record's per-object checks: whether every per-object list has one value per
+    object, and how many boxes are not 0 <= min <= max <= 1 (NaN included)."""
+    count = tf.size(parsed[layout.label_key])
+    lists = [key for key, feature in layout.parse_spec.items() if isinstance(feature, tf.io.VarLenFeature)]
+    lengths_ok = tf.reduce_all(tf.stack([tf.equal(tf.size(parsed[key]), count) for key in lists]))
+
+    def bad_boxes() -> tf.Tensor:
+        ymin, xmin, ymax, xmax = tf.unstack(layout.label(parsed)["boxes"], 4, axis=-1)
+        ok = (0 <= xmin) & (xmin <= xmax) & (xmax <= 1) & (0 <= ymin) & (ymin <= ymax) & (ymax <= 1)
+        return tf.reduce_sum(tf.cast(~ok, tf.int64))
+    # boxes of unequal lists cannot be paired up: such a record is reported by lengths_ok
+    return {"lengths_ok": lengths_ok, "bad_boxes": tf.cond(lengths_ok, bad_boxes, lambda: tf.constant(0, tf.int64))}
+
+
+def _scan_fn(layout: reader.RecordLayout):
+    """record → the few values the checks need; using the pixels keeps the decode from being pruned.
+    Labels (and their texts) are lists: one per record, or a detection record's one per object."""
+    text_key = layout.extras.get("object_text" if layout.box_keys else "label_text")
+    sizes = _size_keys(layout)
+
+    def scan(record: tf.Tensor) -> dict:
+        parsed = layout.parse(record)
+        image = layout.decode_image(parsed[layout.image_key])
+        values = {"bytes": tf.strings.length(record, unit="BYTE"),
+                  "label": tf.reshape(parsed[layout.label_key], [-1]),
+                  "finite": tf.reduce_all(tf.math.is_finite(tf.cast(image, tf.float32)))}
+        if text_key:
+            values["label_text"] = tf.reshape(parsed[text_key], [-1])
+        if sizes:
+            shape = tf.shape(image, out_type=tf.int64)
+            values["size_ok"] = tf.reduce_all(tf.stack([tf.equal(parsed[key], shape[axis])
+                                                        for key, axis in sizes.items()]))
+        if layout.box_keys:
+            values.update(_object_values(parsed, layout))
+        return values
+    return scan
+
+
+def _numpy(batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A scan batch as arrays; per-record lists (ragged, or dense with one value each) flattened."""
+    return {key: (value.flat_values if isinstance(value, tf.RaggedTensor) else tf.reshape(value, [-1])).numpy()
+            for key, value in batch.items()}
+
+
+def _clean(message: str) -> str:
+    """TF's error text without the graph-function and op names that eager iteration wraps it in."""
+    message = re.sub(r"\{\{function_node [^}]*\}\}", "", message)
+    message = re.sub(r"\s*\[Op:[^\]]*\].*$", "", message, flags=re.DOTALL)
+    return " ".join(message.split())
+
+
+def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> ShardScan:
+    """Reads, CRC-checks, parses and decodes every record of one shard."""
+    scan = ShardScan(path)
+    if not tf.io.gfile.exists(path):
+        scan.error = "missing: listed in metadata.json but not found"
+        return scan
+    records = tf.data.TFRecordDataset(path, compression_type=tf_compression_type(compression))
+    batches = records.map(_scan_fn(layout), num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(_SCAN_BATCH)
+    try:
+        for batch in map(_numpy, batches):
+            labels = batch["label"].tolist()
+            scan.records += len(batch["bytes"])
+            scan.record_bytes += int(batch["bytes"].sum())
+            scan.labels.update(labels)
+            scan.non_finite += int((~batch["finite"]).sum())
+            if "size_ok" in batch:
+                scan.wrong_size += int((~batch["size_ok"]).sum())
+            if "lengths_ok" in batch:
+                scan.bad_lengths += int((~batch["lengths_ok"]).sum())
+                scan.bad_boxes += int(batch["bad_boxes"].sum())
+            if "label_text" in batch and len(batch["label_text"]) == len(labels):
+                scan.label_pairs.update(zip(labels, (t.decode("utf-8", "replace") for t in batch["label_text"])))
+    except tf.errors.DataLossError as exc:
+        scan.error = f"DataLossError: {_clean(exc.message)} (bad CRC or truncated: the file is damaged)"
+    except tf.errors.OpError as exc:
+        scan.error = f"{type(exc).__name__}: {_clean(exc.message)}"
+    return scan
+
+
+def _diff(found: Mapping[str, int], expected: Mapping[str, int]) -> str:
+    names = sorted(set(found) | set(expected))
+    return ", ".join(f"{n} {found.get(n, 0)} (metadata {expected.get(n, 0)})"
+                     for n in names if found.get(n, 0) != expected.get(n, 0))
+
+
+def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_map: Mapping[str, int],
+                 layout: reader.RecordLayout) -> list[Check]:
+    """Checks one split's shards against metadata; pure, given the scans."""
+    checks = []
+    files, lengths = list(info.files), list(info.shard_lengths)
+    detection = bool(layout.box_keys)  # label_counts count objects, not records
+    unit = "objects" if detection else "records"
+    counted = layout.label_lists or sum(info.label_counts.values()) == info.num_examples
+    consistent = sum(lengths) == info.num_examples and counted
+    checks.append(Check.of(consistent, f"{name}: metadata is self-consistent",
+                           f"sum(shard_lengths) {sum(lengths)}, label_counts sum {sum(info.label_counts.values())}, "
+                           f"num_examples {info.num_examples}"))
+    for scan, file, expected in zip(scans, files, lengths):
+        if scan.error:
+            checks.append(Check(False, file, scan.error))
+        else:
+            checks.append(Check(scan.records == expected, file,
+                                f"{scan.records} records" + ("" if scan.records == expected
+                                                              else f", metadata says {expected}")))
+    if any(scan.error for scan in scans):
+        bad = sum(1 for scan in scans if scan.error)
+        checks.append(Check(False, f"{name}: totals", f"not compared, {bad} shard(s) unreadable"))
+        return checks
+    total = sum(scan.records for scan in scans)
+    checks.append(Check.of(total == info.num_examples, f"{name}: {total} records",
+                           f"metadata num_examples {info.num_examples}"))
+    id_to_name = {i: n for n, i in label_map.items()}
+    labels = sum((scan.labels for scan in scans), collections.Counter())
+    out_of_range = sum(n for label, n in labels.items() if label not in id_to_name)
+    checks.append(Check.of(out_of_range == 0, f"{name}: label ids in label_map",
+                           f"{out_of_range} {unit} with unknown label ids"))
+    found = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
+    expected = dict(info.label_counts)
+    checks.append(Check(found == expected, f"{name}: {'object' if detection else 'label'} counts",
+                        _diff(found, expected)))
+    pairs = sum((scan.label_pairs for scan in scans), collections.Counter())
+    if pairs:
+        wrong = sum(n for (label, text), n in pairs.items() if label_map.get(text) != label)
+        checks.append(Check.of(wrong == 0, f"{name}: label text agrees with label ids", f"{wrong} {unit} disagree"))
+    if detection:  # one value per object in every list; boxes inside the image with min <= max
+        bad_lengths, bad_boxes = sum(scan.bad_lengths for scan in scans), sum(scan.bad_boxes for scan in scans)
+        checks.append(Check.of(bad_lengths == 0, f"{name}: per-object lists have one value per object",
+                               f"{bad_lengths} records disagree"))
+        checks.append(Check.of(bad_boxes == 0, f"{name}: boxes in [0, 1] with xmin <= xmax, ymin <= ymax",
+                               f"{bad_boxes} boxes are not"))
+    record_bytes = sum(scan.record_bytes for scan in scans)
+    checks.append(Check.of(record_bytes == info.num_bytes, f"{name}: record bytes",
+                           f"{record_bytes} read, metadata num_bytes {info.num_bytes}"))
+    sizes = _size_keys(layout)
+    if sizes:
+        wrong_size = sum(scan.wrong_size for scan in scans)
+        shape = ("the parse spec's shape " + "x".join(map(str, layout.shape)) if None not in layout.shape
+                 else "each decoded image")
+        checks.append(Check.of(wrong_size == 0, f"{name}: {', '.join(sizes)} agree with {shape}",
+                               f"{wrong_size} records disagree"))
+    if layout.pixel_dtype != tf.uint8:
+        non_finite = sum(scan.non_finite for scan in scans)
+        checks.append(Check.of(non_finite == 0, f"{name}: pixels finite", f"{non_finite} images with NaN/inf"))
+    return checks
+
+
+def _uncompressed(stored: BinaryIO, compression: str) -> ContextManager[BinaryIO]:
+    """The record stream index offsets count in; gzip decompressed as read (lines run forward)."""
+    return gzip.GzipFile(fileobj=stored, mode="rb") if compression == "gzip" else contextlib.nullcontext(stored)
+
+
+def index_check(output: str, name: str, info: SplitInfo, compression: str, image_key: Optional[str]) -> Check:
+    """The split's record indexes (which incremental runs and random access trust) list every
+    record once, in file order: each line frames the record after the previous line's, holding
+    its content hash at the image bytes it names (`image_key`: None when records hold no hash)."""
+    problems: list[str] = []
+    lines = 0
+    for shard, index in zip(info.files, info.index_files):
+        try:
+            entries = parse_index(files.read_bytes(join(output, index)).decode("ascii"))
+            with files.open_read(join(output, shard)) as stored, _uncompressed(stored, compression) as handle:
+                end = 0
+                for number, entry in enumerate(entries, 1):
+                    if entry.offset != end:
+                        problems.append(f"{index} line {number}: offset {entry.offset}, but the record after the "
+                                        f"previous line's starts at {end}")
+                        break
+                    data = tfrecord.read_record_at(handle, entry.offset, entry.length)
+                    end = entry.offset + entry.length
+                    if image_key and not locates_image(data, entry.image_offset, entry.image_length, entry.sha256,
+                                                                 image_key):
+                        problems.append(f"{index} line {number}: the record there does not hold content "
+                                        f"{entry.sha256[:12]}... at the image bytes it names")
+                else:  # every line was read: the last must end the shard
+                    handle.seek(end)
+                    if handle.read(1):
+                        problems.append(f"{index}: {shard} holds records after the one its last line frames")
+            lines += len(entries)
+        # a malformed line or a bad frame is a ValueError; a damaged gzip stream an OSError, EOFError or zlib.error
+        except (OSError, ValueError, EOFError, zlib.error) as exc:
+            problems.append(f"{index} against {shard}: {exc}")
+    if not problems and lines != info.num_examples:
+        problems.append(f"{lines} index lines for {info.num_examples} examples")
+    return Check.of(not problems, f"{name}: record index matches the shards", "; ".join(problems[:3]))
+
+
+def label_map_check(label_map: Mapping[str, int]) -> Check:
+    """Ids must be distinct; they need not be 0..n-1 (a manifest may label with its own integers)."""
+    ids = sorted(label_map.values())
+    return Check.of(len(set(ids)) == len(ids), f"label_map: {len(ids)} classes", f"two classes share an id: {ids}")
+
+
+def _recorded_specs(config: Mapping[str, Any]) -> tuple[ImageSpec, FeatureKeys]:
+    """The image and feature-key specs of the run, from metadata.json's config (JSON lists back to tuples)."""
+    image = {key: tuple(value) if isinstance(value, list) else value for key, value in config["image"].items()}
+    return ImageSpec(**image), FeatureKeys(**config["features"])
+
+
+def _differences(found: Any, expected: Any, where: str) -> list[str]:
+    """`where.key found (config gives expected)` for every leaf where two JSON values differ."""
+    if isinstance(found, Mapping) and isinstance(expected, Mapping):
+        return [line for key in sorted(set(found) | set(expected))
+                for line in _differences(found.get(key), expected.get(key), f"{where}.{key}")]
+    return [] if found == expected else [f"{where} {found!r} (config gives {expected!r})"]
+
+
+def description_check(metadata: DatasetMetadata) -> Check:
+    """The parse spec (features) and image section must be what the recorded config gives: readers
+    take shape, dtype and normalization from them, and an edit that keeps the element count
+    still reads every record."""
+    name = "features and image agree with the recorded config"
+    try:
+        image, keys = _recorded_specs(metadata.config)
+    except (KeyError, TypeError, ValueError) as exc:
+        return Check(False, name, f"config.image or config.features is not a valid config: {type(exc).__name__}: {exc}")
+    described = (detection_feature_spec(image, keys, masks_recorded(metadata.config)) if metadata.objects is not None
+                 else feature_spec(image, keys, bool((metadata.config.get("input") or {}).get("multi_label"))))
+    differences = (_differences(metadata.features, described, "features")
+                   + _differences(metadata.image, image_description(image), "image"))
+    return Check(not differences, name, "; ".join(differences[:3]))
+
+
+def unlisted_shards(output: str, metadata: DatasetMetadata) -> list[str]:
+    """Shard-like files in the folder that metadata.json does not list (readers that glob would read them)."""
+    present = {name.rstrip("/") for name in tf.io.gfile.listdir(output)}  # literally: `out[1]` is no pattern
+    return sorted(n for n in present - set(metadata.shard_files) if parse_shard_file_name(n))
+
+
+@dataclasses.dataclass
+class DeadLetterCounts:
+    """The dead-letter rows: inputs rejected per split and per error class, and (detection) the
+    objects and annotation entries dropped per error class (stage "object", not inputs)."""
+
+    by_split: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    by_error: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    objects: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+
+def dead_letter_counts(output: str, metadata: DatasetMetadata) -> DeadLetterCounts:
+    """What the dead-letter files metadata lists hold, and what is wrong with them."""
+    counts = DeadLetterCounts()
+    problems = counts.problems
+    for name in metadata.error_files:
+        path = posixpath.join(output.rstrip("/"), name)
+        if not tf.io.gfile.exists(path):
+            problems.append(f"{name} is listed in metadata.json but missing")
+            continue
+        with tf.io.gfile.GFile(path, "rb") as handle:  # bytes: a line that is not UTF-8 is a bad row, not a crash
+            previous = b""
+            for number, line in enumerate(handle, 1):
+                if line < previous:
+                    problems.append(f"{name} line {number} is out of order (imgrec writes the rows sorted)")
+                previous = line
+                try:
+                    row = json.loads(line.decode("utf-8"))
+                    if row.get("stage") == OBJECT_STAGE:
+                        counts.objects[row["error"]] += 1
+                    else:
+                        counts.by_split[row.get("split")] += 1
+                        counts.by_error[row["error"]] += 1
+                except (ValueError, KeyError, AttributeError):
+                    problems.append(f"{name} line {number} is not a dead-letter row")
+    return counts
+
+
+def object_accounting_checks(metadata: DatasetMetadata, dropped: Mapping[str, int]) -> list[Check]:
+    """A detection dataset's objects: written = the splits' object counts (each checked against
+    the records), dropped = the dead letters of stage "object", per error class."""
+    if metadata.objects is None:
+        return []
+    in_splits = sum((collections.Counter(info.label_counts) for info in metadata.splits.values()),
+                    collections.Counter())
+    written, expected = dict(metadata.objects.written), {k: v for k, v in in_splits.items() if v}
+    return [Check.of(written == expected, f"objects: {sum(written.values())} written = objects in the splits",
+                     _diff(written, expected)),
+            Check.of(dict(dropped) == dict(metadata.objects.dropped),
+                     f"objects: {sum(metadata.objects.dropped.values())} dropped = object dead-letter rows",
+                     _diff(dict(dropped), dict(metadata.objects.dropped)))]
+
+
+def accounting_checks(metadata: DatasetMetadata, dead_letters: DeadLetterCounts) -> list[Check]:
+    """Every input was written or rejected, and the dead letters say which and why."""
+    by_split, by_error, problems = dead_letters.by_split, dead_letters.by_error, dead_letters.problems
+    inputs = metadata.inputs
+    written = sum(info.num_examples for info in metadata.splits.values())
+    checks = [
+        Check.of(inputs.total == inputs.written + inputs.rejected, f"inputs: {inputs.total} = written + rejected",
+                 f"{inputs.written} written + {inputs.rejected} rejected"),
+        Check.of(inputs.written == written, f"inputs: {inputs.written} written = examples in the splits",
+                 f"the splits hold {written}"),
+        Check.of(not problems, "dead letters are readable and sorted", "; ".join(problems[:3])),
+        Check.of(sum(by_error.values()) == inputs.rejected, f"inputs: {inputs.rejected} rejected = dead-letter rows",
+                 f"{sum(by_error.values())} rows"),
+        Check.of(dict(by_error) == dict(inputs.rejected_by_error), "rejected_by_error matches the dead letters",
+                 _diff(dict(by_error), dict(inputs.rejected_by_error))),
+        Check.of(sum(inputs.rejected_by_error.values()) == inputs.rejected, "rejected_by_error sums to rejected",
+                 f"{sum(inputs.rejected_by_error.values())} != {inputs.rejected}"),
+    ]
+    for name, info in metadata.splits.items():
+        checks.append(Check.of(by_split.get(name, 0) == info.rejected,
+                               f"{name}: {info.rejected} rejected = dead letters",
+                               f"{by_split.get(name, 0)} rows name split {name}"))
+    return checks + object_accounting_checks(metadata, dead_letters.objects)
+
+
+# --------------------------------------------------------------------------------------------
+# Samples and pictures (I/O)
+
+
+def read_samples(files: Sequence[str], metadata: DatasetMetadata, count: int) -> tuple[list[np.ndarray], list[str]]:
+    """Up to `count` display-ready images and label texts from the start of the given shards."""
+    if count <= 0 or not files:
+        return [], []
+    layout = reader.layout_from_metadata(metadata, with_metadata=True)
+    dataset = reader.build_dataset(files, layout, compression=metadata.compression,
+                                   batch_size=None, with_metadata=True, num_parallel_reads=1).take(count)
+    image_config = metadata.config.get("image") or {}
+    normalize = image_config.get("normalize", "unknown")
+    mean, std = image_config.get("mean", reader.DEFAULT_MEAN), image_config.get("std", reader.DEFAULT_STD)
+    id_to_name = {i: n for n, i in metadata.label_map.items()}
+    images, captions = [], []
+    try:
+        for image, label, extras in dataset.as_numpy_iterator():
+            image = to_display_uint8(image, normalize, mean, std)
+            if isinstance(label, dict):  # detection: the boxes drawn, the classes as the caption
+                images.append(draw_boxes(image, label["boxes"]))
+                captions.append(", ".join(id_to_name.get(int(i), f"id {int(i)}") for i in label["classes"])
+                                or "no objects")
+                continue
+            images.append(image)
+            text = extras.get("label_text")
+            if isinstance(text, np.ndarray):  # multi-label: its labels' texts
+                text = b", ".join(text.tolist()) or b"no labels"
+            text = text.decode("utf-8", "replace") if text is not None else None
+            captions.append(text or id_to_name.get(int(label), f"id {int(label)}"))
+    except tf.errors.OpError:
+        pass  # already reported by the checks; show what could be read
+    return images, captions
+
+
+def write_png(path: str, rgb: np.ndarray) -> None:
+    tf.io.write_file(path, tf.io.encode_png(rgb))
+
+
+def _counts_table(counts: Mapping[str, Mapping[str, int]], classes: Sequence[str]) -> str:
+    splits = list(counts)
+    rows = [[c, *(counts[s].get(c, 0) for s in splits)] for c in classes]
+    rows.append(["total", *(sum(counts[s].values()) for s in splits)])
+    return format_table(["class", *splits], rows, indent="  ")
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: TextIO) -> bool:
+    """Runs every check, prints the report, writes the PNGs; True when every check passed."""
+    metadata = reader.read_metadata(output)
+    published = reader.PublishedRun(output, metadata.run.get("run_id"))
+    layout = reader.layout_from_metadata(metadata, with_metadata=True)
+    label_map = metadata.label_map
+    classes = metadata.class_names()
+    shape = "x".join("?" if d is None else str(d) for d in layout.shape)
+    say(f"imgrec dataset {output}: format {metadata.format_version}, {metadata.image.get('encoding')} "
+        f"{layout.pixel_dtype.name} {shape}, compression {metadata.compression}, "
+        f"{len(classes)} classes", stream)
+    checks = [label_map_check(label_map), description_check(metadata)]
+    checks.extend(accounting_checks(metadata, dead_letter_counts(output, metadata)))
+    for check in checks:
+        say(check.line(), stream)
+    counts: dict[str, dict[str, int]] = {}
+    sections = []
+    id_to_name = {i: n for n, i in label_map.items()}
+    for name, info in metadata.splits.items():
+        say(f"\nsplit {name}: {info.num_examples} examples in {info.num_shards} shard(s)", stream)
+        paths = reader.shard_paths(output, metadata, name)
+        scans = [scan_shard(path, metadata.compression, layout) for path in paths]
+        split_result = split_checks(name, info, scans, label_map, layout)
+        if info.index_files:
+            roles = metadata.role_keys()
+            split_result.append(index_check(output, name, info, metadata.compression,
+                                            roles["image"] if "content_hash" in roles else None))
+        for check in split_result:
+            say(check.line(), stream)
+        checks.extend(split_result)
+        labels = sum((scan.labels for scan in scans), collections.Counter())
+        counts[name] = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
+        good = [path for path, scan in zip(paths, scans) if not scan.error]
+        images, captions = read_samples(good, metadata, samples)
+        sections.append((f"{name}: {len(images)} of {info.num_examples} examples", images, captions))
+    extra = unlisted_shards(output, metadata)
+    if extra:
+        say(f"\n  WARNING shard files not listed in metadata.json (ignored by load_dataset, read by globs): "
+            f"{', '.join(extra)}", stream)
+    say(f"\nclass counts ({'objects' if metadata.objects is not None else 'records'} read):", stream)
+    say(_counts_table(counts, classes + sorted(set().union(*counts.values()) - set(classes))), stream)
+    out_dir = out_dir or output
+    tf.io.gfile.makedirs(out_dir)
+    written = []
+    if samples > 0:
+        written.append(posixpath.join(out_dir, CONTACT_SHEET))
+        write_png(written[-1], draw_contact_sheet(sections))
+    written.append(posixpath.join(out_dir, CLASS_COUNTS))
+    unit = "objects" if metadata.objects is not None else "examples"
+    write_png(written[-1], draw_bar_chart(counts, classes, title=f"{unit} per class: {output}"))
+    say(f"\nwrote {', '.join(written)}", stream)
+    try:
+        published.check()
+    except reader.DatasetChanged:  # what failed may be the new dataset's files, checked against the old
+        checks.insert(0, Check(False, "not replaced while verified", f"another run replaced {output} meanwhile (its "
+                                      f"{METADATA_FILE} no longer names run {published.run_id}): verify it again"))
+    failed = [check for check in checks if not check.ok]
+    if failed:
+        say(f"FAILED: {len(failed)} of {len(checks)} checks failed:", stream)
+        for check in failed:
+            say(check.line(), stream)
+    else:
+        say(f"OK: all {len(checks)} checks passed", stream)
+    return not failed
+
+
+def check_out_dir(out_dir: Optional[str]) -> None:
+    """Refuses an --out that cannot become a folder (it, or the nearest existing path above it, is
+    a file) before the dataset is read, not after every check."""
+    path = (out_dir or "").rstrip("/")
+    while path and not tf.io.gfile.exists(path):
+        parent = posixpath.dirname(path)
+        path = "" if parent == path else parent
+    if path and not tf.io.gfile.isdir(path):
+        raise UsageError(f"--out={out_dir}: {path} is a file, not a folder for the PNGs")
+
+
+def parse_args(argv: Optional[Sequence[str]], prog: str) -> argparse.Namespace:
+    parser = CommandLineParser(prog=prog, description=__doc__.split("\n")[0])
+    parser.add_argument("output", help="A finished imgrec dataset folder (any TF filesystem, e.g. gs://).")
+    parser.add_argument("--samples", type=int, default=8,
+                        help="Sample images per split in the contact sheet (0: none).")
+    parser.add_argument("--out", default=None, help="Where to write the PNGs (default: OUTPUT).")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
+         prog: str = "python -m pipeline.read.verify") -> int:
+    """0: every check passed; 1: some check failed; 2: bad usage or not a readable imgrec dataset."""
+    stream = stream or sys.stdout
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv, prog)
+        if args.samples < 0:
+            raise UsageError(f"--samples={args.samples}: must be 0 or more")
+        check_out_dir(args.out)
+        with imports_frozen():  # the imports' objects, TensorFlow's too: 0.9 s of a 2,000-image check
+            ok = verify_dataset(args.output, args.samples, args.out, stream)
+    except UsageError as exc:
+        say(f"imgrec: error: {exc}")
+        return exc.exit_code
+    except (reader.NotAnImgrecDataset, reader.UnsupportedDataset) as exc:
+        say(f"FAILED: {exc}", stream)
+        say(f"imgrec: error: {exc}")
+        return 2
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    exit_quietly(main())

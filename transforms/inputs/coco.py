@@ -1,0 +1,311 @@
+"""COCO instances JSON: categories, images and annotations, streamed; one image id's rows → an
+`AnnotatedImage` and the rejections of whatever in them cannot be written.
+
+The file is read in one pass of ijson events and each element of `categories`, `images` and
+`annotations` is built on its own, so memory holds one element at a time (at most
+`MAX_ELEMENT_VALUES` numbers and strings: a larger one is a rejection, its events skipped), not
+the file: COCO's train2017 instances file is 448 MB of JSON, several GB as Python objects. What
+groups the rows by image id is the caller's: the pipeline's GroupByKey, or `annotated_images`
+in memory for small files. A file that is not JSON, or whose categories cannot be a label map,
+is an `AnnotationFileError` (a usage error); a bad image or annotation entry is a rejection
+naming its place in the file (`ann/instances.json#annotations[17]`).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import posixpath
+from typing import Iterable, Iterator, Mapping, Optional, Union
+
+import ijson
+
+from transforms import files
+from transforms.inputs.annotations import (
+    AnnotatedImage,
+    AnnotationFileProblem,
+    BadSegmentation,
+    ImageListedTwice,
+    MissingImage,
+    ObjectAnnotation,
+    Polygons,
+    RunLengths,
+    Segmentation,
+    finished_image,
+    finite_number,
+    object_row,
+)
+from transforms.inputs.manifests import resolve_path
+from transforms.rejections import InputRejected, Rejection
+
+ARRAYS = ("categories", "images", "annotations")
+_ITEMS = {f"{name}.item": name for name in ARRAYS}
+_STARTS, _ENDS = ("start_map", "start_array"), ("end_map", "end_array")
+# Numbers and strings in one element: a crowd's uncompressed RLE of a 4000x3000 photo has at
+# most 12 M runs, real ones a few thousand; 4 M values take ~200 MB as Python objects.
+MAX_ELEMENT_VALUES = 4 * 2**20
+
+
+class AnnotationFileError(ValueError):
+    """The annotation file cannot be read as COCO: not JSON, or categories that are no label map."""
+
+
+class ElementTooLarge(AnnotationFileProblem):
+    """An element with more than MAX_ELEMENT_VALUES values: skipped, not built."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CocoImage:
+    id: int
+    file_name: str
+    width: int
+    height: int
+    path: str  # the file, resolved
+
+
+@dataclasses.dataclass(frozen=True)
+class CocoAnnotation:
+    """An annotation entry; its object's `label` is the category id, its `text` filled in when joined."""
+
+    image_id: int
+    place: str  # where in the file: "ann/instances.json#annotations[17]"
+    obj: ObjectAnnotation
+
+
+CocoRow = Union[tuple[int, str], CocoImage, CocoAnnotation, Rejection]
+
+
+def coco_elements(path: str) -> Iterator[tuple[str, int, object]]:
+    """(array name, index, element) for each element of the three arrays, in file order; an
+    element over the size limit comes as an ElementTooLarge instead."""
+    counts: collections.Counter = collections.Counter()
+    try:
+        with files.open_read(path) as handle:
+            item: Optional[str] = None  # the prefix of the element being read
+            for prefix, event, value in ijson.parse(handle, use_float=True):
+                if item is None:
+                    name = _ITEMS.get(prefix)
+                    if name is None:
+                        continue
+                    index = counts[name]
+                    counts[name] += 1
+                    if event not in _STARTS:  # a bare number or string where an object belongs
+                        yield name, index, value
+                        continue
+                    item, builder, values = prefix, ijson.ObjectBuilder(), 0
+                values += 1
+                if builder is not None:
+                    builder.event(event, value)
+                    if values > MAX_ELEMENT_VALUES:
+                        builder = None  # the rest of this element's events are skipped
+                if prefix == item and event in _ENDS:
+                    item = None
+                    yield name, index, (builder.value if builder is not None else ElementTooLarge(
+                        f"{name}[{index}] holds more than {MAX_ELEMENT_VALUES} values"))
+    except ijson.JSONError as exc:
+        raise AnnotationFileError(f"{path} is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise AnnotationFileError(f"cannot read {path}: {exc}") from None
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def coco_category(element: object, index: int) -> tuple[int, str]:
+    """A category → (id, name). Ids are kept as the labels (Model Garden's COCO configs expect
+    them); 0 is the background class of TF's detectors, so ids start at 1."""
+    if not isinstance(element, dict) or not _integer(element.get("id")) or not isinstance(element.get("name"), str) \
+            or not element["name"].strip():
+        raise AnnotationFileError(f"categories[{index}] must have an integer id and a name; got {element!r:.200}")
+    if element["id"] < 1:
+        raise AnnotationFileError(f"categories[{index}] has id {element['id']}: ids start at 1 (0 is the background "
+                                  "class of TF's detectors)")
+    return element["id"], element["name"].strip()
+
+
+def coco_label_map(categories: Iterable[tuple[int, str]]) -> dict[str, int]:
+    """Category name → id, refusing what would make names and ids ambiguous."""
+    by_id: dict[int, str] = {}
+    by_name: dict[str, int] = {}
+    for category_id, name in categories:
+        if by_id.setdefault(category_id, name) != name:
+            raise AnnotationFileError(f"category id {category_id} is named both {by_id[category_id]!r} and {name!r}")
+        if by_name.setdefault(name, category_id) != category_id:
+            raise AnnotationFileError(f"category name {name!r} has ids {by_name[name]} and {category_id}")
+    if not by_name:
+        raise AnnotationFileError("the file lists no categories")
+    return by_name
+
+
+def image_path(file_name: str, annotation_file: str, images_root: Optional[str]) -> str:
+    """A file_name resolves against the annotation file's folder, or `images_root` if given."""
+    # resolve_path takes a file whose folder relative names are resolved against.
+    return resolve_path(file_name, annotation_file if images_root is None else posixpath.join(images_root, ""))
+
+
+def coco_image(element: object, place: str, annotation_file: str, images_root: Optional[str]) -> CocoImage:
+    if not isinstance(element, dict):
+        raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
+    image_id, file_name = element.get("id"), element.get("file_name")
+    width, height = element.get("width"), element.get("height")
+    if not _integer(image_id) or not isinstance(file_name, str) or not file_name or "\0" in file_name:
+        raise AnnotationFileProblem(f"{place} needs an integer id and a file_name; got {element!r:.200}")
+    if not (_integer(width) and _integer(height) and width > 0 and height > 0):
+        raise AnnotationFileProblem(f"{place} (id {image_id}) needs a positive integer width and height; "
+                                    f"got {width!r} x {height!r}")
+    return CocoImage(image_id, file_name, width, height, image_path(file_name, annotation_file, images_root))
+
+
+def coco_segmentation(value: object) -> Optional[Segmentation]:
+    """Polygons (a list of flat point lists) or an RLE ({"size": [h, w], "counts": str | [int]})."""
+    if value in (None, []):
+        return None
+    if isinstance(value, list) and all(isinstance(part, list) for part in value):
+        return Polygons(tuple(tuple(part) for part in value))
+    if isinstance(value, dict):
+        size, counts = value.get("size"), value.get("counts")
+        if isinstance(size, list) and len(size) == 2 and all(_integer(v) and v > 0 for v in size):
+            if isinstance(counts, str):
+                return RunLengths(counts, size[0], size[1])
+            if isinstance(counts, list) and all(_integer(v) for v in counts):
+                return RunLengths(tuple(counts), size[0], size[1])
+    raise BadSegmentation(f"segmentation is neither polygons nor an RLE: {value!r:.200}")
+
+
+def coco_annotation(element: object, place: str, with_masks: bool) -> CocoAnnotation:
+    """An annotation entry; `segmentation` is read only when masks are written."""
+    if not isinstance(element, dict):
+        raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
+    ref = f"annotation {element['id']}" if _integer(element.get("id")) else place
+    image_id, category_id, bbox = element.get("image_id"), element.get("category_id"), element.get("bbox")
+    if not _integer(image_id) or not _integer(category_id):
+        raise AnnotationFileProblem(f"{ref} needs an integer image_id and category_id; got {element!r:.200}")
+    if not isinstance(bbox, list) or len(bbox) != 4 or not all(finite_number(v) for v in bbox):
+        raise AnnotationFileProblem(f"{ref} (image {image_id}) needs a bbox of 4 numbers [x, y, width, height]; "
+                                    f"got {bbox!r:.200}")
+    crowd, area = element.get("iscrowd", 0), element.get("area", bbox[2] * bbox[3])
+    if crowd not in (0, 1) or isinstance(crowd, bool) or not finite_number(area) or area < 0:
+        raise AnnotationFileProblem(f"{ref} (image {image_id}) needs iscrowd 0 or 1 and a non-negative area; "
+                                    f"got {crowd!r}, {area!r}")
+    x, y, w, h = (float(v) for v in bbox)
+    segmentation = None
+    if with_masks:
+        try:
+            segmentation = coco_segmentation(element.get("segmentation"))
+        except BadSegmentation as exc:
+            raise BadSegmentation(f"{ref} (image {image_id}): {exc}") from None
+    return CocoAnnotation(image_id, place, ObjectAnnotation(ref, (x, y, x + w, y + h), category_id, "", crowd,
+                                                            float(area), segmentation))
+
+
+def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = False) -> Iterator[CocoRow]:
+    """Every element of the file as a category (id, name), a CocoImage, a CocoAnnotation, or the
+    Rejection of an entry that is none of these. A bad category raises AnnotationFileError."""
+    for array, index, element in coco_elements(path):
+        place = f"{path}#{array}[{index}]"
+        try:
+            if isinstance(element, InputRejected):
+                raise element
+            if array == "categories":
+                yield coco_category(element, index)
+            elif array == "images":
+                yield coco_image(element, place, path, images_root)
+            else:
+                yield coco_annotation(element, place, with_masks)
+        except InputRejected as exc:
+            if array == "categories":
+                raise AnnotationFileError(f"categories[{index}]: {exc}") from None
+            # An annotation entry is an object dropped, an image entry an input refused.
+            yield (object_row if array == "annotations" else Rejection.from_exception)(place, exc)
+
+
+def one_listing_per_file(listings: Iterable[CocoImage]) -> tuple[Optional[CocoImage], tuple[Rejection, ...]]:
+    """One file's listings: two (under two ids, or the same id twice) leave which annotations
+    belong to it unknowable, so every listing is refused."""
+    listings = sorted(listings, key=lambda image: image.id)
+    if len(listings) == 1:
+        return listings[0], ()
+    ids = ", ".join(str(image.id) for image in listings)
+    return None, tuple(Rejection.from_exception(image.path, ImageListedTwice(
+        f"{image.file_name} is listed {len(listings)} times (image ids {ids})")) for image in listings)
+
+
+def orphans(annotations: Iterable[CocoAnnotation], problem: type[AnnotationFileProblem],
+            why: str) -> tuple[Rejection, ...]:
+    """The rejections of annotations whose image is missing or refused."""
+    return tuple(object_row(a.place, problem(f"{a.obj.ref} refers to image id {a.image_id}, {why}"))
+                 for a in annotations)
+
+
+def coco_image_group(listings: Iterable[CocoImage], annotations: Iterable[CocoAnnotation],
+                     names: Mapping[int, str], keep_empty: bool = True
+                     ) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
+    """One image id's listings and annotations → the image with its objects (or None), and
+    the rejections: the image listed twice, annotations without an image, unknown categories,
+    boxes that do not fit the image."""
+    listings, annotations = list(listings), sorted(annotations, key=lambda a: a.place)
+    if not listings:
+        return None, orphans(annotations, MissingImage, "which the file does not list")
+    if len(listings) > 1:
+        _, refused = one_listing_per_file(listings)
+        return None, (*refused, *orphans(annotations, ImageListedTwice, "which is listed twice"))
+    (image,) = listings
+
+    def labelled(obj: ObjectAnnotation) -> Optional[ObjectAnnotation]:
+        return dataclasses.replace(obj, text=names[obj.label]) if obj.label in names else None
+
+    return finished_image(AnnotatedImage(image.path, str(image.id), image.file_name, image.width, image.height, ()),
+                          (a.obj for a in annotations), labelled,
+                          lambda obj: f"category id {obj.label} is not one of the file's {len(names)} categories",
+                          keep_empty)
+
+
+def annotated_images(path: str, images_root: Optional[str] = None, with_masks: bool = False,
+                     keep_empty: bool = True) -> tuple[dict[str, int], list[AnnotatedImage], list[Rejection]]:
+    """The whole file grouped in memory: (label map, images, rejections), for small files (tests,
+    the sample); the pipeline groups `coco_rows` by image id instead."""
+    categories, by_id, by_file = [], collections.defaultdict(list), collections.defaultdict(list)
+    annotations, rejections = collections.defaultdict(list), []
+    for row in coco_rows(path, images_root, with_masks):
+        if isinstance(row, tuple):
+            categories.append(row)
+        elif isinstance(row, CocoImage):
+            by_file[row.path].append(row)
+        elif isinstance(row, CocoAnnotation):
+            annotations[row.image_id].append(row)
+        else:
+            rejections.append(row)
+    label_map = coco_label_map(categories)
+    for listings in by_file.values():
+        image, refused = one_listing_per_file(listings)
+        rejections += refused
+        if image is not None:
+            by_id[image.id].append(image)
+        else:
+            for listing in listings:
+                rejections += orphans(annotations.pop(listing.id, ()), ImageListedTwice, "whose file is listed twice")
+    names = {category_id: name for name, category_id in label_map.items()}
+    images = []
+    for image_id in sorted(by_id.keys() | annotations.keys()):
+        image, refused = coco_image_group(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
+        rejections += refused
+        if image is not None:
+            images.append(image)
+    return label_map, images, rejections
+
+
+
+COCO_KEYS = ("info", "licenses", "images", "annotations", "categories")
+
+
+def looks_like_coco(path: str) -> bool:
+    """Whether a `.json` file's top level is an object whose first key is one of COCO's (a JSON
+    manifest of image records is not): read with ijson up to that key, not the whole file."""
+    try:
+        with files.open_read(path) as handle:
+            events = ijson.parse(handle)
+            first, second = next(events, None), next(events, None)
+    except Exception:  # unreadable or not JSON: not COCO; the input check says what is wrong
+        return False
+    return first == ("", "start_map", None) and second is not None and second[:2] == ("", "map_key") \
+        and second[2] in COCO_KEYS

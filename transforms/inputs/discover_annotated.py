@@ -1,0 +1,201 @@
+"""Discover the images of a COCO instances file or a Pascal VOC folder, with their objects.
+
+The annotation parsing is transforms/inputs/coco.py's and transforms/inputs/voc.py's; here it becomes Beam
+steps whose output is what `DiscoverImages` gives for class folders: batches of `Candidate`s
+(each carrying its `AnnotatedImage`, label text "") and rejections, plus the label map itself.
+
+COCO: one worker streams the file (JSON cannot be split), images are grouped by file (a file
+listed twice is refused), then images and annotations by image id. The label map is the
+file's categories, ids kept, read by the driver before the pipeline (`coco_categories`), so a
+bad category is a usage error. VOC: every `Annotations/*.xml` is parsed on the workers; the
+label map is the distinct class names, ids 1..N in sorted order (or `class_names`' order).
+"""
+from __future__ import annotations
+
+import functools
+import posixpath
+from typing import Iterable, Optional, Sequence
+
+import apache_beam as beam
+import ijson
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import files
+from transforms.batches import BATCH
+from transforms.inputs.annotations import AnnotatedImage, AnnotationFileProblem, ImageListedTwice
+from transforms.inputs.coco import (
+    AnnotationFileError,
+    CocoAnnotation,
+    CocoImage,
+    coco_category,
+    coco_image_group,
+    coco_label_map,
+    coco_rows,
+    one_listing_per_file,
+    orphans,
+)
+from transforms.inputs.discover import REJECTED
+from transforms.inputs.voc import (
+    ANNOTATIONS,
+    MAX_XML_BYTES,
+    labelled_voc_image,
+    parse_voc,
+    voc_image_path,
+    voc_label_map,
+)
+from transforms.plan.assign import DistinctFn
+from transforms.refs import Batch, Candidate
+from transforms.rejections import InputRejected, Rejection
+from transforms.specs import InputSpec
+
+LABEL_MAP = "label_map"
+
+
+@functools.lru_cache(maxsize=4)
+def coco_categories(path: str, class_names: Optional[tuple[str, ...]] = None) -> dict[str, int]:
+    """The COCO file's label map {name: category id}, read by the driver (only `categories` is
+    built; the rest of the file is parsed past). `class_names` keeps those classes, with their
+    ids; a name the file lacks is an AnnotationFileError."""
+    try:
+        with files.open_read(path) as handle:
+            categories = [coco_category(element, index)
+                          for index, element in enumerate(ijson.items(handle, "categories.item"))]
+    except ijson.JSONError as exc:
+        raise AnnotationFileError(f"{path} is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise AnnotationFileError(f"cannot read {path}: {exc}") from None
+    label_map = coco_label_map(categories)
+    if not class_names:
+        return label_map
+    missing = [name for name in class_names if name not in label_map]
+    if missing:
+        raise AnnotationFileError(f"class_names {missing} are not categories of {path}; it has "
+                                  f"{', '.join(sorted(label_map))}")
+    return {name: label_map[name] for name in class_names}
+
+
+def voc_labels(names: Iterable[str], class_names: Optional[Sequence[str]]) -> dict[str, int]:
+    """VOC's label map: `class_names` in their order, else the names found, both as ids 1..N."""
+    return {name: i for i, name in enumerate(class_names, start=1)} if class_names else voc_label_map(names)
+
+
+class _ReadCoco(beam.DoFn):
+    """The file → annotations keyed by image id (main), images keyed by file ("images"), and the
+    rejections of entries that are neither."""
+
+    def __init__(self, images_root: Optional[str], with_masks: bool):
+        self._images_root, self._with_masks = images_root, with_masks
+
+    def process(self, path: str):
+        for row in coco_rows(path, self._images_root, self._with_masks):
+            if isinstance(row, CocoAnnotation):
+                yield row.image_id, row
+            elif isinstance(row, CocoImage):
+                yield beam.pvalue.TaggedOutput("images", (row.path, row))
+            elif isinstance(row, Rejection):
+                yield beam.pvalue.TaggedOutput(REJECTED, row)
+            # categories: read by the driver (coco_categories)
+
+
+def one_file(element: tuple[str, Iterable[CocoImage]]):
+    """One file's listings → (image id, ("image", listing)), or ("refused", listing) per listing
+    of a file listed twice, and their rejections."""
+    _, listings = element
+    listings = list(listings)
+    image, refused = one_listing_per_file(listings)
+    if image is not None:
+        yield image.id, ("image", image)
+        return
+    for rejection in refused:
+        yield beam.pvalue.TaggedOutput(REJECTED, rejection)
+    for listing in listings:
+        yield listing.id, ("refused", listing)
+
+
+def coco_image(element: tuple[int, dict], label_map: dict[str, int], keep_empty: bool):
+    """One image id's listings and annotations → a Candidate and the rejections (coco_image_group);
+    the annotations of an id whose file was refused are dropped as such."""
+    _, grouped = element
+    listings = [listing for kind, listing in grouped["listings"] if kind == "image"]
+    annotations = list(grouped["annotations"])
+    if any(kind == "refused" for kind, _ in grouped["listings"]):
+        yield from _tagged(orphans(annotations, ImageListedTwice, "whose file is listed twice"))
+        annotations = []
+        if not listings:
+            return
+    names = {category_id: name for name, category_id in label_map.items()}
+    image, rejections = coco_image_group(listings, annotations, names, keep_empty)
+    yield from _tagged(rejections)
+    if image is not None:
+        yield Candidate(image.path, "", image)
+
+
+def _tagged(rejections: Iterable[Rejection]):
+    return (beam.pvalue.TaggedOutput(REJECTED, rejection) for rejection in rejections)
+
+
+def voc_files(root: str) -> list[str]:
+    """The folder's `Annotations/*.xml` files, in name order."""
+    pattern = posixpath.join(root, ANNOTATIONS, "*.xml")
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+
+
+def parse_voc_file(xml_path: str):
+    """One XML file → (its image, its class names) or the rejection of the image it names."""
+    stem = posixpath.splitext(posixpath.basename(xml_path))[0]
+    try:
+        yield parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
+    except InputRejected as exc:  # not VOC, too large, unreadable: the image it names is refused
+        yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(
+            voc_image_path(xml_path, f"{stem}.jpg"), AnnotationFileProblem(f"{xml_path}: {exc}")))
+
+
+def voc_image(parsed: tuple[AnnotatedImage, list[str]], label_map: dict[str, int], keep_empty: bool):
+    image, rejections = labelled_voc_image(parsed[0], label_map, keep_empty)
+    yield from _tagged(rejections)
+    if image is not None:
+        yield Candidate(image.path, "", image)
+
+
+class DiscoverAnnotated(beam.PTransform):
+    """PBegin → {"candidates": batches of Candidate, "rejected": Rejection, "label_map": one
+    {name: id}} for a COCO file or a VOC folder."""
+
+    def __init__(self, spec: InputSpec, with_masks: bool = False):
+        super().__init__()
+        self._spec, self._with_masks = spec, with_masks
+
+    def expand(self, pbegin: beam.pvalue.PBegin):
+        spec = self._spec
+        keep_empty = spec.keep_empty_images
+        if spec.resolved_kind == "coco":
+            label_map = pbegin | "Categories" >> beam.Create([coco_categories(spec.path, spec.class_names)])
+            rows = (pbegin
+                    | "AnnotationFile" >> beam.Create([spec.path])
+                    | "ReadCoco" >> beam.ParDo(_ReadCoco(spec.images_root, self._with_masks)).with_outputs(
+                        REJECTED, "images", main="annotations"))
+            listings = (rows.images
+                        | "ByFile" >> beam.GroupByKey()
+                        | "OneListingPerFile" >> beam.FlatMap(one_file).with_outputs(REJECTED, main="listings"))
+            found = ({"listings": listings.listings, "annotations": rows.annotations}
+                     | "ByImageId" >> beam.CoGroupByKey()
+                     | "Images" >> beam.FlatMap(coco_image, beam.pvalue.AsSingleton(label_map), keep_empty)
+                     .with_outputs(REJECTED, main="candidates"))
+            rejected = (rows[REJECTED], listings[REJECTED], found[REJECTED]) | "CocoRejections" >> beam.Flatten()
+        else:
+            parsed = (pbegin
+                      | "VocFolder" >> beam.Create([spec.path])
+                      | "ListAnnotations" >> beam.FlatMap(voc_files)
+                      | "SpreadFiles" >> beam.Reshuffle()
+                      | "ParseVoc" >> beam.FlatMap(parse_voc_file).with_outputs(REJECTED, main="parsed"))
+            label_map = (parsed.parsed
+                         | "ClassNames" >> beam.Map(lambda found: found[1])
+                         | "DistinctNames" >> beam.CombineGlobally(DistinctFn())
+                         | "VocLabelMap" >> beam.Map(voc_labels, spec.class_names))
+            found = parsed.parsed | "Images" >> beam.FlatMap(
+                voc_image, beam.pvalue.AsSingleton(label_map), keep_empty).with_outputs(REJECTED, main="candidates")
+            rejected = (parsed[REJECTED], found[REJECTED]) | "VocRejections" >> beam.Flatten()
+        candidates = (found.candidates
+                      | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=BATCH)
+                      | "AsBatches" >> beam.Map(Batch))
+        return {"candidates": candidates, REJECTED: rejected, LABEL_MAP: label_map}

@@ -1,0 +1,103 @@
+"""Pascal VOC: one `Annotations/<stem>.xml` per image, the image in `JPEGImages/`.
+
+XML is parsed by defusedxml with DTDs refused (VOC files have none), so no entity can expand or
+reach outside the file. A file that cannot be read as a VOC annotation is a rejection of its
+image, not a failed run: one bad file of 10,000 must not stop the others.
+
+VOC boxes are 1-based pixel indices, both ends included (`xmin=1, xmax=10` is the first ten
+pixels), so on the continuous grid a box spans [xmin - 1, xmax], as Detectron2 reads them.
+create_pascal_tf_record.py divides xmin by the width unshifted, one pixel right of this.
+"""
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import xml.etree.ElementTree as ElementTree
+from typing import Iterable, Optional
+
+import defusedxml
+import defusedxml.ElementTree
+
+from transforms.inputs.annotations import AnnotatedImage, AnnotationFileProblem, ObjectAnnotation, finished_image
+from transforms.rejections import Rejection
+
+ANNOTATIONS, IMAGES = "Annotations", "JPEGImages"
+MAX_XML_BYTES = 16 * 2**20  # a VOC file with hundreds of objects is tens of kB
+
+
+def voc_label_map(names: Iterable[str]) -> dict[str, int]:
+    """Class names → 1..N in sorted order (0 is the background class of TF's detectors), the ids
+    of the OD API's pascal_label_map.pbtxt for the 20 VOC classes."""
+    return {name: i for i, name in enumerate(sorted(set(names)), start=1)}
+
+
+def _text(element: ElementTree.Element, path: str) -> str:
+    found = element.find(path)
+    if found is None or found.text is None or not found.text.strip():
+        raise AnnotationFileProblem(f"no <{path}>")
+    return found.text.strip()
+
+
+def _number(element: ElementTree.Element, path: str) -> float:
+    text = _text(element, path)
+    try:
+        value = float(text)
+    except ValueError:
+        raise AnnotationFileProblem(f"<{path}> is {text!r}, not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise AnnotationFileProblem(f"<{path}> is {text!r}, not a finite number")
+    return value
+
+
+def _flag(element: ElementTree.Element, name: str) -> int:
+    found = element.find(name)
+    return int(found is not None and (found.text or "").strip() not in ("", "0"))
+
+
+def voc_image_path(xml_path: str, file_name: str) -> str:
+    """`<root>/Annotations/x.xml` names its image `<root>/JPEGImages/<filename>`."""
+    root = posixpath.dirname(posixpath.dirname(xml_path))
+    return posixpath.join(root, IMAGES, file_name)
+
+
+def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str]]:
+    """One XML file → its image (objects labelled 0 until the label map is known) and the class
+    names it uses. A file that is not VOC raises AnnotationFileProblem."""
+    if len(data) > MAX_XML_BYTES:
+        raise AnnotationFileProblem(f"{len(data)} bytes, more than a VOC annotation's {MAX_XML_BYTES}")
+    try:
+        root = defusedxml.ElementTree.fromstring(data, forbid_dtd=True)
+    except (defusedxml.ElementTree.ParseError, defusedxml.DefusedXmlException) as exc:  # its own ParseError class
+        raise AnnotationFileProblem(f"not readable XML: {type(exc).__name__}: {exc}") from None
+    if root.tag != "annotation":
+        raise AnnotationFileProblem(f"the root element is <{root.tag}>, not <annotation>")
+    stem = posixpath.splitext(posixpath.basename(xml_path))[0]
+    file_name = root.findtext("filename", "").strip() or f"{stem}.jpg"
+    width, height = _number(root, "size/width"), _number(root, "size/height")
+    if width != int(width) or height != int(height) or width < 1 or height < 1:
+        raise AnnotationFileProblem(f"<size> is {width:g}x{height:g}, not a positive whole number of pixels")
+    objects = []
+    for index, element in enumerate(root.findall("object"), start=1):
+        ref = f"object {index}"
+        try:
+            name = _text(element, "name")
+            xmin, ymin, xmax, ymax = (_number(element, f"bndbox/{side}") for side in ("xmin", "ymin", "xmax", "ymax"))
+        except AnnotationFileProblem as exc:
+            raise AnnotationFileProblem(f"{ref}: {exc}") from None
+        box = (xmin - 1, ymin - 1, xmax, ymax)
+        objects.append(ObjectAnnotation(ref, box, 0, name, 0, (box[2] - box[0]) * (box[3] - box[1]),
+                                        difficult=_flag(element, "difficult"), truncated=_flag(element, "truncated")))
+    image = AnnotatedImage(voc_image_path(xml_path, file_name), posixpath.splitext(file_name)[0], file_name,
+                           int(width), int(height), tuple(objects))
+    return image, sorted({obj.text for obj in objects})
+
+
+def labelled_voc_image(image: AnnotatedImage, label_map: dict[str, int],
+                       keep_empty: bool = True) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
+    """The image with its objects' label ids (`finished_image`)."""
+    def labelled(obj: ObjectAnnotation) -> Optional[ObjectAnnotation]:
+        return dataclasses.replace(obj, label=label_map[obj.text]) if obj.text in label_map else None
+
+    return finished_image(image, image.objects, labelled,
+                          lambda obj: f"class {obj.text!r} is not one of the {len(label_map)} configured classes",
+                          keep_empty)
