@@ -316,8 +316,8 @@ def convert(argv: Sequence[str]) -> Conversion:
             say(f"imgrec: warning: and {len(stopped) - 3} more folders beside it")
         compared = comparison(spec.output, template, state)
         if spec.output.compare_to == LATEST and compared is None:
-            say(f"imgrec: --compare_to=latest: no finished dataset in the folders {template} names (was the template "
-                "changed?); converting everything")
+            say(f"imgrec: --compare_to=latest: no finished dataset in the folders {template} names yet (a first "
+                "run, or the template changed); converting everything")
         elif compared and compared.missing:
             say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
                 f"({', '.join(compared.missing[:3])}); converting again")
