@@ -134,8 +134,7 @@ def check_runner_options(options) -> None:
         raise UsageError("--direct_num_workers must be 0 (one per core) or more")
     endpoint = options.view_as(PortableOptions).job_endpoint
     host, _, port = (endpoint or "").rpartition(":")
-    runner = (options.view_as(StandardOptions).runner or "DirectRunner").rsplit(".", 1)[-1]
-    if host and port.isdigit() and runner in JOB_SERVICE_RUNNERS:
+    if host and port.isdigit() and runner_name(options).rsplit(".", 1)[-1] in JOB_SERVICE_RUNNERS:
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
         except OSError as exc:
