@@ -1,6 +1,5 @@
 """A converted COCO sample read back (#41): `imgrec verify` passes on it and names the check a
-damage breaks, `load_dataset` gives each image's boxes and classes (ragged when batched), and
-`imgrec export-tfds` refuses it in one line."""
+damage breaks, `load_dataset` gives each image's boxes and classes (ragged when batched)."""
 from __future__ import annotations
 
 import json
@@ -114,10 +113,3 @@ def test_load_dataset_gives_boxes_and_classes_per_image_ragged_when_batched(conv
     assert isinstance(images, tf.RaggedTensor)  # the images keep their own sizes (resize_mode none)
     padded = target["boxes"].to_tensor(default_value=-1)
     assert padded.shape == (3, 2, 4) and (padded.numpy() == -1).sum() == 8
-
-
-def test_export_tfds_refuses_a_detection_dataset_in_one_line(copy):
-    done = imgrec("-m", "pipeline.cli", "export-tfds", str(copy))
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "detection datasets" in done.stderr
-    assert not (copy / "dataset_info.json").exists()

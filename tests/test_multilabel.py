@@ -101,9 +101,3 @@ def test_what_cannot_hold_label_lists_is_a_usage_error(tmp_path, flags, says):
     done = run_module("pipeline.run", [f"--input={csv_manifest(tmp_path / 'in')}", f"--output={tmp_path / 'out'}",
                                        "--multi_label", *flags])
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
-
-
-def test_export_tfds_refuses_a_multi_label_dataset(tmp_path):
-    run_pipeline(csv_manifest(tmp_path / "in"), tmp_path / "out", "--multi_label", "--height=16", "--width=16")
-    done = run_module("pipeline.cli", ["export-tfds", str(tmp_path / "out")])
-    assert done.returncode == 2 and "multi-label datasets are not exportable" in done.stderr, done.stderr

@@ -16,6 +16,7 @@ from pipeline.output.lock import OutputLock
 from pipeline.read import tfds_export
 from pipeline.read.reader import load_dataset
 from tests.helpers import SAMPLE, read_metadata, run_pipeline, visible_files, written_datasets
+from tests.test_detection_pipeline import DETECTION
 
 pytestmark = pytest.mark.e2e
 
@@ -222,3 +223,47 @@ def test_an_export_holds_the_output_lock(written, tmp_path):
     with OutputLock(str(copy), "a-running-conversion"):
         assert tfds_export.main([str(copy)]) == OutputLocked.exit_code
     assert not (copy / "dataset_info.json").exists()
+
+
+def test_a_coco_dataset_with_masks_loads_with_tfds_as_load_dataset_reads_it(tmp_path):
+    """Detection records load as written: TFDS's four box lists, classes and decoded masks are
+    load_dataset's, image by image, in every split."""
+    output = str(tmp_path / "coco")
+    metadata = run_pipeline(DETECTION / "coco" / "instances.json", output, "--masks")
+    assert tfds_export.main([output]) == 0
+    builder = tfds.builder_from_directory(output)
+    assert builder.info.supervised_keys is None  # no (image, label) pair for a list of objects
+    compared = 0
+    for split in (name for name, info in metadata.splits.items() if info.files):
+        theirs = {example["image/source_id"].decode(): example
+                  for example in tfds.as_numpy(builder.as_dataset(split=split))}
+        for image, target, extras in load_dataset(output, split, batch_size=None, with_metadata=True):
+            exported = theirs.pop(extras["source_id"].numpy().decode())
+            np.testing.assert_array_equal(exported["image/encoded"], image.numpy())
+            boxes = np.stack([exported[f"image/object/bbox/{side}"] for side in ("ymin", "xmin", "ymax", "xmax")], -1)
+            np.testing.assert_array_equal(boxes.reshape(-1, 4), target["boxes"].numpy())
+            np.testing.assert_array_equal(exported["image/object/class/label"], target["classes"].numpy())
+            masks = target["masks"].numpy()
+            np.testing.assert_array_equal(exported["image/object/mask"].reshape(masks.shape + (1,))[..., 0], masks)
+            compared += len(masks)
+        assert theirs == {}
+    assert compared == sum(metadata.objects.written.values())
+
+
+def test_a_multi_label_dataset_loads_with_tfds_as_label_lists(tmp_path):
+    from tests.test_multilabel import LABELS, jsonl_manifest
+
+    output = str(tmp_path / "out")
+    metadata = run_pipeline(jsonl_manifest(tmp_path / "in"), output, "--multi_label", "--height=16", "--width=16")
+    assert tfds_export.main([output]) == 0
+    builder = tfds.builder_from_directory(output)
+    keys = metadata.role_keys()
+    label = builder.info.features[keys["label"]]
+    assert isinstance(label, tfds.features.Sequence) and label.feature.names == metadata.class_names()
+    found = {}
+    for split in builder.info.splits:
+        for example in tfds.as_numpy(builder.as_dataset(split=split)):
+            names = [label.feature.int2str(i) for i in example[keys["label"]]]
+            assert names == [text.decode() for text in example[keys["label_text"]]]
+            found[pathlib.Path(example[keys["source_path"]].decode()).name] = sorted(names)
+    assert found == {name: sorted(set(labels)) for name, labels in LABELS.items()}

@@ -7,11 +7,12 @@ must parse our records as they are: jpeg/png images are `Image` (one bytes featu
 with `tf.image.decode_image`), raw ones `Tensor(encoding="bytes")` (`tf.io.decode_raw` +
 reshape, our raw layout for uint8 and float32 alike); the label is a `ClassLabel` when its ids
 are 0..n-1 and its names survive TFDS's labels.txt (one stripped name a line), else an int64
-scalar; other features are `Text` or scalars. Keys stay ours: a flat FeaturesDict splits
-nothing on '/'.
+scalar; other features are `Text` or scalars. Lists (detection objects, multi-label labels) are
+1-D features: detection boxes stay four coordinate lists as TF's detection decoders read them,
+not TFDS's BBoxFeature (one [4] row per object, which would need the records rewritten), and
+masks a Sequence of PNG `Image`s. Keys stay ours: a flat FeaturesDict splits nothing on '/'.
 
-Refused: detection datasets (TFDS's boxes are one [4] row per object, ours four coordinate
-lists), gzip shards (TFDS opens TFRecords without a compression type), and split or file names
+Refused: gzip shards (TFDS opens TFRecords without a compression type), and split or file names
 TFDS's filename template cannot reproduce. Splits without shards are left out: TFDS requires
 files for every split. The export lists its files in metadata.json (`exports`), so a run that
 replaces the dataset removes them with the old shards: export again after such a run.
@@ -100,46 +101,44 @@ def class_names(label_map: Mapping[str, int]) -> Optional[list[str]]:
 
 
 def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
-    """{our feature key: TFDS feature} for every feature metadata.json lists."""
+    """{our feature key: TFDS feature} for every feature metadata.json lists. Per-object and
+    multi-label lists (`kind: var_len`) are 1-D features under their own keys, so detection
+    records load as written: four box coordinate lists (as TF's detection decoders read them),
+    classes, and masks as a Sequence of PNG images."""
+    tfds = _tfds()
+    roles = {described.get("role") for described in metadata.features.values()}
+    if "image" not in roles or not roles & {"label", "object_label"}:
+        raise NotExportable(f"metadata features need an image and a label role; found {sorted(roles - {None})}")
+    return {key: _connector(tfds, key, described, metadata.label_map) for key, described in metadata.features.items()}
+
+
+def _connector(tfds: Any, key: str, described: Mapping[str, Any], label_map: Mapping[str, int]) -> Any:
     import numpy as np
 
-    if metadata.objects is not None:
-        raise NotExportable("detection datasets (COCO, VOC) are not exportable to TFDS: its detection features "
-                            "(Sequence of BBoxFeature) store one [ymin, xmin, ymax, xmax] row per object, the records "
-                            "hold four coordinate lists, and export never rewrites records; read them with "
-                            "imgrec.load_dataset")
-    if (metadata.config.get("input") or {}).get("multi_label"):
-        raise NotExportable("multi-label datasets are not exportable to TFDS (their labels are lists); read them "
-                            "with imgrec.load_dataset")
-    tfds = _tfds()
-    scalars = {"string": tfds.features.Text, "int64": lambda: tfds.features.Scalar(dtype=np.int64),
-               "float32": lambda: tfds.features.Scalar(dtype=np.float32)}
-    scalars["float"] = scalars["float32"]
-    connectors: dict[str, Any] = {}
-    for key, described in metadata.features.items():
-        role, dtype = described.get("role"), described.get("dtype")
-        if role == "image":
-            shape = tuple(int(d) for d in described["shape"])
-            encoding, pixel_dtype = described.get("encoding", "raw"), described.get("pixel_dtype")
-            if encoding in ("jpeg", "png"):
-                connectors[key] = tfds.features.Image(shape=shape, encoding_format=encoding)
-            elif encoding == "raw" and pixel_dtype in ("uint8", "float32"):
-                connectors[key] = tfds.features.Tensor(shape=shape, dtype=np.dtype(pixel_dtype), encoding="bytes")
-            else:
-                raise NotExportable(f"image feature {key!r}: encoding {encoding!r} with pixels {pixel_dtype!r} "
-                                    "has no TFDS feature that reads it as written")
-        elif role == "label" and dtype == "int64":
-            names = class_names(metadata.label_map)
-            connectors[key] = (tfds.features.ClassLabel(names=names) if names is not None
-                               else tfds.features.Scalar(dtype=np.int64))
-        elif dtype in scalars:
-            connectors[key] = scalars[dtype]()
-        else:
-            raise NotExportable(f"feature {key!r} has dtype {dtype!r}, which TFDS export does not map")
-    roles = {described.get("role") for described in metadata.features.values()}
-    if not {"image", "label"} <= roles:
-        raise NotExportable(f"metadata features need image and label roles; found {sorted(roles - {None})}")
-    return connectors
+    role, dtype, listed = described.get("role"), described.get("dtype"), described.get("kind") == "var_len"
+    if role == "image":
+        shape = tuple(None if d is None else int(d) for d in described["shape"])
+        encoding, pixel_dtype = described.get("encoding", "raw"), described.get("pixel_dtype")
+        if encoding in ("jpeg", "png"):
+            return tfds.features.Image(shape=shape, encoding_format=encoding)
+        if encoding == "raw" and pixel_dtype in ("uint8", "float32") and None not in shape:
+            return tfds.features.Tensor(shape=shape, dtype=np.dtype(pixel_dtype), encoding="bytes")
+        raise NotExportable(f"image feature {key!r}: encoding {encoding!r} with pixels {pixel_dtype!r} "
+                            "has no TFDS feature that reads it as written")
+    if role == "mask" and listed:
+        return tfds.features.Sequence(tfds.features.Image(shape=(None, None, 1), encoding_format="png"))
+    if role in ("label", "object_label") and dtype == "int64":
+        names = class_names(label_map)
+        if names is not None:
+            label = tfds.features.ClassLabel(names=names)
+            return tfds.features.Sequence(label) if listed else label
+    if dtype == "string":
+        return tfds.features.Sequence(tfds.features.Text()) if listed else tfds.features.Text()
+    if dtype in ("int64", "float32", "float"):
+        numpy_dtype = np.int64 if dtype == "int64" else np.float32
+        return (tfds.features.Tensor(shape=(None,), dtype=numpy_dtype) if listed
+                else tfds.features.Scalar(dtype=numpy_dtype))
+    raise NotExportable(f"feature {key!r} has dtype {dtype!r}, which TFDS export does not map")
 
 
 def split_infos(metadata: DatasetMetadata, template: Any) -> tuple[list[Any], list[str]]:
@@ -215,7 +214,7 @@ def _export(output_dir: str, name: Optional[str], check_data: bool) -> dict[str,
         tfds.folder_dataset.write_metadata(
             data_dir=output_dir, features=tfds.features.FeaturesDict(features), split_infos=infos,
             filename_template=template, check_data=check_data,
-            supervised_keys=(by_role["image"], by_role["label"]),
+            supervised_keys=(by_role["image"], by_role["label"]) if "label" in by_role else None,
             description=f"Written by imgrec; see metadata.json (input fingerprint {metadata.fingerprint}).")
     except Exception as exc:
         # TFDS writes its files before check_data reads a record back; without them a failed
