@@ -186,6 +186,8 @@ class FeatureKeys:
 # imgrec's own source path and content hash beside them.
 DETECTION_KEYS = FeatureKeys(image="image/encoded", label="image/object/class/label",
                              label_text="image/object/class/text", channels="")
+# Multi-label records' label lists under the OD API's image-level class keys (image/class/label).
+MULTI_LABEL_KEYS = FeatureKeys(label="image/class/label", label_text="image/class/text")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,6 +343,13 @@ class InputSpec:
     def detection(self) -> bool:
         """Annotation files (COCO, VOC): records of objects with boxes."""
         return self.resolved_kind in DETECTION_KINDS
+
+    def default_features(self) -> FeatureKeys:
+        """The feature keys a run of this input gets when its config leaves `features` alone: TF's
+        detection keys for COCO/VOC, image-level class keys for label lists, else imgrec's own."""
+        if self.detection:
+            return DETECTION_KEYS
+        return MULTI_LABEL_KEYS if self.multi_label else FeatureKeys()
 
 
 @dataclasses.dataclass(frozen=True)
