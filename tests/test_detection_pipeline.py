@@ -105,6 +105,27 @@ def test_center_crop_drops_boxes_it_leaves_too_little_of_counted(tmp_path):
     assert metadata.inputs.written == 4 and metadata.inputs.rejected == 0  # objects dropped, no image
 
 
+def test_an_image_the_crop_leaves_no_objects_is_skipped_when_asked_and_counted(tmp_path):
+    """At min_visible=0.8 the 48x48 crop drops both of street.jpg's objects: under
+    --no_keep_empty_images it is skipped like empty.jpg, and images and objects still reconcile."""
+    from pipeline.summary import inputs_line
+
+    metadata = run_pipeline(DETECTION / "coco" / "instances.json", tmp_path / "out", "--resize_mode=center_crop",
+                            "--height=48", "--width=48", "--min_visible=0.8", "--no_keep_empty_images",
+                            "--split_ratios=1,0,0")
+    rows = dead_letters(tmp_path / "out")
+    skipped = {pathlib.Path(row["path"]).name: row["message"] for row in rows if row["error"] == "NoAnnotations"}
+    assert skipped["street.jpg"].startswith("image skipped: all 2 of its objects were cut off by the center crop")
+    assert sorted(skipped) == ["empty.jpg", "street.jpg"]
+    assert sorted(record["image/source_id"].decode() for record in records(tmp_path / "out")) == ["2", "3"]
+    assert metadata.inputs.total == 4 and (metadata.inputs.written, metadata.inputs.rejected) == (2, 2)
+    assert metadata.inputs.errors == 0 and "2 without objects skipped" in inputs_line(metadata)
+    cropped = [row for row in rows if row["error"] == "BoxCroppedAway"]
+    assert metadata.objects.dropped == {"BoxCroppedAway": len(cropped)} and len(cropped) >= 2  # no row twice
+    annotations = len(json.loads((DETECTION / "coco" / "instances.json").read_text())["annotations"])
+    assert sum(metadata.objects.written.values()) + len(cropped) == annotations
+
+
 def broken_coco(tmp_path: pathlib.Path) -> pathlib.Path:
     """The sample's images under an annotation file with one of each problem."""
     folder = tmp_path / "coco"
