@@ -393,8 +393,12 @@ class ConversionSpec:
                              "cannot be renamed for them")
 
     def to_dict(self) -> dict:
-        """The settings that apply (`annotations` for COCO and VOC inputs only)."""
+        """The settings that apply (`annotations` for COCO and VOC inputs only); a COCO or VOC
+        input's kind as resolved, since which it was decides the records' features (VOC's
+        difficult and truncated) and the input may be gone when the dataset is verified."""
         settings = {**dataclasses.asdict(self), "image": self.image.used_settings()}
-        if not self.input.detection:
+        if self.input.detection:
+            settings["input"]["kind"] = self.input.resolved_kind
+        else:
             del settings["annotations"]
         return settings

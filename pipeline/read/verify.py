@@ -54,7 +54,7 @@ from transforms.dataset_format import (
 from transforms.inputs.annotations import OBJECT_STAGE
 from transforms.specs import FeatureKeys, ImageSpec
 from transforms.write import tfrecord
-from transforms.write.detection_example import detection_feature_spec, masks_recorded
+from transforms.write.detection_example import detection_feature_spec, masks_recorded, voc_fields_recorded
 from transforms.write.example import feature_spec, image_description, locates_image
 
 _SCAN_BATCH = 256
@@ -316,7 +316,8 @@ def description_check(metadata: DatasetMetadata) -> Check:
         image, keys = _recorded_specs(metadata.config)
     except (KeyError, TypeError, ValueError) as exc:
         return Check(False, name, f"config.image or config.features is not a valid config: {type(exc).__name__}: {exc}")
-    described = (detection_feature_spec(image, keys, masks_recorded(metadata.config)) if metadata.objects is not None
+    described = (detection_feature_spec(image, keys, masks_recorded(metadata.config),
+                                        voc_fields_recorded(metadata.config)) if metadata.objects is not None
                  else feature_spec(image, keys, bool((metadata.config.get("input") or {}).get("multi_label"))))
     differences = (_differences(metadata.features, described, "features")
                    + _differences(metadata.image, image_description(image), "image"))
