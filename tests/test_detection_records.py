@@ -109,6 +109,28 @@ def test_mask_pngs_hold_zeros_and_ones():
     np.testing.assert_array_equal(decoded, mask)
 
 
+def test_verify_decodes_each_mask_and_says_what_is_wrong_with_it():
+    from PIL import Image
+
+    from pipeline.read.verify import mask_problem
+
+    def encoded(image: np.ndarray, ext: str = ".png") -> bytes:
+        return cv2.imencode(ext, image)[1].tobytes()
+
+    def palette_png() -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(np.zeros((5, 7), np.uint8)).convert("P").save(out, "PNG")
+        return out.getvalue()
+
+    good = mask_png(np.eye(5, 7, dtype=np.uint8))
+    assert mask_problem(good, 5, 7) is None
+    assert mask_problem(good, 7, 5) == "is 7x5, its image 5x7"
+    assert mask_problem(encoded(np.zeros((5, 7, 3), np.uint8)), 5, 7) == "has 3 channels, not one"
+    assert mask_problem(palette_png(), 5, 7) == "has 3 channels, not one"  # TF decodes a palette to RGB
+    assert mask_problem(encoded(np.zeros((5, 7), np.uint8), ".jpg"), 5, 7) == "is not a PNG"
+    assert mask_problem(good[:-12], 5, 7) == f"does not decode (Invalid PNG data, size {len(good) - 12})"  # no IEND
+
+
 def parse_detection(record: bytes) -> dict:
     spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
             "image/format": tf.io.FixedLenFeature([], tf.string),
