@@ -114,7 +114,8 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
     reused = sum(s.reused for s in totals.shards)
     return DatasetMetadata(
         splits=splits,
-        features=(detection_feature_spec(spec.image, spec.features, spec.annotations.masks) if spec.input.detection
+        features=(detection_feature_spec(spec.image, spec.features, spec.annotations.masks,
+                                         spec.input.resolved_kind == "voc") if spec.input.detection
                   else feature_spec(spec.image, spec.features, spec.input.multi_label)),
         image=image_description(spec.image),
         compression=spec.output.compression,

@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipeline.errors import CommandLineParser, UsageError
 from pipeline.flags import FLAGS, SECTIONS, add_imgrec_flags, comma_separated, shipped_configs
 from transforms import files
-from transforms.specs import DETECTION_KEYS, ConversionSpec, FeatureKeys
+from transforms.specs import ConversionSpec, FeatureKeys
 
 
 class ImgrecOptions(PipelineOptions):
@@ -204,10 +204,11 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from None
     try:
-        if specs["input"].detection:  # TF's detection keys; each image keeps its size unless told otherwise
-            specs["features"] = DETECTION_KEYS if specs["features"] == FeatureKeys() else specs["features"]
-            if "resize_mode" not in values["image"]:
-                specs["image"] = dataclasses.replace(specs["image"], resize_mode="none")
+        if not values["features"] or specs["input"].detection and specs["features"] == FeatureKeys():
+            # the config names no keys (a detection record's cannot be renamed): the input kind's defaults
+            specs["features"] = specs["input"].default_features()
+        if specs["input"].detection and "resize_mode" not in values["image"]:  # each image keeps its size
+            specs["image"] = dataclasses.replace(specs["image"], resize_mode="none")
         return ConversionSpec(**specs)
     except ValueError as exc:  # settings of two sections that do not go together
         raise UsageError(str(exc)) from None

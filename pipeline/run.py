@@ -279,10 +279,10 @@ def convert(argv: Sequence[str]) -> Conversion:
                             max_file_bytes=spec.input.max_file_bytes, run_dir=this_run,
                             parts_dir=parts_dir(output),
                             record_digest=record_digest(spec.image, spec.features, library_versions, source_root,
-                                                        objects),
+                                                        objects, spec.input.keep_empty_images),
                             local_processes=convert_processes(options), filesystems=filesystems,
                             source_root=source_root, objects=spec.annotations,
-                            voc_fields=spec.input.resolved_kind == "voc")
+                            voc_fields=spec.input.resolved_kind == "voc", keep_empty=spec.input.keep_empty_images)
     run_info = {"run_id": run_id, "started": started.isoformat(timespec="seconds"), "runner": runner}
     if _dry_run(options):  # DataflowRunner --dry_run=True only builds the job: leave the output alone
         context = RunContext(run_info, output, this_run, writer, library_versions)

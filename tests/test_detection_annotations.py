@@ -9,6 +9,7 @@ import pytest
 
 from tests.helpers import REPO
 from transforms.inputs import coco
+from transforms.inputs.annotations import ObjectAnnotation
 from transforms.inputs.coco import AnnotationFileError, annotated_images, coco_rows
 from transforms.inputs.manifests import ManifestError, multilabel_layout, parse_labels_line
 from transforms.inputs.voc import labelled_voc_image, parse_voc, voc_label_map
@@ -103,6 +104,20 @@ def test_images_without_objects_are_kept_or_skipped_and_counted(tmp_path):
     assert not kept and [(r.error, r.message) for r in rejected] == [(
         "NoAnnotations", "image skipped: it has no annotations (--keep_empty_images=false; pass --keep_empty_images "
         "to write it as an image without objects)")]
+
+
+def test_coco_images_take_the_category_names_made_once_for_every_image():
+    from transforms.inputs.discover_annotated import category_names, coco_image
+
+    names = category_names({"cat": 1, "dog": 18})
+    assert names == {1: "cat", 18: "dog"}
+    listing = coco.CocoImage(7, "a.jpg", 100, 80, "/d/a.jpg")
+    objects = [coco.CocoAnnotation(7, f"f#annotations[{i}]", ObjectAnnotation(f"annotation {i}", (1, 1, 9, 9),
+                                                                              label, ""))
+               for i, label in enumerate((18, 5))]
+    rejection, candidate = coco_image((7, {"listings": [("image", listing)], "annotations": objects}), names, True)
+    assert [obj.text for obj in candidate.annotations.objects] == ["dog"]
+    assert rejection.value.error == "UnknownCategory"
 
 
 def test_file_names_resolve_against_the_file_or_the_images_root(tmp_path):

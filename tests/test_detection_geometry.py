@@ -16,8 +16,9 @@ from transforms.images.geometry import GeometryError, placement, reduction
 from transforms.images.image_header import check_header
 from transforms.images.masks import segmentation_mask
 from transforms.images.resize import resize_image
-from transforms.inputs.annotations import Polygons, RunLengths
+from transforms.inputs.annotations import AnnotatedImage, ObjectAnnotation, Polygons, RunLengths, emptied_image
 from transforms.specs import ImageSpec
+from transforms.write.detection_example import place_objects
 
 pytestmark = pytest.mark.unit
 
@@ -108,6 +109,29 @@ def test_center_crop_clips_boxes_and_drops_those_mostly_cut_off():
     assert crop_problem(placed[3], 0.7) is not None
     pixels = found_mask(out)
     np.testing.assert_allclose(placed[1].box, found_box(pixels[:, :11]), atol=1.0)  # clipped at the left edge
+
+
+def test_an_image_the_crop_leaves_no_objects_is_skipped_unless_empty_images_are_kept():
+    """Both objects of a 120 x 40 image lie in the thirds a 40 x 40 center crop cuts off: with
+    --no_keep_empty_images the image is skipped as one without annotations, each object keeping
+    its own BoxCroppedAway row (which counts it)."""
+    spec = ImageSpec(height=40, width=40, resize_mode="center_crop", interpolation="linear", encoding="png")
+    decoded, _, resize = converted(encoded(drawn(120, 40, (2, 5, 30, 30)), 1), spec, "center_crop")
+    where = placement((120, 40), 1, (decoded.shape[1], decoded.shape[0]), resize)
+    objects = tuple(ObjectAnnotation(f"annotation {i}", box, 1, "cat") for i, box in
+                    enumerate([(2.0, 5.0, 30.0, 30.0), (85.0, 5.0, 118.0, 30.0)], 1))
+    image = AnnotatedImage("in/wide.png", "7", "wide.png", 120, 40, objects)
+    placed, dropped = place_objects(image, where, 0.5, False)
+    assert not placed and [(row.error, row.stage) for row in dropped] == [("BoxCroppedAway", "object")] * 2
+    row = emptied_image(image, len(placed), dropped, keep_empty=False)
+    assert (row.path, row.error, row.stage) == ("in/wide.png", "NoAnnotations", "annotation")
+    assert row.message == ("image skipped: all 2 of its objects were cut off by the center crop "
+                           "(--keep_empty_images=false; pass --keep_empty_images to write it as an image without "
+                           "objects)")
+    assert emptied_image(image, len(placed), dropped, keep_empty=True) is None  # written without objects
+    assert emptied_image(image, 1, dropped[1:], keep_empty=False) is None  # an object left: written
+    no_objects = AnnotatedImage("in/none.png", "8", "none.png", 120, 40, ())
+    assert emptied_image(no_objects, 0, (), keep_empty=False) is None  # discovery skipped it already
 
 
 def test_reduced_jpeg_decode_is_followed():

@@ -106,26 +106,40 @@ def test_masks_are_stretched_with_the_pixels_and_batch_ragged(tmp_path):
     assert target["masks"].shape.as_list()[:1] == [4]
 
 
-def drop_first_mask(output: pathlib.Path) -> None:
-    """Rewrites the first record holding an object with its first mask removed."""
+def edit_first_masks(output: pathlib.Path, edit) -> None:
+    """Rewrites the first record holding an object with `edit` applied to its list of mask PNGs."""
     import tensorflow as tf
 
     shard = next(p for p in sorted(output.glob("*.tfrecord")) if p.stat().st_size)
     examples = [tf.train.Example.FromString(raw.numpy()) for raw in tf.data.TFRecordDataset(str(shard))]
     example = next(e for e in examples if e.features.feature[MASK_KEY].bytes_list.value)
-    del example.features.feature[MASK_KEY].bytes_list.value[0]
+    edit(example.features.feature[MASK_KEY].bytes_list.value)
     with tf.io.TFRecordWriter(str(shard)) as writer:
         for e in examples:
             writer.write(e.SerializeToString(deterministic=True))
 
 
-def test_verify_checks_one_mask_per_box(tmp_path):
+def failed_checks(output: pathlib.Path, tmp_path: pathlib.Path) -> str:
+    done = run_verify(output, "--samples", "0", "--out", str(tmp_path / f"pngs-{output.name}"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    return done.stdout.split("checks failed:", 1)[1]
+
+
+def test_verify_checks_one_mask_per_box_and_decodes_each(tmp_path):
     run_pipeline(COCO_FILE, tmp_path / "out", "--masks", "--split_ratios=1,0,0")
     assert MASK_KEY in json.loads((tmp_path / "out" / "metadata.json").read_text())["features"]
     done = run_verify(tmp_path / "out", "--samples", "0", "--out", str(tmp_path / "pngs"))
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "train: 6 instance masks decode to one channel at their image's size" in done.stdout
+    dropped = pathlib.Path(shutil.copytree(tmp_path / "out", tmp_path / "dropped"))
+    edit_first_masks(dropped, lambda masks: masks.__delitem__(0))
+    assert "train: per-object lists have one value per object" in failed_checks(dropped, tmp_path)
+
+    def damage(masks) -> None:
+        masks[0] = masks[0][:-12]  # cut short: no IEND chunk
+
     damaged = pathlib.Path(shutil.copytree(tmp_path / "out", tmp_path / "damaged"))
-    drop_first_mask(damaged)
-    done = run_verify(damaged, "--samples", "0", "--out", str(tmp_path / "pngs2"))
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "train: per-object lists have one value per object" in done.stdout.split("checks failed:", 1)[1]
+    edit_first_masks(damaged, damage)
+    failed = failed_checks(damaged, tmp_path)
+    assert "train: 6 instance masks decode to one channel at their image's size: 1 do not: train-00000-of-00001" \
+           ".tfrecord record " in failed and " mask 1 does not decode (Invalid PNG data, size " in failed

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.helpers import dead_letters, run_pipeline
+from tests.helpers import dead_letters, run_pipeline, run_verify
 
 pytestmark = pytest.mark.e2e
 
@@ -105,6 +105,27 @@ def test_center_crop_drops_boxes_it_leaves_too_little_of_counted(tmp_path):
     assert metadata.inputs.written == 4 and metadata.inputs.rejected == 0  # objects dropped, no image
 
 
+def test_an_image_the_crop_leaves_no_objects_is_skipped_when_asked_and_counted(tmp_path):
+    """At min_visible=0.8 the 48x48 crop drops both of street.jpg's objects: under
+    --no_keep_empty_images it is skipped like empty.jpg, and images and objects still reconcile."""
+    from pipeline.summary import inputs_line
+
+    metadata = run_pipeline(DETECTION / "coco" / "instances.json", tmp_path / "out", "--resize_mode=center_crop",
+                            "--height=48", "--width=48", "--min_visible=0.8", "--no_keep_empty_images",
+                            "--split_ratios=1,0,0")
+    rows = dead_letters(tmp_path / "out")
+    skipped = {pathlib.Path(row["path"]).name: row["message"] for row in rows if row["error"] == "NoAnnotations"}
+    assert skipped["street.jpg"].startswith("image skipped: all 2 of its objects were cut off by the center crop")
+    assert sorted(skipped) == ["empty.jpg", "street.jpg"]
+    assert sorted(record["image/source_id"].decode() for record in records(tmp_path / "out")) == ["2", "3"]
+    assert metadata.inputs.total == 4 and (metadata.inputs.written, metadata.inputs.rejected) == (2, 2)
+    assert metadata.inputs.errors == 0 and "2 without objects skipped" in inputs_line(metadata)
+    cropped = [row for row in rows if row["error"] == "BoxCroppedAway"]
+    assert metadata.objects.dropped == {"BoxCroppedAway": len(cropped)} and len(cropped) >= 2  # no row twice
+    annotations = len(json.loads((DETECTION / "coco" / "instances.json").read_text())["annotations"])
+    assert sum(metadata.objects.written.values()) + len(cropped) == annotations
+
+
 def broken_coco(tmp_path: pathlib.Path) -> pathlib.Path:
     """The sample's images under an annotation file with one of each problem."""
     folder = tmp_path / "coco"
@@ -185,16 +206,30 @@ def test_objects_of_images_dropped_late_are_counted_with_their_reason(tmp_path):
 
 
 def test_voc_folder_records(tmp_path):
-    """VOC: class names get 1..N sorted, boxes are the 1-based inclusive pixel ranges, the
-    source id is the file stem."""
-    metadata = run_pipeline(DETECTION / "voc", tmp_path / "out", "--input_kind=voc")
-    assert metadata.label_map == {"square": 1, "triangle": 2}
+    """VOC (found as such): class names get 1..N sorted, boxes are the 1-based inclusive pixel
+    ranges, the source id is the file stem; difficult and truncated are listed in metadata like
+    the other object features, so load_dataset gives them and verify checks them."""
+    import imgrec
+
+    voc = pathlib.Path(shutil.copytree(DETECTION / "voc", tmp_path / "voc"))
+    xml = voc / "Annotations" / "000001.xml"
+    xml.write_text(xml.read_text().replace("<difficult>0</difficult>", "<difficult>1</difficult>", 1)
+                   .replace("<truncated>0</truncated>", "<truncated>1</truncated>", 1))
+    metadata = run_pipeline(voc, tmp_path / "out", "--split_ratios=1,0,0")
+    assert metadata.label_map == {"square": 1, "triangle": 2} and metadata.config["input"]["kind"] == "voc"
     found = records(tmp_path / "out")
     assert sorted(r["image/source_id"] for r in found) == [b"000001", b"000002", b"000003"]
     for record in found:
         for box in square_boxes(record):
             np.testing.assert_allclose(box, square_pixels_box(record["pixels"]), atol=1.5)
     assert (tmp_path / "out" / "label_map.csv").read_text() == "1,square\n2,triangle\n"
+    flags = {}
+    for _, _, extras in imgrec.load_dataset(str(tmp_path / "out"), "train", batch_size=None, with_metadata=True):
+        flags[extras["source_id"].numpy().decode()] = [extras[role].numpy().tolist() for role in
+                                                        ("difficult", "truncated")]
+    assert flags["000001"][0][0] == flags["000001"][1][0] == 1 and not any(flags["000002"][0] + flags["000003"][1])
+    done = run_verify(tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_detection_usage_errors_exit_2(tmp_path, capsys):

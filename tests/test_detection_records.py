@@ -16,8 +16,8 @@ from transforms.images.geometry import Placement, placement
 from transforms.images.masks import mask_png, polygons_mask, rle_counts, rle_mask
 from transforms.inputs.annotations import AnnotatedImage, ObjectAnnotation, Polygons, RunLengths
 from transforms.inputs.label_map_files import label_map_csv, label_map_pbtxt
-from transforms.specs import ImageSpec
-from transforms.write.detection_example import detection_record, place_objects
+from transforms.specs import DETECTION_KEYS, ImageSpec
+from transforms.write.detection_example import detection_feature_spec, detection_record, place_objects
 from transforms.write.example import ListFeature, serialize_example
 
 pytestmark = pytest.mark.unit
@@ -109,6 +109,28 @@ def test_mask_pngs_hold_zeros_and_ones():
     np.testing.assert_array_equal(decoded, mask)
 
 
+def test_verify_decodes_each_mask_and_says_what_is_wrong_with_it():
+    from PIL import Image
+
+    from pipeline.read.verify import mask_problem
+
+    def encoded(image: np.ndarray, ext: str = ".png") -> bytes:
+        return cv2.imencode(ext, image)[1].tobytes()
+
+    def palette_png() -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(np.zeros((5, 7), np.uint8)).convert("P").save(out, "PNG")
+        return out.getvalue()
+
+    good = mask_png(np.eye(5, 7, dtype=np.uint8))
+    assert mask_problem(good, 5, 7) is None
+    assert mask_problem(good, 7, 5) == "is 7x5, its image 5x7"
+    assert mask_problem(encoded(np.zeros((5, 7, 3), np.uint8)), 5, 7) == "has 3 channels, not one"
+    assert mask_problem(palette_png(), 5, 7) == "has 3 channels, not one"  # TF decodes a palette to RGB
+    assert mask_problem(encoded(np.zeros((5, 7), np.uint8), ".jpg"), 5, 7) == "is not a PNG"
+    assert mask_problem(good[:-12], 5, 7) == f"does not decode (Invalid PNG data, size {len(good) - 12})"  # no IEND
+
+
 def parse_detection(record: bytes) -> dict:
     spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
             "image/format": tf.io.FixedLenFeature([], tf.string),
@@ -151,6 +173,27 @@ def test_a_detection_record_holds_what_tf_detection_decoders_read():
     assert list(got["image/object/difficult"]) == [0, 0]
     empty = parse_detection(detection_record(b"x", "jpeg", (4, 4), image, ()).data)
     assert empty["image/object/bbox/xmin"].shape == (0,) and empty["image/object/mask"].shape == (0,)
+
+
+@pytest.mark.parametrize("masks, voc_fields", [(False, False), (True, False), (False, True)])
+def test_metadata_lists_every_feature_a_detection_record_holds(masks, voc_fields):
+    """metadata.json's feature list (what load_dataset and verify know) names each feature
+    detection_record writes, VOC's difficult and truncated flags included, with its list type."""
+    image = AnnotatedImage("/d/a.jpg", "a", "a.jpg", 100, 50, (
+        ObjectAnnotation("object 1", (10, 5, 30, 25), 1, "dog", segmentation=Polygons(((10, 5, 30, 5, 30, 25),)),
+                         difficult=1, truncated=1),))
+    where = placement((100, 50), 1, (100, 50), None)
+    placed, _ = place_objects(image, where, 0.5, with_masks=masks)
+    record = detection_record(b"PNG", "png", where.size, image, placed, masks, voc_fields,
+                              {"image/source_path": b"a.jpg", "image/sha256": b"ab"})
+    written = tf.train.Example.FromString(record.data).features.feature
+    listed = detection_feature_spec(ImageSpec(resize_mode="none", encoding="png"), DETECTION_KEYS, masks, voc_fields)
+    kinds = {"string": "bytes_list", "int64": "int64_list", "float32": "float_list"}
+    assert {key: kinds[described["dtype"]] for key, described in listed.items()} == {
+        key: feature.WhichOneof("kind") for key, feature in written.items()}
+    if voc_fields:
+        assert {listed[key]["role"]: list(written[key].int64_list.value) for key in
+                ("image/object/difficult", "image/object/truncated")} == {"difficult": [1], "truncated": [1]}
 
 
 def string_int_label_map():

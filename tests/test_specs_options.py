@@ -170,6 +170,17 @@ def test_build_spec_merges_config_and_flags():
     assert spec_from(config).output.overwrite is False  # an absent store_true flag does not override
 
 
+@pytest.mark.parametrize("config, flags, label, label_text", [
+    ({}, ("--multi_label",), "image/class/label", "image/class/text"),  # the OD API's image-level class keys
+    ({"features": {"label": "tags", "label_text": "tags/text"}}, ("--multi_label",), "tags", "tags/text"),
+    ({"features": {"label": "label"}}, ("--multi_label",), "label", "label/text"),  # the keys before #41
+    ({}, (), "label", "label/text"),
+])
+def test_a_manifests_feature_keys_follow_multi_label_unless_the_config_names_them(config, flags, label, label_text):
+    features = spec_from({**config, "input": {"path": "tags.csv"}, "output": {"path": "o"}}, *flags).features
+    assert (features.image, features.label, features.label_text) == ("image", label, label_text)
+
+
 @pytest.mark.parametrize("switch", ["overwrite", "skip_unchanged", "drop_duplicates", "allow_empty"])
 def test_a_switch_a_config_turns_on_can_be_turned_off_for_one_run(switch):
     config = {"input": {"path": "in"}, "output": {"path": "out", switch: True}}

@@ -186,6 +186,8 @@ class FeatureKeys:
 # imgrec's own source path and content hash beside them.
 DETECTION_KEYS = FeatureKeys(image="image/encoded", label="image/object/class/label",
                              label_text="image/object/class/text", channels="")
+# Multi-label records' label lists under the OD API's image-level class keys (image/class/label).
+MULTI_LABEL_KEYS = FeatureKeys(label="image/class/label", label_text="image/class/text")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,6 +344,13 @@ class InputSpec:
         """Annotation files (COCO, VOC): records of objects with boxes."""
         return self.resolved_kind in DETECTION_KINDS
 
+    def default_features(self) -> FeatureKeys:
+        """The feature keys a run of this input gets when its config leaves `features` alone: TF's
+        detection keys for COCO/VOC, image-level class keys for label lists, else imgrec's own."""
+        if self.detection:
+            return DETECTION_KEYS
+        return MULTI_LABEL_KEYS if self.multi_label else FeatureKeys()
+
 
 @dataclasses.dataclass(frozen=True)
 class AnnotationSpec:
@@ -384,8 +393,12 @@ class ConversionSpec:
                              "cannot be renamed for them")
 
     def to_dict(self) -> dict:
-        """The settings that apply (`annotations` for COCO and VOC inputs only)."""
+        """The settings that apply (`annotations` for COCO and VOC inputs only); a COCO or VOC
+        input's kind as resolved, since which it was decides the records' features (VOC's
+        difficult and truncated) and the input may be gone when the dataset is verified."""
         settings = {**dataclasses.asdict(self), "image": self.image.used_settings()}
-        if not self.input.detection:
+        if self.input.detection:
+            settings["input"]["kind"] = self.input.resolved_kind
+        else:
             del settings["annotations"]
         return settings

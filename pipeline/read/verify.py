@@ -54,7 +54,7 @@ from transforms.dataset_format import (
 from transforms.inputs.annotations import OBJECT_STAGE
 from transforms.specs import FeatureKeys, ImageSpec
 from transforms.write import tfrecord
-from transforms.write.detection_example import detection_feature_spec, masks_recorded
+from transforms.write.detection_example import detection_feature_spec, masks_recorded, voc_fields_recorded
 from transforms.write.example import feature_spec, image_description, locates_image
 
 _SCAN_BATCH = 256
@@ -90,6 +90,9 @@ class ShardScan:
     wrong_size: int = 0  # records whose height/width/channels features are not the decoded image's shape
     bad_boxes: int = 0  # detection: objects whose box is outside [0, 1] or has min > max
     bad_lengths: int = 0  # detection: records whose per-object lists differ in length
+    masks: int = 0  # detection with masks: instance masks decoded
+    bad_masks: int = 0
+    mask_problems: list = dataclasses.field(default_factory=list)  # the first few bad masks, and why
     error: Optional[str] = None
 
 
@@ -114,6 +117,43 @@ def _object_values(parsed: Mapping[str, tf.Tensor], layout: reader.RecordLayout)
     return {"lengths_ok": lengths_ok, "bad_boxes": tf.cond(lengths_ok, bad_boxes, lambda: tf.constant(0, tf.int64))}
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def mask_problem(png: bytes, height: int, width: int) -> Optional[str]:
+    """Why an instance mask is not what readers pair with its image (a PNG of one channel at the
+    image's `height x width`), or None. Decoded one at a time, as readers decode it, so a bad
+    mask is a reason given, not a shard that fails to read."""
+    if not png.startswith(PNG_SIGNATURE):  # decode_png would take a JPEG or GIF too
+        return "is not a PNG"
+    try:
+        mask_height, mask_width, channels = tf.io.decode_png(png, channels=0).shape
+    except tf.errors.InvalidArgumentError as exc:
+        return f"does not decode ({_clean(exc.message)})"
+    if channels != 1:  # a palette or grey+alpha PNG decodes to 3 or 2
+        return f"has {channels} channels, not one"
+    if (mask_height, mask_width) != (height, width):
+        return f"is {mask_width}x{mask_height}, its image {width}x{height}"
+    return None
+
+
+_SHOWN_PROBLEMS = 3  # a check's detail names the first few; the count covers them all
+
+
+def _scan_masks(scan: ShardScan, pngs: tf.RaggedTensor, sizes: tf.Tensor) -> None:
+    """Checks a scan batch's masks (per record) against its images' sizes (height, width); the
+    batch's records follow the `scan.records` already counted."""
+    for number, (masks, (height, width)) in enumerate(zip(pngs.to_list(), sizes.numpy().tolist()),
+                                                      scan.records + 1):
+        scan.masks += len(masks)
+        for i, png in enumerate(masks, 1):
+            why = mask_problem(png, height, width)
+            if why:
+                scan.bad_masks += 1
+                if len(scan.mask_problems) < _SHOWN_PROBLEMS:
+                    scan.mask_problems.append(f"{posixpath.basename(scan.path)} record {number} mask {i} {why}")
+
+
 def _scan_fn(layout: reader.RecordLayout):
     """record → the few values the checks need; using the pixels keeps the decode from being pruned.
     Labels (and their texts) are lists: one per record, or a detection record's one per object."""
@@ -134,6 +174,8 @@ def _scan_fn(layout: reader.RecordLayout):
                                                         for key, axis in sizes.items()]))
         if layout.box_keys:
             values.update(_object_values(parsed, layout))
+        if layout.mask_key:  # decoded by `mask_problem`, one at a time
+            values.update(masks=parsed[layout.mask_key], image_size=tf.shape(image)[:2])
         return values
     return scan
 
@@ -160,7 +202,10 @@ def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> Shar
     records = tf.data.TFRecordDataset(path, compression_type=tf_compression_type(compression))
     batches = records.map(_scan_fn(layout), num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(_SCAN_BATCH)
     try:
-        for batch in map(_numpy, batches):
+        for batch in batches:
+            if "masks" in batch:
+                _scan_masks(scan, batch.pop("masks"), batch.pop("image_size"))
+            batch = _numpy(batch)
             labels = batch["label"].tolist()
             scan.records += len(batch["bytes"])
             scan.record_bytes += int(batch["bytes"].sum())
@@ -231,6 +276,11 @@ def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_m
                                f"{bad_lengths} records disagree"))
         checks.append(Check.of(bad_boxes == 0, f"{name}: boxes in [0, 1] with xmin <= xmax, ymin <= ymax",
                                f"{bad_boxes} boxes are not"))
+    if layout.mask_key:
+        bad_masks = sum(scan.bad_masks for scan in scans)
+        shown = [problem for scan in scans for problem in scan.mask_problems][:_SHOWN_PROBLEMS]
+        checks.append(Check.of(not bad_masks, f"{name}: {sum(scan.masks for scan in scans)} instance masks decode "
+                               "to one channel at their image's size", f"{bad_masks} do not: " + "; ".join(shown)))
     record_bytes = sum(scan.record_bytes for scan in scans)
     checks.append(Check.of(record_bytes == info.num_bytes, f"{name}: record bytes",
                            f"{record_bytes} read, metadata num_bytes {info.num_bytes}"))
@@ -316,7 +366,8 @@ def description_check(metadata: DatasetMetadata) -> Check:
         image, keys = _recorded_specs(metadata.config)
     except (KeyError, TypeError, ValueError) as exc:
         return Check(False, name, f"config.image or config.features is not a valid config: {type(exc).__name__}: {exc}")
-    described = (detection_feature_spec(image, keys, masks_recorded(metadata.config)) if metadata.objects is not None
+    described = (detection_feature_spec(image, keys, masks_recorded(metadata.config),
+                                        voc_fields_recorded(metadata.config)) if metadata.objects is not None
                  else feature_spec(image, keys, bool((metadata.config.get("input") or {}).get("multi_label"))))
     differences = (_differences(metadata.features, described, "features")
                    + _differences(metadata.image, image_description(image), "image"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 from transforms.rejections import InputRejected, Rejection
 
@@ -162,9 +162,10 @@ def annotation_digest(image: Optional[AnnotatedImage]) -> str:
     return hashlib.sha256(repr(image).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
-def no_objects_reason(dropped: int) -> str:
-    """Why an image without objects is skipped: asked for, and how to get it written instead."""
-    why = f"all {dropped} of its annotations were dropped" if dropped else "it has no annotations"
+def no_objects_reason(dropped: int, how: str = "annotations were dropped") -> str:
+    """Why an image without objects is skipped: asked for, and how to get it written instead;
+    `how` its objects went."""
+    why = f"all {dropped} of its {how}" if dropped else "it has no annotations"
     return (f"image skipped: {why} (--keep_empty_images=false; pass --keep_empty_images to write it as an "
             "image without objects)")
 
@@ -189,3 +190,17 @@ def finished_image(image: AnnotatedImage, objects: Iterable[ObjectAnnotation],
         rejected.append(Rejection.from_exception(image.path, NoAnnotations(no_objects_reason(len(rejected)))))
         return None, tuple(rejected)
     return dataclasses.replace(image, objects=tuple(kept)), tuple(rejected)
+
+
+def emptied_image(image: AnnotatedImage, kept: int, dropped: Sequence[Rejection],
+                  keep_empty: bool) -> Optional[Rejection]:
+    """The NoAnnotations row of an image that had objects and kept none once converted (a center
+    crop cut them all off), when images without objects are skipped; None if it is written.
+    `dropped` are its objects' rows, which count the objects: the image's row does not take
+    them again (transforms/inputs/rejected_objects.py)."""
+    if kept or not image.objects or keep_empty:
+        return None
+    errors = sorted({row.error for row in dropped})
+    how = ("objects were cut off by the center crop" if errors == [BoxCroppedAway.__name__]
+           else f"objects were dropped as it was converted ({', '.join(errors)})")
+    return Rejection.from_exception(image.path, NoAnnotations(no_objects_reason(len(dropped), how)))

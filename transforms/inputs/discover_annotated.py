@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import apache_beam as beam
 import ijson
@@ -112,9 +112,15 @@ def one_file(element: tuple[str, Iterable[CocoImage]]):
         yield listing.id, ("refused", listing)
 
 
-def coco_image(element: tuple[int, dict], label_map: dict[str, int], keep_empty: bool):
+def category_names(label_map: Mapping[str, int]) -> dict[int, str]:
+    """A COCO label map {name: category id} → {category id: name}: made once, when the pipeline
+    is built, and shipped with `coco_image` to each worker."""
+    return {category_id: name for name, category_id in label_map.items()}
+
+
+def coco_image(element: tuple[int, dict], names: Mapping[int, str], keep_empty: bool):
     """One image id's listings and annotations → a Candidate and the rejections (coco_image_group);
-    the annotations of an id whose file was refused are dropped as such."""
+    the annotations of an id whose file was refused are dropped as such. `names`: category_names."""
     _, grouped = element
     listings = [listing for kind, listing in grouped["listings"] if kind == "image"]
     annotations = list(grouped["annotations"])
@@ -123,7 +129,6 @@ def coco_image(element: tuple[int, dict], label_map: dict[str, int], keep_empty:
         annotations = []
         if not listings:
             return
-    names = {category_id: name for name, category_id in label_map.items()}
     image, rejections = coco_image_group(listings, annotations, names, keep_empty)
     yield from _tagged(rejections)
     if image is not None:
@@ -169,7 +174,8 @@ class DiscoverAnnotated(beam.PTransform):
         spec = self._spec
         keep_empty = spec.keep_empty_images
         if spec.resolved_kind == "coco":
-            label_map = pbegin | "Categories" >> beam.Create([coco_categories(spec.path, spec.class_names)])
+            categories = coco_categories(spec.path, spec.class_names)
+            label_map = pbegin | "Categories" >> beam.Create([categories])
             rows = (pbegin
                     | "AnnotationFile" >> beam.Create([spec.path])
                     | "ReadCoco" >> beam.ParDo(_ReadCoco(spec.images_root, self._with_masks)).with_outputs(
@@ -179,7 +185,7 @@ class DiscoverAnnotated(beam.PTransform):
                         | "OneListingPerFile" >> beam.FlatMap(one_file).with_outputs(REJECTED, main="listings"))
             found = ({"listings": listings.listings, "annotations": rows.annotations}
                      | "ByImageId" >> beam.CoGroupByKey()
-                     | "Images" >> beam.FlatMap(coco_image, beam.pvalue.AsSingleton(label_map), keep_empty)
+                     | "Images" >> beam.FlatMap(coco_image, category_names(categories), keep_empty)
                      .with_outputs(REJECTED, main="candidates"))
             rejected = (rows[REJECTED], listings[REJECTED], found[REJECTED]) | "CocoRejections" >> beam.Flatten()
         else:

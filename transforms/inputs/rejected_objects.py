@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 
-from transforms.inputs.annotations import OBJECT_STAGE, ObjectAnnotation, dropped_with_image
+from transforms.inputs.annotations import OBJECT_STAGE, NoAnnotations, ObjectAnnotation, dropped_with_image
 from transforms.refs import Batch
 from transforms.rejections import Rejection
 
@@ -25,6 +25,12 @@ def objects_by_path(batch: Batch) -> Iterator[tuple[str, tuple[ObjectAnnotation,
         objects = candidate.annotations.objects if candidate.annotations is not None else ()
         if objects:
             yield candidate.path, tuple(dataclasses.replace(obj, segmentation=None) for obj in objects)
+
+
+def takes_its_objects(rejection: Rejection) -> bool:
+    """Whether a rejection is an image's whose objects go with it. An image skipped for having
+    no objects left (`emptied_image`) had each object dropped with its own row already."""
+    return rejection.stage != OBJECT_STAGE and rejection.error != NoAnnotations.__name__
 
 
 def rows_of_rejected(element: tuple[str, dict[str, Iterable]]) -> Iterator[Rejection]:
@@ -45,7 +51,7 @@ class ObjectsOfRejectedImages(beam.PTransform):
         candidates, rejected = inputs
         objects = candidates | "ObjectsByPath" >> beam.FlatMap(objects_by_path)
         images = (rejected
-                  | "ImageRejections" >> beam.Filter(lambda r: r.stage != OBJECT_STAGE)
+                  | "ImageRejections" >> beam.Filter(takes_its_objects)
                   | "ByPath" >> beam.Map(lambda r: (r.path, r)))
         return ({"objects": objects, "rejected": images}
                 | "JoinOnPath" >> beam.CoGroupByKey()

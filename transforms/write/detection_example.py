@@ -25,6 +25,7 @@ from transforms.write.example import EncodedRecord, FeatureValue, ListFeature, e
 IMAGE_KEY = "image/encoded"
 BOX_KEYS = ("image/object/bbox/xmin", "image/object/bbox/ymin", "image/object/bbox/xmax", "image/object/bbox/ymax")
 MASK_KEY = "image/object/mask"
+VOC_KEYS = {"difficult": "image/object/difficult", "truncated": "image/object/truncated"}  # role → key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +62,12 @@ def place_objects(image: AnnotatedImage, where: Placement, min_visible: float,
     return tuple(placed), tuple(rejected)
 
 
-def detection_feature_spec(spec: ImageSpec, keys: FeatureKeys, masks: bool = False) -> dict[str, dict]:
-    """metadata.json's parse spec of detection records: the image (its own size per record
-    unless resized), and per object lists (`kind: var_len`) a reader parses as ragged tensors;
-    with `masks`, the objects' PNG masks."""
+def detection_feature_spec(spec: ImageSpec, keys: FeatureKeys, masks: bool = False,
+                           voc_fields: bool = False) -> dict[str, dict]:
+    """metadata.json's parse spec of detection records, every feature `detection_record` writes:
+    the image (its own size per record unless resized), and per object lists (`kind: var_len`)
+    a reader parses as ragged tensors; with `masks`, the objects' PNG masks; with `voc_fields`,
+    VOC's difficult and truncated flags."""
     def objects(role: str, dtype: str) -> dict:
         return {"role": role, "dtype": dtype, "kind": "var_len"}
 
@@ -82,6 +85,7 @@ def detection_feature_spec(spec: ImageSpec, keys: FeatureKeys, masks: bool = Fal
         "image/object/is_crowd": objects("is_crowd", "int64"),
         "image/object/area": objects("area", "float32"),
         MASK_KEY: objects("mask", "string") if masks else None,
+        **{key: objects(role, "int64") if voc_fields else None for role, key in VOC_KEYS.items()},
         keys.source_path: {"role": "source_path", "dtype": "string"},
         keys.content_hash: {"role": "content_hash", "dtype": "string"},
     }
@@ -91,6 +95,12 @@ def detection_feature_spec(spec: ImageSpec, keys: FeatureKeys, masks: bool = Fal
 def masks_recorded(config: Mapping) -> bool:
     """Whether a dataset's recorded config (metadata.json's `config`) wrote masks."""
     return bool((config.get("annotations") or {}).get("masks"))
+
+
+def voc_fields_recorded(config: Mapping) -> bool:
+    """Whether a dataset's recorded config read a VOC folder (ConversionSpec.to_dict records a
+    COCO or VOC input's resolved kind), so its records hold VOC's difficult and truncated flags."""
+    return (config.get("input") or {}).get("kind") == "voc"
 
 
 def _text(value: str) -> bytes:
@@ -122,7 +132,7 @@ def detection_record(encoded: bytes, image_format: str, size: tuple[int, int], i
     if with_masks:
         features[MASK_KEY] = ListFeature("bytes", tuple(obj.mask for obj in objects))
     if voc_fields:
-        features["image/object/difficult"] = ListFeature("int64", tuple(obj.difficult for obj in objects))
-        features["image/object/truncated"] = ListFeature("int64", tuple(obj.truncated for obj in objects))
+        features.update({key: ListFeature("int64", tuple(getattr(obj, role) for obj in objects))
+                         for role, key in VOC_KEYS.items()})
     return encode_record(features, IMAGE_KEY)
 

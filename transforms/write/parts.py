@@ -28,7 +28,7 @@ from transforms.images import limits
 from transforms.images.geometry import GeometryError
 from transforms.images.process import image_to_record
 from transforms.images.process_detection import Detection, detection_from_previous, detection_to_record
-from transforms.inputs.annotations import annotation_digest
+from transforms.inputs.annotations import annotation_digest, emptied_image
 from transforms.inputs.labels import label_list
 from transforms.plan.split import num_shards_for, order_in_shard
 from transforms.refs import PlannedImage
@@ -60,6 +60,7 @@ class WriterSettings:
     source_root: str = ""  # records name their image below this folder; "": by its path as found
     objects: AnnotationSpec = AnnotationSpec()  # COCO and VOC images: masks, min_visible
     voc_fields: bool = False  # VOC's difficult and truncated flags in the records
+    keep_empty: bool = True  # COCO/VOC: write an image whose objects conversion dropped them all
 
     def record_path(self, path: str) -> str:
         """What a record's source_path holds for the image at `path`."""
@@ -149,11 +150,13 @@ class ShardResult:
 
 
 def record_digest(image: ImageSpec, keys: FeatureKeys, versions: dict[str, str], source_root: str = "",
-                  objects: Optional[AnnotationSpec] = None) -> str:
-    """Everything besides the image and its fields that decides a record's bytes (`objects`:
-    what detection records hold beyond boxes)."""
+                  objects: Optional[AnnotationSpec] = None, keep_empty: bool = True) -> str:
+    """Everything besides the image and its fields that decides a record's bytes, or whether it
+    is written (`objects`: what detection records hold beyond boxes; `keep_empty`: whether an
+    image whose objects a crop cut off is)."""
     settings = {"image": dataclasses.asdict(image), "keys": dataclasses.asdict(keys), "versions": versions,
-                "source_root": source_root, **({"objects": dataclasses.asdict(objects)} if objects else {})}
+                "source_root": source_root,
+                **({"objects": dataclasses.asdict(objects), "keep_empty": keep_empty} if objects else {})}
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -255,9 +258,10 @@ def without_reuse(task: PartTask) -> PartTask:
 @dataclasses.dataclass(frozen=True)
 class Converted:
     """One image's record; `labels`: the class of each thing it counts (the image's label, or
-    each object's class); `dropped`: the rows of objects left out of it."""
+    each object's class); `dropped`: the rows of objects left out of it, and the image's own row
+    when it is not written (`record` None: a crop left it no objects, --no_keep_empty_images)."""
 
-    record: EncodedRecord
+    record: Optional[EncodedRecord]
     reused: bool
     labels: tuple[str, ...]
     dropped: tuple[Rejection, ...] = ()
@@ -272,6 +276,9 @@ def detection_converted(make: Callable[..., Detection], data: bytes, image: Plan
            (keys.content_hash, source.content_hash.encode("ascii")))
     record, objects, dropped = make(data, source.header, source.annotations, settings.image, settings.objects,
                                     settings.voc_fields, {key: value for key, value in own if key})
+    skipped = emptied_image(source.annotations, len(objects), dropped, settings.keep_empty)
+    if skipped is not None:
+        return Converted(None, reused, (), (*dropped, skipped))
     return Converted(record, reused, tuple(obj.text for obj in objects), dropped)
 
 
@@ -356,6 +363,8 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
                 continue
             record, was_reused = converted.record, converted.reused
             rejections.extend(dataclasses.replace(row, split=split) for row in converted.dropped)
+            if record is None:
+                continue
             entry = IndexEntry(offset, tfrecord.write_record(handle, record.data),
                                image.source.content_hash, record.image_offset, record.image_length)
             if was_reused:
