@@ -208,3 +208,12 @@ def test_multilabel_csv_and_jsonl_lines(tmp_path):
             parse_labels_line(bad, layout, manifest)
     with pytest.raises(ManifestError, match="names no path column"):
         multilabel_layout("path,label", "csv")
+
+
+def test_an_images_objects_keep_the_files_order_past_ten_annotations(tmp_path):
+    """create_coco_tf_record.py writes objects in the file's order; sorting entries by their place's
+    text put annotations[10] before annotations[8]."""
+    boxes = [[i * 8, 0, 4, 4] for i in range(12)]
+    path = write_coco(tmp_path, [image(1)], [annotation(100 + i, 1, box) for i, box in enumerate(boxes)])
+    (only,) = annotated_images(path)[1]
+    assert [o.ref for o in only.objects] == [f"annotation {100 + i}" for i in range(12)]
