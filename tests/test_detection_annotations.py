@@ -160,8 +160,8 @@ def voc_file(tmp_path, text: str) -> tuple[bytes, str]:
 
 def test_voc_boxes_are_one_based_and_inclusive():
     xml = SAMPLE / "voc" / "Annotations" / "000003.xml"
-    parsed, names = parse_voc(xml.read_bytes(), str(xml))
-    assert names == ["square", "triangle"]
+    parsed, names, malformed = parse_voc(xml.read_bytes(), str(xml))
+    assert names == ["square", "triangle"] and malformed == ()
     assert parsed.path == str(SAMPLE / "voc" / "JPEGImages" / "000003.jpg") and parsed.source_id == "000003"
     assert [(o.text, o.box) for o in parsed.objects] == [("triangle", (20.0, 12.0, 60.0, 52.0)),
                                                           ("square", (62.0, 2.0, 78.0, 18.0))]
@@ -171,6 +171,20 @@ def test_voc_boxes_are_one_based_and_inclusive():
     assert [(o.label, o.text) for o in labelled.objects] == [(2, "triangle")]
     assert reasons(rejected) == [("UnknownCategory", "object 2 ('square'): class 'square' is not one of the 1 "
                                                      "configured classes")]
+
+
+def test_a_malformed_voc_object_is_dropped_and_the_others_go_on(tmp_path):
+    """As a malformed COCO entry is: one <object> without a numeric box is a row of its own, and
+    the file's other objects are kept (refusing the image lost them from the object counts)."""
+    obj = "<object><name>cat</name><bndbox><xmin>{}</xmin><ymin>2</ymin><xmax>9</xmax><ymax>9</ymax></bndbox></object>"
+    data, xml_path = voc_file(tmp_path, "<annotation><filename>a.jpg</filename><size><width>20</width><height>20"
+                                        "</height></size>" + obj.format(2) + obj.format("x") + obj.format(3)
+                                        + "<object><bndbox/></object></annotation>")
+    parsed, names, malformed = parse_voc(data, xml_path)
+    assert [o.ref for o in parsed.objects] == ["object 1", "object 3"] and names == ["cat"]
+    assert [(r.error, r.stage, r.path, r.message) for r in malformed] == [
+        ("AnnotationFileProblem", "object", parsed.path, f"{xml_path}: object 2: <bndbox/xmin> is 'x', not a number"),
+        ("AnnotationFileProblem", "object", parsed.path, f"{xml_path}: object 4: no <name>")]
 
 
 BOMB = """<?xml version="1.0"?>
@@ -185,8 +199,6 @@ EXTERNAL = """<?xml version="1.0"?><!DOCTYPE a [<!ENTITY e SYSTEM "file:///etc/p
     ("<annotation><size>", "not readable XML: ParseError"),
     ("<notvoc/>", "the root element is <notvoc>"),
     ("<annotation><size><width>10</width></size></annotation>", "no <size/height>"),
-    ("<annotation><size><width>10</width><height>8</height></size><object><name>a</name><bndbox><xmin>x</xmin>"
-     "</bndbox></object></annotation>", "object 1: <bndbox/xmin> is 'x', not a number"),
 ])
 def test_a_voc_file_that_cannot_be_read_is_refused_with_its_reason(tmp_path, text, message):
     from transforms.inputs.annotations import AnnotationFileProblem

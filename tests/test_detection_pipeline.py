@@ -197,6 +197,21 @@ def test_voc_folder_records(tmp_path):
     assert (tmp_path / "out" / "label_map.csv").read_text() == "1,square\n2,triangle\n"
 
 
+def test_voc_objects_reconcile_when_one_is_malformed(tmp_path):
+    """Objects in the XML files = objects written + objects dropped, a malformed <object> included:
+    it is dropped with its reason and its image's other objects are written."""
+    voc = tmp_path / "voc"
+    shutil.copytree(DETECTION / "voc", voc)
+    xml = voc / "Annotations" / "000003.xml"
+    xml.write_text(xml.read_text().replace("<xmin>21</xmin>", "<xmin>twenty</xmin>", 1))
+    metadata = run_pipeline(voc, tmp_path / "out", "--split_ratios=1,0,0")
+    annotated = sum(path.read_text().count("<object>") for path in (voc / "Annotations").glob("*.xml"))
+    assert metadata.inputs.rejected == 0 and metadata.objects.dropped == {"AnnotationFileProblem": 1}
+    assert sum(metadata.objects.written.values()) + 1 == annotated == 5
+    (row,) = [row for row in dead_letters(tmp_path / "out") if row["stage"] == "object"]
+    assert row["path"].endswith("000003.jpg") and "object 1: <bndbox/xmin> is 'twenty'" in row["message"]
+
+
 def test_detection_usage_errors_exit_2(tmp_path, capsys):
     from pipeline.run import main
 

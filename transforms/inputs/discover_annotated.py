@@ -141,13 +141,17 @@ def voc_files(root: str) -> list[str]:
 
 
 def parse_voc_file(xml_path: str):
-    """One XML file → (its image, its class names) or the rejection of the image it names."""
+    """One XML file → (its image, its class names) and its malformed objects' rows, or the
+    rejection of the image it names."""
     stem = posixpath.splitext(posixpath.basename(xml_path))[0]
     try:
-        yield parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
+        image, names, malformed = parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
     except InputRejected as exc:  # not VOC, too large, unreadable: the image it names is refused
         yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(
             voc_image_path(xml_path, f"{stem}.jpg"), AnnotationFileProblem(f"{xml_path}: {exc}")))
+        return
+    yield image, names
+    yield from _tagged(malformed)
 
 
 def voc_image(parsed: tuple[AnnotatedImage, list[str]], label_map: dict[str, int], keep_empty: bool):
