@@ -11,7 +11,7 @@ from tests.helpers import REPO
 from transforms.inputs import coco
 from transforms.inputs.coco import AnnotationFileError, annotated_images, coco_rows
 from transforms.inputs.manifests import ManifestError, multilabel_layout, parse_labels_line
-from transforms.inputs.voc import labelled_voc_image, parse_voc, voc_label_map
+from transforms.inputs.voc import labelled_voc_image, one_annotation_file_per_image, parse_voc, voc_label_map
 from transforms.rejections import BadManifestLine
 
 pytestmark = pytest.mark.unit
@@ -185,6 +185,18 @@ def test_a_malformed_voc_object_is_dropped_and_the_others_go_on(tmp_path):
     assert [(r.error, r.stage, r.path, r.message) for r in malformed] == [
         ("AnnotationFileProblem", "object", parsed.path, f"{xml_path}: object 2: <bndbox/xmin> is 'x', not a number"),
         ("AnnotationFileProblem", "object", parsed.path, f"{xml_path}: object 4: no <name>")]
+
+
+def test_a_voc_image_two_files_name_is_refused_with_each_files_objects(tmp_path):
+    one = parse_voc(*voc_file(tmp_path, "<annotation><filename>a.jpg</filename><size><width>20</width><height>20"
+                                        "</height></size><object><name>cat</name><bndbox><xmin>2</xmin><ymin>2</ymin>"
+                                        "<xmax>9</xmax><ymax>9</ymax></bndbox></object></annotation>"))[:2]
+    assert one_annotation_file_per_image([one]) == (one, ())
+    kept, rows = one_annotation_file_per_image([one, one])
+    message = "a.jpg is named by 2 annotation files (<filename>a.jpg</filename>)"
+    assert kept is None and [(r.error, r.stage, r.path, r.message) for r in rows] == [
+        ("ImageListedTwice", "annotation", one[0].path, message),
+        ("ImageListedTwice", "object", one[0].path, f"object 1 ('cat'): dropped with its image: {message}")] * 2
 
 
 BOMB = """<?xml version="1.0"?>

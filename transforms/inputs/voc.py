@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import xml.etree.ElementTree as ElementTree
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import defusedxml
 import defusedxml.ElementTree
@@ -21,7 +21,9 @@ import defusedxml.ElementTree
 from transforms.inputs.annotations import (
     AnnotatedImage,
     AnnotationFileProblem,
+    ImageListedTwice,
     ObjectAnnotation,
+    dropped_with_image,
     finished_image,
     object_row,
 )
@@ -100,6 +102,21 @@ def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str], tu
     image = AnnotatedImage(image_path, posixpath.splitext(file_name)[0], file_name, int(width), int(height),
                            tuple(objects))
     return image, sorted({obj.text for obj in objects}), tuple(malformed)
+
+
+def one_annotation_file_per_image(parsed: Sequence[tuple[AnnotatedImage, list[str]]]
+                                  ) -> tuple[Optional[tuple[AnnotatedImage, list[str]]], tuple[Rejection, ...]]:
+    """One image's parsed XML files: two (a copied annotation file naming the same <filename>)
+    leave which boxes are its unknowable, so each listing is refused with its objects, as a COCO
+    file listed twice is."""
+    if len(parsed) == 1:
+        return parsed[0], ()
+    rows: list[Rejection] = []
+    for image, _ in parsed:
+        refused = Rejection.from_exception(image.path, ImageListedTwice(
+            f"{image.file_name} is named by {len(parsed)} annotation files (<filename>{image.file_name}</filename>)"))
+        rows += (refused, *dropped_with_image(image.objects, refused))
+    return None, tuple(rows)
 
 
 def labelled_voc_image(image: AnnotatedImage, label_map: dict[str, int],
