@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 
 import pytest
 
@@ -241,3 +242,13 @@ def test_an_images_objects_keep_the_files_order_past_ten_annotations(tmp_path):
     path = write_coco(tmp_path, [image(1)], [annotation(100 + i, 1, box) for i, box in enumerate(boxes)])
     (only,) = annotated_images(path)[1]
     assert [o.ref for o in only.objects] == [f"annotation {100 + i}" for i in range(12)]
+
+
+def test_a_voc_folder_whose_path_has_wildcard_characters_lists_its_files(tmp_path):
+    """Beam reads `[`, `*` and `?` in a match pattern as wildcards: `data[1]/Annotations/*.xml`
+    matched nothing, so such a VOC folder converted no image."""
+    from transforms.inputs.discover_annotated import voc_files
+
+    root = tmp_path / "voc[2012]?"
+    shutil.copytree(SAMPLE / "voc", root)
+    assert voc_files(str(root)) == [str(root / "Annotations" / f"00000{i}.xml") for i in (1, 2, 3)]

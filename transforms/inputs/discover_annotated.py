@@ -137,8 +137,8 @@ def _tagged(rejections: Iterable[Rejection]):
 
 
 def voc_files(root: str) -> list[str]:
-    """The folder's `Annotations/*.xml` files, in name order."""
-    pattern = posixpath.join(root, ANNOTATIONS, "*.xml")
+    """The folder's `Annotations/*.xml` files, in name order (the root taken literally)."""
+    pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "*.xml")
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
