@@ -69,7 +69,9 @@ class CocoAnnotation:
     image_id: int
     place: str  # where in the file: "ann/instances.json#annotations[17]"
     obj: ObjectAnnotation
-    index: int  # its position in `annotations`: an image's objects keep the file's order, as in the scripts
+    # Its position in `annotations`: an image's objects keep the file's order, as in the scripts (a
+    # stable sort: entries made without one keep the order they come in).
+    index: int = 0
 
 
 CocoRow = Union[tuple[int, str], CocoImage, CocoAnnotation, Rejection]
@@ -173,7 +175,7 @@ def coco_segmentation(value: object) -> Optional[Segmentation]:
     raise BadSegmentation(f"segmentation is neither polygons nor an RLE: {value!r:.200}")
 
 
-def coco_annotation(element: object, place: str, with_masks: bool, index: int) -> CocoAnnotation:
+def coco_annotation(element: object, place: str, with_masks: bool, index: int = 0) -> CocoAnnotation:
     """An annotation entry; `segmentation` is read only when masks are written."""
     if not isinstance(element, dict):
         raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
