@@ -175,7 +175,7 @@ def coco_segmentation(value: object) -> Optional[Segmentation]:
     raise BadSegmentation(f"segmentation is neither polygons nor an RLE: {value!r:.200}")
 
 
-def coco_annotation(element: object, place: str, with_masks: bool, index: int = 0) -> CocoAnnotation:
+def coco_annotation(element: object, place: str, with_masks: bool, index: int) -> CocoAnnotation:
     """An annotation entry; `segmentation` is read only when masks are written."""
     if not isinstance(element, dict):
         raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
