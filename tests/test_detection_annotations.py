@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 
 import pytest
 
@@ -12,7 +13,7 @@ from transforms.inputs import coco
 from transforms.inputs.annotations import ObjectAnnotation
 from transforms.inputs.coco import AnnotationFileError, annotated_images, coco_rows
 from transforms.inputs.manifests import ManifestError, multilabel_layout, parse_labels_line
-from transforms.inputs.voc import labelled_voc_image, parse_voc, voc_label_map
+from transforms.inputs.voc import labelled_voc_image, one_annotation_file_per_image, parse_voc, voc_label_map
 from transforms.rejections import BadManifestLine
 
 pytestmark = pytest.mark.unit
@@ -175,8 +176,8 @@ def voc_file(tmp_path, text: str) -> tuple[bytes, str]:
 
 def test_voc_boxes_are_one_based_and_inclusive():
     xml = SAMPLE / "voc" / "Annotations" / "000003.xml"
-    parsed, names = parse_voc(xml.read_bytes(), str(xml))
-    assert names == ["square", "triangle"]
+    parsed, names, malformed = parse_voc(xml.read_bytes(), str(xml))
+    assert names == ["square", "triangle"] and malformed == ()
     assert parsed.path == str(SAMPLE / "voc" / "JPEGImages" / "000003.jpg") and parsed.source_id == "000003"
     assert [(o.text, o.box) for o in parsed.objects] == [("triangle", (20.0, 12.0, 60.0, 52.0)),
                                                           ("square", (62.0, 2.0, 78.0, 18.0))]
@@ -186,6 +187,32 @@ def test_voc_boxes_are_one_based_and_inclusive():
     assert [(o.label, o.text) for o in labelled.objects] == [(2, "triangle")]
     assert reasons(rejected) == [("UnknownCategory", "object 2 ('square'): class 'square' is not one of the 1 "
                                                      "configured classes")]
+
+
+def test_a_malformed_voc_object_is_dropped_and_the_others_go_on(tmp_path):
+    """As a malformed COCO entry is: one <object> without a numeric box is a row of its own, and
+    the file's other objects are kept (refusing the image lost them from the object counts)."""
+    obj = "<object><name>cat</name><bndbox><xmin>{}</xmin><ymin>2</ymin><xmax>9</xmax><ymax>9</ymax></bndbox></object>"
+    data, xml_path = voc_file(tmp_path, "<annotation><filename>a.jpg</filename><size><width>20</width><height>20"
+                                        "</height></size>" + obj.format(2) + obj.format("x") + obj.format(3)
+                                        + "<object><bndbox/></object></annotation>")
+    parsed, names, malformed = parse_voc(data, xml_path)
+    assert [o.ref for o in parsed.objects] == ["object 1", "object 3"] and names == ["cat"]
+    assert [(r.error, r.stage, r.path, r.message) for r in malformed] == [
+        ("AnnotationFileProblem", "object", parsed.path, f"{xml_path}: object 2: <bndbox/xmin> is 'x', not a number"),
+        ("AnnotationFileProblem", "object", parsed.path, f"{xml_path}: object 4: no <name>")]
+
+
+def test_a_voc_image_two_files_name_is_refused_with_each_files_objects(tmp_path):
+    one = parse_voc(*voc_file(tmp_path, "<annotation><filename>a.jpg</filename><size><width>20</width><height>20"
+                                        "</height></size><object><name>cat</name><bndbox><xmin>2</xmin><ymin>2</ymin>"
+                                        "<xmax>9</xmax><ymax>9</ymax></bndbox></object></annotation>"))[:2]
+    assert one_annotation_file_per_image([one]) == (one, ())
+    kept, rows = one_annotation_file_per_image([one, one])
+    message = "a.jpg is named by 2 annotation files (<filename>a.jpg</filename>)"
+    assert kept is None and [(r.error, r.stage, r.path, r.message) for r in rows] == [
+        ("ImageListedTwice", "annotation", one[0].path, message),
+        ("ImageListedTwice", "object", one[0].path, f"object 1 ('cat'): dropped with its image: {message}")] * 2
 
 
 BOMB = """<?xml version="1.0"?>
@@ -200,8 +227,6 @@ EXTERNAL = """<?xml version="1.0"?><!DOCTYPE a [<!ENTITY e SYSTEM "file:///etc/p
     ("<annotation><size>", "not readable XML: ParseError"),
     ("<notvoc/>", "the root element is <notvoc>"),
     ("<annotation><size><width>10</width></size></annotation>", "no <size/height>"),
-    ("<annotation><size><width>10</width><height>8</height></size><object><name>a</name><bndbox><xmin>x</xmin>"
-     "</bndbox></object></annotation>", "object 1: <bndbox/xmin> is 'x', not a number"),
 ])
 def test_a_voc_file_that_cannot_be_read_is_refused_with_its_reason(tmp_path, text, message):
     from transforms.inputs.annotations import AnnotationFileProblem
@@ -223,3 +248,22 @@ def test_multilabel_csv_and_jsonl_lines(tmp_path):
             parse_labels_line(bad, layout, manifest)
     with pytest.raises(ManifestError, match="names no path column"):
         multilabel_layout("path,label", "csv")
+
+
+def test_an_images_objects_keep_the_files_order_past_ten_annotations(tmp_path):
+    """create_coco_tf_record.py writes objects in the file's order; sorting entries by their place's
+    text put annotations[10] before annotations[8]."""
+    boxes = [[i * 8, 0, 4, 4] for i in range(12)]
+    path = write_coco(tmp_path, [image(1)], [annotation(100 + i, 1, box) for i, box in enumerate(boxes)])
+    (only,) = annotated_images(path)[1]
+    assert [o.ref for o in only.objects] == [f"annotation {100 + i}" for i in range(12)]
+
+
+def test_a_voc_folder_whose_path_has_wildcard_characters_lists_its_files(tmp_path):
+    """Beam reads `[`, `*` and `?` in a match pattern as wildcards: `data[1]/Annotations/*.xml`
+    matched nothing, so such a VOC folder converted no image."""
+    from transforms.inputs.discover_annotated import voc_files
+
+    root = tmp_path / "voc[2012]?"
+    shutil.copytree(SAMPLE / "voc", root)
+    assert voc_files(str(root)) == [str(root / "Annotations" / f"00000{i}.xml") for i in (1, 2, 3)]

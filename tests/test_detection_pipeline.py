@@ -232,6 +232,37 @@ def test_voc_folder_records(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_voc_objects_reconcile_when_one_is_malformed(tmp_path):
+    """Objects in the XML files = objects written + objects dropped, a malformed <object> included:
+    it is dropped with its reason and its image's other objects are written."""
+    voc = tmp_path / "voc"
+    shutil.copytree(DETECTION / "voc", voc)
+    xml = voc / "Annotations" / "000003.xml"
+    xml.write_text(xml.read_text().replace("<xmin>21</xmin>", "<xmin>twenty</xmin>", 1))
+    metadata = run_pipeline(voc, tmp_path / "out", "--split_ratios=1,0,0")
+    annotated = sum(path.read_text().count("<object>") for path in (voc / "Annotations").glob("*.xml"))
+    assert metadata.inputs.rejected == 0 and metadata.objects.dropped == {"AnnotationFileProblem": 1}
+    assert sum(metadata.objects.written.values()) + 1 == annotated == 5
+    (row,) = [row for row in dead_letters(tmp_path / "out") if row["stage"] == "object"]
+    assert row["path"].endswith("000003.jpg") and "object 1: <bndbox/xmin> is 'twenty'" in row["message"]
+
+
+def test_a_voc_image_named_by_two_annotation_files_is_refused(tmp_path):
+    """Two XML files naming one image (a copied annotation file) are two listings of one file, as
+    in COCO: which boxes are its is unknowable, so both are refused with their objects, not written
+    as two records of one image with different boxes and one source id."""
+    voc = tmp_path / "voc"
+    shutil.copytree(DETECTION / "voc", voc)
+    original = (voc / "Annotations" / "000001.xml").read_text()
+    (voc / "Annotations" / "000001_copy.xml").write_text(original.replace("<xmin>9</xmin>", "<xmin>12</xmin>", 1))
+    metadata = run_pipeline(voc, tmp_path / "out", "--max_error_fraction=1", "--split_ratios=1,0,0")
+    assert sorted(r["image/source_id"] for r in records(tmp_path / "out")) == [b"000002", b"000003"]
+    assert metadata.inputs.total == 4 and metadata.inputs.rejected_by_error == {"ImageListedTwice": 2}
+    assert metadata.objects.dropped == {"ImageListedTwice": 4}  # two objects in each file
+    annotated = sum(path.read_text().count("<object>") for path in (voc / "Annotations").glob("*.xml"))
+    assert sum(metadata.objects.written.values()) + 4 == annotated
+
+
 def test_detection_usage_errors_exit_2(tmp_path, capsys):
     from pipeline.run import main
 

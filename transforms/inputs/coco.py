@@ -69,6 +69,9 @@ class CocoAnnotation:
     image_id: int
     place: str  # where in the file: "ann/instances.json#annotations[17]"
     obj: ObjectAnnotation
+    # Its position in `annotations`: an image's objects keep the file's order, as in the scripts (a
+    # stable sort: entries made without one keep the order they come in).
+    index: int = 0
 
 
 CocoRow = Union[tuple[int, str], CocoImage, CocoAnnotation, Rejection]
@@ -172,7 +175,7 @@ def coco_segmentation(value: object) -> Optional[Segmentation]:
     raise BadSegmentation(f"segmentation is neither polygons nor an RLE: {value!r:.200}")
 
 
-def coco_annotation(element: object, place: str, with_masks: bool) -> CocoAnnotation:
+def coco_annotation(element: object, place: str, with_masks: bool, index: int) -> CocoAnnotation:
     """An annotation entry; `segmentation` is read only when masks are written."""
     if not isinstance(element, dict):
         raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
@@ -195,7 +198,7 @@ def coco_annotation(element: object, place: str, with_masks: bool) -> CocoAnnota
         except BadSegmentation as exc:
             raise BadSegmentation(f"{ref} (image {image_id}): {exc}") from None
     return CocoAnnotation(image_id, place, ObjectAnnotation(ref, (x, y, x + w, y + h), category_id, "", crowd,
-                                                            float(area), segmentation))
+                                                            float(area), segmentation), index)
 
 
 def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = False) -> Iterator[CocoRow]:
@@ -211,7 +214,7 @@ def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = F
             elif array == "images":
                 yield coco_image(element, place, path, images_root)
             else:
-                yield coco_annotation(element, place, with_masks)
+                yield coco_annotation(element, place, with_masks, index)
         except InputRejected as exc:
             if array == "categories":
                 raise AnnotationFileError(f"categories[{index}]: {exc}") from None
@@ -243,7 +246,7 @@ def coco_image_group(listings: Iterable[CocoImage], annotations: Iterable[CocoAn
     """One image id's listings and annotations → the image with its objects (or None), and
     the rejections: the image listed twice, annotations without an image, unknown categories,
     boxes that do not fit the image."""
-    listings, annotations = list(listings), sorted(annotations, key=lambda a: a.place)
+    listings, annotations = list(listings), sorted(annotations, key=lambda a: a.index)
     if not listings:
         return None, orphans(annotations, MissingImage, "which the file does not list")
     if len(listings) > 1:

@@ -7,8 +7,9 @@ steps whose output is what `DiscoverImages` gives for class folders: batches of 
 COCO: one worker streams the file (JSON cannot be split), images are grouped by file (a file
 listed twice is refused), then images and annotations by image id. The label map is the
 file's categories, ids kept, read by the driver before the pipeline (`coco_categories`), so a
-bad category is a usage error. VOC: every `Annotations/*.xml` is parsed on the workers; the
-label map is the distinct class names, ids 1..N in sorted order (or `class_names`' order).
+bad category is a usage error. VOC: every `Annotations/*.xml` is parsed on the workers, and an image two
+files name is refused; the label map is the distinct class names of every file, ids 1..N in
+sorted order (or `class_names`' order).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from transforms.inputs.voc import (
     ANNOTATIONS,
     MAX_XML_BYTES,
     labelled_voc_image,
+    one_annotation_file_per_image,
     parse_voc,
     voc_image_path,
     voc_label_map,
@@ -140,19 +142,31 @@ def _tagged(rejections: Iterable[Rejection]):
 
 
 def voc_files(root: str) -> list[str]:
-    """The folder's `Annotations/*.xml` files, in name order."""
-    pattern = posixpath.join(root, ANNOTATIONS, "*.xml")
+    """The folder's `Annotations/*.xml` files, in name order (the root taken literally)."""
+    pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "*.xml")
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
 def parse_voc_file(xml_path: str):
-    """One XML file → (its image, its class names) or the rejection of the image it names."""
+    """One XML file → (its image, its class names) and its malformed objects' rows, or the
+    rejection of the image it names."""
     stem = posixpath.splitext(posixpath.basename(xml_path))[0]
     try:
-        yield parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
+        image, names, malformed = parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
     except InputRejected as exc:  # not VOC, too large, unreadable: the image it names is refused
         yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(
             voc_image_path(xml_path, f"{stem}.jpg"), AnnotationFileProblem(f"{xml_path}: {exc}")))
+        return
+    yield image, names
+    yield from _tagged(malformed)
+
+
+def one_xml_per_image(element: tuple[str, Iterable[tuple[AnnotatedImage, list[str]]]]):
+    """One image file's parsed XML files → the one, or the rejections of them all."""
+    kept, rejections = one_annotation_file_per_image(list(element[1]))
+    yield from _tagged(rejections)
+    if kept is not None:
+        yield kept
 
 
 def voc_image(parsed: tuple[AnnotatedImage, list[str]], label_map: dict[str, int], keep_empty: bool):
@@ -198,9 +212,13 @@ class DiscoverAnnotated(beam.PTransform):
                          | "ClassNames" >> beam.Map(lambda found: found[1])
                          | "DistinctNames" >> beam.CombineGlobally(DistinctFn())
                          | "VocLabelMap" >> beam.Map(voc_labels, spec.class_names))
-            found = parsed.parsed | "Images" >> beam.FlatMap(
+            listed = (parsed.parsed
+                      | "ByImageFile" >> beam.Map(lambda found: (found[0].path, found))
+                      | "ImageFiles" >> beam.GroupByKey()
+                      | "OneXmlPerImage" >> beam.FlatMap(one_xml_per_image).with_outputs(REJECTED, main="parsed"))
+            found = listed.parsed | "Images" >> beam.FlatMap(
                 voc_image, beam.pvalue.AsSingleton(label_map), keep_empty).with_outputs(REJECTED, main="candidates")
-            rejected = (parsed[REJECTED], found[REJECTED]) | "VocRejections" >> beam.Flatten()
+            rejected = (parsed[REJECTED], listed[REJECTED], found[REJECTED]) | "VocRejections" >> beam.Flatten()
         candidates = (found.candidates
                       | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=BATCH)
                       | "AsBatches" >> beam.Map(Batch))

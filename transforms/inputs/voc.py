@@ -13,12 +13,20 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import xml.etree.ElementTree as ElementTree
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import defusedxml
 import defusedxml.ElementTree
 
-from transforms.inputs.annotations import AnnotatedImage, AnnotationFileProblem, ObjectAnnotation, finished_image
+from transforms.inputs.annotations import (
+    AnnotatedImage,
+    AnnotationFileProblem,
+    ImageListedTwice,
+    ObjectAnnotation,
+    dropped_with_image,
+    finished_image,
+    object_row,
+)
 from transforms.rejections import Rejection
 
 ANNOTATIONS, IMAGES = "Annotations", "JPEGImages"
@@ -60,9 +68,11 @@ def voc_image_path(xml_path: str, file_name: str) -> str:
     return posixpath.join(root, IMAGES, file_name)
 
 
-def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str]]:
-    """One XML file → its image (objects labelled 0 until the label map is known) and the class
-    names it uses. A file that is not VOC raises AnnotationFileProblem."""
+def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str], tuple[Rejection, ...]]:
+    """One XML file → its image (objects labelled 0 until the label map is known), the class
+    names it uses, and the rows of its malformed objects (dropped, as a malformed COCO entry is,
+    so the image's other objects go on and are counted). A file that is not VOC raises
+    AnnotationFileProblem."""
     if len(data) > MAX_XML_BYTES:
         raise AnnotationFileProblem(f"{len(data)} bytes, more than a VOC annotation's {MAX_XML_BYTES}")
     try:
@@ -76,20 +86,37 @@ def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str]]:
     width, height = _number(root, "size/width"), _number(root, "size/height")
     if width != int(width) or height != int(height) or width < 1 or height < 1:
         raise AnnotationFileProblem(f"<size> is {width:g}x{height:g}, not a positive whole number of pixels")
-    objects = []
+    image_path = voc_image_path(xml_path, file_name)
+    objects, malformed = [], []
     for index, element in enumerate(root.findall("object"), start=1):
         ref = f"object {index}"
         try:
             name = _text(element, "name")
             xmin, ymin, xmax, ymax = (_number(element, f"bndbox/{side}") for side in ("xmin", "ymin", "xmax", "ymax"))
         except AnnotationFileProblem as exc:
-            raise AnnotationFileProblem(f"{ref}: {exc}") from None
+            malformed.append(object_row(image_path, AnnotationFileProblem(f"{xml_path}: {ref}: {exc}")))
+            continue
         box = (xmin - 1, ymin - 1, xmax, ymax)
         objects.append(ObjectAnnotation(ref, box, 0, name, 0, (box[2] - box[0]) * (box[3] - box[1]),
                                         difficult=_flag(element, "difficult"), truncated=_flag(element, "truncated")))
-    image = AnnotatedImage(voc_image_path(xml_path, file_name), posixpath.splitext(file_name)[0], file_name,
-                           int(width), int(height), tuple(objects))
-    return image, sorted({obj.text for obj in objects})
+    image = AnnotatedImage(image_path, posixpath.splitext(file_name)[0], file_name, int(width), int(height),
+                           tuple(objects))
+    return image, sorted({obj.text for obj in objects}), tuple(malformed)
+
+
+def one_annotation_file_per_image(parsed: Sequence[tuple[AnnotatedImage, list[str]]]
+                                  ) -> tuple[Optional[tuple[AnnotatedImage, list[str]]], tuple[Rejection, ...]]:
+    """One image's parsed XML files: two (a copied annotation file naming the same <filename>)
+    leave which boxes are its unknowable, so each listing is refused with its objects, as a COCO
+    file listed twice is."""
+    if len(parsed) == 1:
+        return parsed[0], ()
+    rows: list[Rejection] = []
+    for image, _ in parsed:
+        refused = Rejection.from_exception(image.path, ImageListedTwice(
+            f"{image.file_name} is named by {len(parsed)} annotation files (<filename>{image.file_name}</filename>)"))
+        rows += (refused, *dropped_with_image(image.objects, refused))
+    return None, tuple(rows)
 
 
 def labelled_voc_image(image: AnnotatedImage, label_map: dict[str, int],
