@@ -189,6 +189,19 @@ def test_voc_boxes_are_one_based_and_inclusive():
                                                      "configured classes")]
 
 
+def test_a_voc_box_at_a_zero_based_edge_is_at_the_edge_and_one_past_it_is_outside(tmp_path):
+    """0-based tools write 0 for objects touching the left or top edge; -1 is outside either way."""
+    objects = "".join(f"<object><name>cat</name><bndbox><xmin>{x}</xmin><ymin>0</ymin><xmax>9</xmax>"
+                      f"<ymax>9</ymax></bndbox></object>" for x in (0, -1))
+    data, path = voc_file(tmp_path, f"<annotation><size><width>20</width><height>10</height></size>{objects}"
+                                    "</annotation>")
+    parsed, _, _ = parse_voc(data, path)
+    assert [o.box for o in parsed.objects] == [(0.0, 0.0, 9.0, 9.0), (-2.0, 0.0, 9.0, 9.0)]
+    labelled, rejected = labelled_voc_image(parsed, {"cat": 1})
+    assert [o.box for o in labelled.objects] == [(0.0, 0.0, 9.0, 9.0)]
+    assert [error for error, _ in reasons(rejected)] == ["BoxOutsideImage"]
+
+
 def test_a_malformed_voc_object_is_dropped_and_the_others_go_on(tmp_path):
     """As a malformed COCO entry is: one <object> without a numeric box is a row of its own, and
     the file's other objects are kept (refusing the image lost them from the object counts)."""

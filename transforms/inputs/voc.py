@@ -7,6 +7,8 @@ image, not a failed run: one bad file of 10,000 must not stop the others.
 VOC boxes are 1-based pixel indices, both ends included (`xmin=1, xmax=10` is the first ten
 pixels), so on the continuous grid a box spans [xmin - 1, xmax], as Detectron2 reads them.
 create_pascal_tf_record.py divides xmin by the width unshifted, one pixel right of this.
+Tools that write 0-based boxes put objects at the left or top edge at 0: that one pixel past
+the edge is taken as the edge (as create_pascal_tf_record.py reads it), not a box outside.
 """
 from __future__ import annotations
 
@@ -96,12 +98,17 @@ def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str], tu
         except AnnotationFileProblem as exc:
             malformed.append(object_row(image_path, AnnotationFileProblem(f"{xml_path}: {ref}: {exc}")))
             continue
-        box = (xmin - 1, ymin - 1, xmax, ymax)
+        box = (one_based_start(xmin), one_based_start(ymin), xmax, ymax)
         objects.append(ObjectAnnotation(ref, box, 0, name, 0, (box[2] - box[0]) * (box[3] - box[1]),
                                         difficult=_flag(element, "difficult"), truncated=_flag(element, "truncated")))
     image = AnnotatedImage(image_path, posixpath.splitext(file_name)[0], file_name, int(width), int(height),
                            tuple(objects))
     return image, sorted({obj.text for obj in objects}), tuple(malformed)
+
+
+def one_based_start(coordinate: float) -> float:
+    """A 1-based inclusive start on the continuous grid; 0 (a 0-based tool's edge) is the edge."""
+    return coordinate - 1 if coordinate >= 1 or coordinate < 0 else 0.0
 
 
 def one_annotation_file_per_image(parsed: Sequence[tuple[AnnotatedImage, list[str]]]
