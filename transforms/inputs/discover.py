@@ -365,7 +365,7 @@ def list_root(root: str, extensions: tuple[str, ...], output: Optional[OutputFol
                 yield beam.pvalue.TaggedOutput(LABELS, (found.label,))
             yield found
         return
-    matched = FileSystems.match([FileSystems.join(root.rstrip("/"), "**")])[0].metadata_list
+    matched = FileSystems.match([as_pattern(root.rstrip("/")) + "/**"])[0].metadata_list
     found = (f for f in (classify_remote(root, m.path, extensions) for m in matched) if f is not None)
     for item in batched(found):
         if isinstance(item, beam.pvalue.TaggedOutput):
