@@ -3,6 +3,7 @@
 compared with where transforms/images/geometry.py, boxes.py and masks.py put its box and mask."""
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -107,6 +108,8 @@ def test_center_crop_clips_boxes_and_drops_those_mostly_cut_off():
     assert [round(p.visible, 2) for p in placed] == [1.0, 0.5, 0.0, 0.6]
     assert [crop_problem(p, 0.5) is None for p in placed] == [True, True, False, True]
     assert crop_problem(placed[3], 0.7) is not None
+    almost_half = dataclasses.replace(placed[1], visible=0.4996)
+    assert "leaves 49.9% of its box in the image, less than min_visible=0.5" in str(crop_problem(almost_half, 0.5))
     pixels = found_mask(out)
     np.testing.assert_allclose(placed[1].box, found_box(pixels[:, :11]), atol=1.0)  # clipped at the left edge
 

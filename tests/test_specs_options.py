@@ -3,6 +3,7 @@ every usage problem (unknown flag or key, bad value) → a one-line UsageError n
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 
@@ -113,6 +114,14 @@ def test_an_existing_folder_with_glob_characters_is_a_folder(tmp_path):
     folder.mkdir()
     assert InputSpec(str(folder)).resolved_kind == "folders"
     assert InputSpec(str(tmp_path / "other[2024]")).resolved_kind == "glob"
+
+
+@pytest.mark.parametrize("first_key, kind", [("type", "coco"), ("images", "coco"), ("path", "jsonl")])
+def test_a_json_file_is_coco_when_its_first_key_is_one_of_cocos(tmp_path, first_key, kind):
+    """Older COCO-style exports begin with "type": "instances"; a JSON manifest's records do not."""
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps({first_key: "instances", "annotations": []}))
+    assert InputSpec(str(path)).resolved_kind == kind
 
 
 def test_the_input_kind_is_found_once_and_travels_with_the_spec(tmp_path):

@@ -8,6 +8,7 @@ dropped (`BoxCroppedAway`) when less than `min_visible` of its placed area is le
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -47,7 +48,8 @@ def crop_problem(placed: PlacedBox, min_visible: float) -> BoxCroppedAway | None
     """Why a placed box is dropped, or None: nothing of it left, or less than `min_visible`."""
     if placed.visible > 0 and placed.visible >= min_visible:
         return None
-    return BoxCroppedAway(f"the crop leaves {placed.visible:.0%} of its box in the image, less than "
+    shown = math.floor(placed.visible * 1000) / 10  # rounded down: 49.96% is never shown as 50%
+    return BoxCroppedAway(f"the crop leaves {shown:g}% of its box in the image, less than "
                           f"min_visible={min_visible:g}")
 
 

@@ -298,7 +298,7 @@ def annotated_images(path: str, images_root: Optional[str] = None, with_masks: b
 
 
 
-COCO_KEYS = ("info", "licenses", "images", "annotations", "categories")
+COCO_KEYS = ("info", "licenses", "images", "annotations", "categories", "type")  # "type": older exports
 
 
 def looks_like_coco(path: str) -> bool:
