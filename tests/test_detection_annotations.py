@@ -79,10 +79,10 @@ def test_every_annotation_problem_is_a_rejection_with_its_reason(tmp_path):
         ("EmptyBox", "annotation 12 ('cat'): box x 10..10, y 10..30 has no area"),
         ("ImageListedTwice", "3.jpg is listed 2 times (image ids 3, 4)"),
         ("ImageListedTwice", "3.jpg is listed 2 times (image ids 3, 4)"),
-        ("ImageListedTwice", "5.jpg is listed 2 times (image ids 5, 5)"),
         ("ImageListedTwice", "annotation 15 refers to image id 3, whose file is listed twice"),
         ("ImageListedTwice", "annotation 16 refers to image id 5, which is listed twice"),
-        ("ImageListedTwice", "x.jpg is listed 2 times (image ids 5, 5)"),
+        ("ImageListedTwice", "image id 5 is listed 2 times (5.jpg, x.jpg)"),
+        ("ImageListedTwice", "image id 5 is listed 2 times (5.jpg, x.jpg)"),
         ("MissingImage", "annotation 14 refers to image id 9, which the file does not list"),
         ("UnknownCategory", "annotation 13: category id 2 is not one of the file's 2 categories"),
     ]

@@ -228,9 +228,13 @@ def one_listing_per_file(listings: Iterable[CocoImage]) -> tuple[Optional[CocoIm
     listings = sorted(listings, key=lambda image: image.id)
     if len(listings) == 1:
         return listings[0], ()
-    ids = ", ".join(str(image.id) for image in listings)
-    return None, tuple(Rejection.from_exception(image.path, ImageListedTwice(
-        f"{image.file_name} is listed {len(listings)} times (image ids {ids})")) for image in listings)
+    ids, names = sorted({image.id for image in listings}), sorted({image.file_name for image in listings})
+
+    def why(image: CocoImage) -> str:
+        if len(ids) == 1:
+            return f"image id {image.id} is listed {len(listings)} times ({', '.join(names)})"
+        return f"{image.file_name} is listed {len(listings)} times (image ids {', '.join(map(str, ids))})"
+    return None, tuple(Rejection.from_exception(image.path, ImageListedTwice(why(image))) for image in listings)
 
 
 def orphans(annotations: Iterable[CocoAnnotation], problem: type[AnnotationFileProblem],
