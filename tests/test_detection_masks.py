@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.helpers import run_pipeline, run_verify
+from tests.helpers import run_pipeline, verify_here
 from tests.test_detection_pipeline import DETECTION
 
 pytestmark = pytest.mark.e2e
@@ -119,13 +119,13 @@ def drop_first_mask(output: pathlib.Path) -> None:
             writer.write(e.SerializeToString(deterministic=True))
 
 
-def test_verify_checks_one_mask_per_box(tmp_path):
+def test_verify_checks_one_mask_per_box(tmp_path, capsys):
     run_pipeline(COCO_FILE, tmp_path / "out", "--masks", "--split_ratios=1,0,0")
     assert MASK_KEY in json.loads((tmp_path / "out" / "metadata.json").read_text())["features"]
-    done = run_verify(tmp_path / "out", "--samples", "0", "--out", str(tmp_path / "pngs"))
+    done = verify_here(capsys, tmp_path / "out", "--samples", "0", "--out", str(tmp_path / "pngs"))
     assert done.returncode == 0, done.stdout + done.stderr
     damaged = pathlib.Path(shutil.copytree(tmp_path / "out", tmp_path / "damaged"))
     drop_first_mask(damaged)
-    done = run_verify(damaged, "--samples", "0", "--out", str(tmp_path / "pngs2"))
+    done = verify_here(capsys, damaged, "--samples", "0", "--out", str(tmp_path / "pngs2"))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "train: per-object lists have one value per object" in done.stdout.split("checks failed:", 1)[1]
