@@ -184,7 +184,7 @@ def test_the_stale_lock_of_a_killed_run_is_taken_over(heavy_input, tmp_path):
     assert lock is None or lock["pid"] != dead, "the dead run's lock is still there"
 
 
-def test_a_lock_held_by_a_live_process_blocks(tmp_path):
+def test_a_lock_held_by_a_live_process_blocks(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     out = tmp_path / "out"
@@ -194,7 +194,7 @@ def test_a_lock_held_by_a_live_process_blocks(tmp_path):
     try:
         text = lock_json(holder.pid, age_s=0)
         (out / LOCK).write_text(text)
-        run = run_imgrec(root, out)
+        run = imgrec_here(capsys, root, out)
         assert run.returncode == 3, run.brief()
         assert_lock_message(error_line(run), out)
         assert (out / LOCK).read_text() == text
@@ -204,7 +204,7 @@ def test_a_lock_held_by_a_live_process_blocks(tmp_path):
         holder.wait()
 
 
-def test_a_live_lock_blocks_a_republish_and_keeps_the_dataset(tmp_path):
+def test_a_live_lock_blocks_a_republish_and_keeps_the_dataset(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     out = tmp_path / "out"
@@ -214,7 +214,7 @@ def test_a_live_lock_blocks_a_republish_and_keeps_the_dataset(tmp_path):
     time.sleep(1.5)
     try:
         (out / LOCK).write_text(lock_json(holder.pid, age_s=0))
-        run = run_imgrec(root, out, "--overwrite")
+        run = imgrec_here(capsys, root, out, "--overwrite")
         assert run.returncode == 3, run.brief()
         after = snapshot(out)
         after.pop(LOCK)
