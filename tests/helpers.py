@@ -334,13 +334,18 @@ def module_argv(module: str, args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def imgrec_argv(input_path, output, *flags: str, runner: Sequence[str] = IN_MEMORY) -> list[str]:
+def imgrec_args(input_path, output, *flags: str, runner: Sequence[str] = IN_MEMORY) -> list[str]:
+    """The arguments of `imgrec run` (a `None` input or output is left out)."""
     args = [*runner]
     if input_path is not None:
         args.append(f"--input={input_path}")
     if output is not None:
         args.append(f"--output={output}")
-    return module_argv("pipeline.run", [*args, *flags])
+    return [*args, *flags]
+
+
+def imgrec_argv(input_path, output, *flags: str, runner: Sequence[str] = IN_MEMORY) -> list[str]:
+    return module_argv("pipeline.run", imgrec_args(input_path, output, *flags, runner=runner))
 
 
 def run_module(module: str, args: Sequence[str], *, timeout: float = 90, rss_limit: Optional[int] = None,
@@ -357,6 +362,31 @@ def run_imgrec(input_path, output, *flags: str, runner: Sequence[str] = IN_MEMOR
 
 def run_verify(output, *flags: str, **kwargs) -> Run:
     return run_module("pipeline.read.verify", [str(output), *flags], **kwargs)
+
+
+def run_here(capsys, main: Callable[[list[str]], int], args: Sequence[str]) -> Run:
+    """A command's `main(args)` (the function its entry point exits with) in this process, as a
+    `Run`: for refusals and checks where the process does not matter, each without an
+    interpreter start and Beam's or TensorFlow's import (1-3 s of CPU)."""
+    capsys.readouterr()
+    began = time.monotonic()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return Run(list(args), code, out, err, time.monotonic() - began, 0, False, False, os.getpid())
+
+
+def imgrec_here(capsys, input_path, output, *flags: str, runner: Sequence[str] = IN_MEMORY) -> Run:
+    """`imgrec run` in this process (`run_here`): for refusals, which end before any work."""
+    from pipeline.run import main
+
+    return run_here(capsys, main, imgrec_args(input_path, output, *flags, runner=runner))
+
+
+def verify_here(capsys, output, *flags: str) -> Run:
+    """`imgrec verify` in this process (`run_here`)."""
+    from pipeline.read.verify import main
+
+    return run_here(capsys, main, [str(output), *flags])
 
 
 def error_line(run: Run) -> str:

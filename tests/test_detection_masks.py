@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.helpers import run_pipeline, run_verify
+from tests.helpers import run_pipeline, verify_here
 from tests.test_detection_pipeline import DETECTION
 
 pytestmark = pytest.mark.e2e
@@ -119,27 +119,27 @@ def edit_first_masks(output: pathlib.Path, edit) -> None:
             writer.write(e.SerializeToString(deterministic=True))
 
 
-def failed_checks(output: pathlib.Path, tmp_path: pathlib.Path) -> str:
-    done = run_verify(output, "--samples", "0", "--out", str(tmp_path / f"pngs-{output.name}"))
+def failed_checks(capsys, output: pathlib.Path, tmp_path: pathlib.Path) -> str:
+    done = verify_here(capsys, output, "--samples", "0", "--out", str(tmp_path / f"pngs-{output.name}"))
     assert done.returncode == 1, done.stdout + done.stderr
     return done.stdout.split("checks failed:", 1)[1]
 
 
-def test_verify_checks_one_mask_per_box_and_decodes_each(tmp_path):
+def test_verify_checks_one_mask_per_box_and_decodes_each(tmp_path, capsys):
     run_pipeline(COCO_FILE, tmp_path / "out", "--masks", "--split_ratios=1,0,0")
     assert MASK_KEY in json.loads((tmp_path / "out" / "metadata.json").read_text())["features"]
-    done = run_verify(tmp_path / "out", "--samples", "0", "--out", str(tmp_path / "pngs"))
+    done = verify_here(capsys, tmp_path / "out", "--samples", "0", "--out", str(tmp_path / "pngs"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "train: 6 instance masks decode to one channel at their image's size" in done.stdout
     dropped = pathlib.Path(shutil.copytree(tmp_path / "out", tmp_path / "dropped"))
     edit_first_masks(dropped, lambda masks: masks.__delitem__(0))
-    assert "train: per-object lists have one value per object" in failed_checks(dropped, tmp_path)
+    assert "train: per-object lists have one value per object" in failed_checks(capsys, dropped, tmp_path)
 
     def damage(masks) -> None:
         masks[0] = masks[0][:-12]  # cut short: no IEND chunk
 
     damaged = pathlib.Path(shutil.copytree(tmp_path / "out", tmp_path / "damaged"))
     edit_first_masks(damaged, damage)
-    failed = failed_checks(damaged, tmp_path)
+    failed = failed_checks(capsys, damaged, tmp_path)
     assert "train: 6 instance masks decode to one channel at their image's size: 1 do not: train-00000-of-00001" \
            ".tfrecord record " in failed and " mask 1 does not decode (Invalid PNG data, size " in failed

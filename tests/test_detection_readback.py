@@ -1,5 +1,7 @@
 """A converted COCO sample read back (#41): `imgrec verify` passes on it and names the check a
-damage breaks, `load_dataset` gives each image's boxes and classes (ragged when batched)."""
+damage breaks, `load_dataset` gives each image's boxes and classes (ragged when batched). The
+damaged copies are checked by verify's `main(argv)` in this process (`verify_here`): each costs no
+interpreter start nor TensorFlow import."""
 from __future__ import annotations
 
 import json
@@ -12,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.helpers import verify_here
 from tests.test_detection_pipeline import BOX_KEYS, DETECTION, records
 
 pytestmark = pytest.mark.e2e
@@ -77,10 +80,10 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_verify_fails_on_a_damaged_detection_dataset_naming_the_check(copy, tmp_path, damage):
+def test_verify_fails_on_a_damaged_detection_dataset_naming_the_check(copy, tmp_path, capsys, damage):
     make, check = DAMAGES[damage]
     make(copy)
-    done = imgrec("-m", "pipeline.cli", "verify", str(copy), "--samples", "0", "--out", str(tmp_path / "pngs"))
+    done = verify_here(capsys, copy, "--samples", "0", "--out", str(tmp_path / "pngs"))
     assert done.returncode == 1, done.stdout + done.stderr
     summary = done.stdout.split("checks failed:", 1)[1]
     assert check in summary, done.stdout

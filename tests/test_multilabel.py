@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from tests.helpers import dead_letters, run_module, run_pipeline, run_verify, write_photo
+from tests.helpers import dead_letters, imgrec_here, run_pipeline, verify_here, write_photo
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +55,7 @@ def read_back(output: pathlib.Path, metadata) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("make", [csv_manifest, jsonl_manifest], ids=["csv", "jsonl"])
-def test_label_lists_are_written_and_read_back(tmp_path, make):
+def test_label_lists_are_written_and_read_back(tmp_path, capsys, make):
     manifest = make(tmp_path / "in")
     metadata = run_pipeline(manifest, tmp_path / "out", "--multi_label", "--height=16", "--width=16")
     assert metadata.label_map == {"cat": 0, "dog": 1, "fox": 2}
@@ -68,7 +68,7 @@ def test_label_lists_are_written_and_read_back(tmp_path, make):
             counts[name] = counts.get(name, 0) + n
     assert {k: v for k, v in counts.items() if v} == {"cat": 2, "dog": 2, "fox": 1}  # labels, not images
     assert metadata.inputs.written == len(expected) and metadata.inputs.rejected == 0
-    done = run_verify(tmp_path / "out", "--out", str(tmp_path / "pngs"))
+    done = verify_here(capsys, tmp_path / "out", "--out", str(tmp_path / "pngs"))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -99,7 +99,6 @@ def test_an_unknown_label_rejects_its_image(tmp_path):
     (("--split_method=stratified",), "split_method=stratified needs one label per image"),
     (("--input_kind=folders",), "multi_label reads a list of labels per line of a CSV or JSONL manifest"),
 ])
-def test_what_cannot_hold_label_lists_is_a_usage_error(tmp_path, flags, says):
-    done = run_module("pipeline.run", [f"--input={csv_manifest(tmp_path / 'in')}", f"--output={tmp_path / 'out'}",
-                                       "--multi_label", *flags])
+def test_what_cannot_hold_label_lists_is_a_usage_error(tmp_path, capsys, flags, says):
+    done = imgrec_here(capsys, csv_manifest(tmp_path / "in"), tmp_path / "out", "--multi_label", *flags, runner=())
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr

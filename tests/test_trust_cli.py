@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 
 from tests.helpers import (
-    ERROR_PREFIX,
-    IN_MEMORY,
     REPO,
     Watched,
     check_complete,
     error_line,
     imgrec_argv,
+    imgrec_here,
     make_tree,
+    run_here,
     run_imgrec,
     run_module,
     subprocess_env,
@@ -61,18 +61,12 @@ def refused(capsys) -> Callable[..., str]:
     """`imgrec run` with these arguments in this process: exit code 2, one `imgrec: error: ` line
     on stderr and no traceback, nothing written; returns the line."""
     def check(input_path, out, *flags: str) -> str:
-        from pipeline.run import main
-
-        capsys.readouterr()
-        code = main([*IN_MEMORY, *([f"--input={input_path}"] if input_path is not None else []),
-                     f"--output={out}", *flags])
-        err = capsys.readouterr().err
-        assert code == 2 and "Traceback" not in err, err[-2000:]
-        lines = [line for line in err.splitlines() if line.startswith(ERROR_PREFIX)]
-        assert len(lines) == 1, err[-2000:]
+        run = imgrec_here(capsys, input_path, out, *flags)
+        assert run.returncode == 2, run.brief()
+        line = error_line(run)
         if "://" not in str(out):
             assert_nothing_written(out)
-        return lines[0]
+        return line
     return check
 
 
@@ -182,9 +176,9 @@ def test_s3_without_the_aws_extra_is_a_usage_error(refused, tmp_path, data, flag
     assert line.startswith(f"imgrec: error: {flag}=s3://bucket/"), line
 
 
-def test_an_output_among_the_inputs_is_refused_without_suggesting_overwrite(tmp_path, data):
+def test_an_output_among_the_inputs_is_refused_without_suggesting_overwrite(capsys, data):
     for output in (data, data / "cat"):
-        run = run_imgrec(data, output)
+        run = imgrec_here(capsys, data, output)
         assert run.returncode == 2, run.brief()
         line = error_line(run)
         assert "in among" in line and "--overwrite" not in line, line
@@ -313,11 +307,21 @@ def test_checking_and_exporting_keep_their_exit_code_when_stdout_cannot_be_writt
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("argv", [["run", "--num_shard=4"], ["verify"], ["verify", "--bogus", "x"],
-                                  ["verify", "--samples=x", "x"], ["export-tfds"], ["export-tfds", "a", "b"]])
-def test_every_commands_usage_error_is_one_line_and_exit_2(argv):
+def test_a_usage_error_of_the_imgrec_command_is_one_line_and_exit_2():
+    """The `imgrec` console script itself, as a user types it (the usage errors of each of its
+    commands are checked by its `main` below, and the module entry points' further down)."""
+    run = run_module("pipeline.cli", ["run", "--num_shard=4"], timeout=120)
+    assert run.returncode == 2 and "usage:" not in run.stderr, run.brief()
+    error_line(run)
+
+
+@pytest.mark.parametrize("argv", [["verify"], ["verify", "--bogus", "x"], ["verify", "--samples=x", "x"],
+                                  ["export-tfds"], ["export-tfds", "a", "b"]])
+def test_every_commands_usage_error_is_one_line_and_exit_2(capsys, argv):
     """argparse printed its usage text and a second line naming the command ("imgrec verify: error:")."""
-    run = run_module("pipeline.cli", argv, timeout=120)
+    from pipeline.cli import main
+
+    run = run_here(capsys, main, argv)
     assert run.returncode == 2 and "usage:" not in run.stderr, run.brief()
     error_line(run)
 

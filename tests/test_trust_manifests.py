@@ -1,5 +1,6 @@
 """Issue 8, "Empty and malformed inputs must fail loudly": empty inputs, non-UTF-8 manifest lines,
-CSV headers, conflicting labels. Black-box: `python -m pipeline.run` in a subprocess.
+CSV headers, conflicting labels. Black-box: `python -m pipeline.run` in a subprocess; a refusal
+(exit 2, before any work) is its `main(argv)` in this process (`imgrec_here`), as in test_trust_cli.py.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.helpers import (
     check_complete,
     error_line,
     feature_key,
+    imgrec_here,
     make_tree,
     nothing_published,
     read_examples,
@@ -102,7 +104,7 @@ def test_a_dataset_without_shards_can_be_replaced_when_images_arrive(tmp_path, f
 
 @pytest.mark.parametrize("images", [0, 1])
 @pytest.mark.parametrize("kind", ["file", "symlink"])
-def test_a_file_or_symlink_where_the_index_folder_goes_is_refused(tmp_path, images, kind):
+def test_a_file_or_symlink_where_the_index_folder_goes_is_refused(tmp_path, capsys, images, kind):
     """A user's file named `index` ended a run in a traceback halfway through its publish (the old
     dataset gone), and so did every run after; a symlink there had the index files written into
     the folder it names."""
@@ -117,7 +119,7 @@ def test_a_file_or_symlink_where_the_index_folder_goes_is_refused(tmp_path, imag
         (tmp_path / "theirs").mkdir()
         (out / "index").symlink_to(tmp_path / "theirs")
     write_photo(source / "dog" / "b.png", seed=2)
-    refused = run_imgrec(source, out, PERMISSIVE, "--overwrite")
+    refused = imgrec_here(capsys, source, out, PERMISSIVE, "--overwrite")
     assert refused.returncode == 2, refused.brief()
     assert f"{out} holds index, which imgrec did not write" in error_line(refused)
     assert (out / "metadata.json").exists()  # the dataset it held is still there
@@ -257,10 +259,10 @@ def test_dot_dot_after_a_symlink_is_the_file_the_os_opens(tmp_path):
     assert hashes == {text: hashlib.sha256(data).hexdigest() for text, data in expected.items()}
 
 
-def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(tmp_path, images):
+def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(tmp_path, capsys, images):
     manifest = write_csv(tmp_path / "list.csv", "foo,bar", [(rel(p, tmp_path), p.parent.name) for p in images])
     out = tmp_path / "out"
-    run = run_imgrec(manifest, out, PERMISSIVE)
+    run = imgrec_here(capsys, manifest, out, PERMISSIVE)
     assert run.returncode == 2, run.brief()
     line = error_line(run)
     for accepted in ("path", "filename", "label", "class"):
@@ -320,10 +322,10 @@ def test_a_manifest_that_is_not_a_regular_file_is_a_usage_error(tmp_path, images
     assert nothing_published(out)
 
 
-def test_a_csv_header_over_the_csv_field_limit_is_an_unrecognised_header(tmp_path, images):
+def test_a_csv_header_over_the_csv_field_limit_is_an_unrecognised_header(tmp_path, capsys, images):
     manifest = write_csv(tmp_path / "list.csv", "x" * 140_000, [(rel(p, tmp_path), p.parent.name) for p in images])
     out = tmp_path / "out"
-    run = run_imgrec(manifest, out, PERMISSIVE)
+    run = imgrec_here(capsys, manifest, out, PERMISSIVE)
     assert run.returncode == 2, run.brief()
     line = error_line(run)
     assert "not recognised" in line and len(line) < 1000, line[:300]

@@ -1,7 +1,8 @@
 """Issue 8, "Publishing and the output folder": one winner, staging inside the output, foreign
 files untouched, a killed driver publishes nothing, the output is never re-ingested.
 
-Black-box: every run is `python -m pipeline.run` in a subprocess on real files.
+Black-box: every run is `python -m pipeline.run` in a subprocess on real files; a refusal, which
+ends before any work, is its `main(argv)` in this process (`imgrec_here`), as in test_trust_cli.py.
 """
 from __future__ import annotations
 
@@ -27,16 +28,17 @@ from tests.helpers import (
     error_line,
     finish_all,
     imgrec_argv,
+    imgrec_here,
     make_tree,
     metadata_of,
     module_argv,
     nothing_published,
     published_files,
     run_imgrec,
-    run_verify,
     snapshot,
     subprocess_env,
     tree,
+    verify_here,
     write_photo,
 )
 
@@ -182,7 +184,7 @@ def test_the_stale_lock_of_a_killed_run_is_taken_over(heavy_input, tmp_path):
     assert lock is None or lock["pid"] != dead, "the dead run's lock is still there"
 
 
-def test_a_lock_held_by_a_live_process_blocks(tmp_path):
+def test_a_lock_held_by_a_live_process_blocks(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     out = tmp_path / "out"
@@ -192,7 +194,7 @@ def test_a_lock_held_by_a_live_process_blocks(tmp_path):
     try:
         text = lock_json(holder.pid, age_s=0)
         (out / LOCK).write_text(text)
-        run = run_imgrec(root, out)
+        run = imgrec_here(capsys, root, out)
         assert run.returncode == 3, run.brief()
         assert_lock_message(error_line(run), out)
         assert (out / LOCK).read_text() == text
@@ -202,7 +204,7 @@ def test_a_lock_held_by_a_live_process_blocks(tmp_path):
         holder.wait()
 
 
-def test_a_live_lock_blocks_a_republish_and_keeps_the_dataset(tmp_path):
+def test_a_live_lock_blocks_a_republish_and_keeps_the_dataset(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     out = tmp_path / "out"
@@ -212,7 +214,7 @@ def test_a_live_lock_blocks_a_republish_and_keeps_the_dataset(tmp_path):
     time.sleep(1.5)
     try:
         (out / LOCK).write_text(lock_json(holder.pid, age_s=0))
-        run = run_imgrec(root, out, "--overwrite")
+        run = imgrec_here(capsys, root, out, "--overwrite")
         assert run.returncode == 3, run.brief()
         after = snapshot(out)
         after.pop(LOCK)
@@ -282,16 +284,24 @@ def test_output_on_its_own_mount_point_is_published(tmp_path):
     assert {p.name for p in parent.iterdir()} == {"out"}, "staged beside the mounted output"
 
 
+@pytest.fixture(scope="module")
+def dataset_named_ds1(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    """(input, PARENT/ds1): a dataset the glob-like outputs beside it, PARENT/ds? and so on, match."""
+    parent = tmp_path_factory.mktemp("globs")
+    root = parent / "imgs"
+    make_tree(root, {"ant": 3, "bee": 3})
+    sibling = parent / "ds1"
+    assert run_imgrec(root, sibling).returncode == 0
+    return root, sibling
+
+
 @pytest.mark.parametrize("name", ["ds?", "out[1]", "d*"])
-def test_an_output_named_like_a_glob_is_only_itself(tmp_path, name):
+def test_an_output_named_like_a_glob_is_only_itself(dataset_named_ds1, name):
     """Beam's FileSystems.delete matches its path as a pattern: `ds?` removed nothing of its own
     (each run failed after publishing, its staging left behind) but `ds1`'s files."""
-    root = tmp_path / "imgs"
-    make_tree(root, {"ant": 3, "bee": 3})
-    sibling = tmp_path / "ds1"
-    assert run_imgrec(root, sibling).returncode == 0
+    root, sibling = dataset_named_ds1
     before = snapshot(sibling)
-    out = tmp_path / name
+    out = sibling.parent / name
     for flags in ((), ("--overwrite", "--shuffle_seed=1")):
         run = run_imgrec(root, out, *flags)
         assert run.returncode == 0 and "Traceback" not in run.stderr, run.brief()
@@ -404,25 +414,25 @@ def assert_foreign_intact(out: pathlib.Path, names=FOREIGN) -> None:
         assert (out / name).read_bytes() == data, f"{name} was modified"
 
 
-def test_an_output_that_is_a_regular_file_is_refused_before_converting(tmp_path):
+def test_an_output_that_is_a_regular_file_is_refused_before_converting(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     out = tmp_path / "out"
     out.write_bytes(b"somebody's file")
-    run = run_imgrec(root, out, "--overwrite")
+    run = imgrec_here(capsys, root, out, "--overwrite")
     assert run.returncode == 2, run.brief()
     assert str(out) in error_line(run)
     assert out.read_bytes() == b"somebody's file"
     assert {p.name for p in tmp_path.iterdir()} == {"imgs", "out"}
 
 
-def test_a_non_empty_folder_that_is_not_a_dataset_is_refused(tmp_path):
+def test_a_non_empty_folder_that_is_not_a_dataset_is_refused(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     out = tmp_path / "out"
     write_foreign(out)
     before = snapshot(out)
-    run = run_imgrec(root, out)
+    run = imgrec_here(capsys, root, out)
     assert run.returncode == 2, run.brief()
     line = error_line(run)
     assert str(out) in line and "--overwrite" in line, line
@@ -441,7 +451,7 @@ def test_overwrite_into_a_foreign_folder_leaves_foreign_files_alone(tmp_path):
     assert len(records) == 6
 
 
-def test_overwrite_never_replaces_a_foreign_file_with_a_name_imgrec_writes(tmp_path):
+def test_overwrite_never_replaces_a_foreign_file_with_a_name_imgrec_writes(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 2, "bee": 2})
     out = tmp_path / "out"
@@ -449,7 +459,7 @@ def test_overwrite_never_replaces_a_foreign_file_with_a_name_imgrec_writes(tmp_p
     (out / "metadata.json").write_text('{"name": "my project"}')  # JSON, but not an imgrec dataset's
     (out / "train-00000-of-00001.tfrecord").write_text("my old shard")
     before = snapshot(out)
-    refused = run_imgrec(root, out, "--overwrite", "--split_ratios=1,0,0")
+    refused = imgrec_here(capsys, root, out, "--overwrite", "--split_ratios=1,0,0")
     assert refused.returncode == 2 and "metadata.json" in error_line(refused), refused.brief()
     assert snapshot(out) == before
     (out / "metadata.json").unlink()  # the shard's name is known only once the counts are: at publishing
@@ -460,11 +470,11 @@ def test_overwrite_never_replaces_a_foreign_file_with_a_name_imgrec_writes(tmp_p
 
 
 @pytest.mark.parametrize("output", ["cat", "."])
-def test_an_output_that_would_hide_inputs_is_refused(tmp_path, output):
+def test_an_output_that_would_hide_inputs_is_refused(tmp_path, capsys, output):
     data = tmp_path / "data"
     make_tree(data, {"cat": 2, "dog": 2})
     before = snapshot(data)
-    run = run_imgrec(data, data / output, "--overwrite")
+    run = imgrec_here(capsys, data, data / output, "--overwrite")
     assert run.returncode == 2, run.brief()
     assert "--output" in error_line(run)
     assert snapshot(data) == before
@@ -703,7 +713,7 @@ def test_a_signal_while_beam_is_imported_exits_with_one_line(tmp_path, signum, c
 
 
 @pytest.mark.slow
-def test_an_output_inside_the_input_is_not_reingested(tmp_path):
+def test_an_output_inside_the_input_is_not_reingested(tmp_path, capsys):
     """`--output=IN/out` (as a schedule's IN/{timestamp}): imgrec's files there are never inputs,
     the user's are (one inside a class folder: tests/test_discover.py)."""
     data = tmp_path / "data"
@@ -713,7 +723,7 @@ def test_an_output_inside_the_input_is_not_reingested(tmp_path):
     assert first.returncode == 0, first.brief()
     m1, records1, _ = check_complete(out)
     # verify draws PNGs into the output (the issue's "class out"): imgrec's, never inputs
-    assert run_verify(out, "--samples=2").returncode == 0
+    assert verify_here(capsys, out, "--samples=2").returncode == 0
     second = run_imgrec(data, out, "--max_error_fraction=1", "--overwrite")
     assert second.returncode == 0, second.brief()
     m2, records2, _ = check_complete(out)

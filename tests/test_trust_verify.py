@@ -1,6 +1,10 @@
 """Issue 8, "Verifying a dataset": `imgrec verify OUTPUT` must reconcile the accounting
 in metadata.json with the dead letters and the splits: exit 1 when it was edited, exit 2 with a
 clear message when metadata.json is not JSON.
+
+The dataset is written by `python -m pipeline.run` and checked by `python -m pipeline.read.verify`
+in subprocesses; its edited copies by verify's `main(argv)` in this process (`verify_here`), the
+function the command exits with, so each edit costs no interpreter start nor TensorFlow import.
 """
 from __future__ import annotations
 
@@ -15,7 +19,16 @@ import sys
 import cv2
 import pytest
 
-from tests.helpers import REPO, check_complete, make_tree, run_imgrec, run_verify, subprocess_env, write_photo
+from tests.helpers import (
+    REPO,
+    check_complete,
+    make_tree,
+    run_imgrec,
+    run_verify,
+    subprocess_env,
+    verify_here,
+    write_photo,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -88,20 +101,20 @@ EDITS = [edit_total, edit_written, edit_rejected, edit_split_rejected, edit_reje
 
 
 @pytest.mark.parametrize("edit", EDITS, ids=[e.__name__ for e in EDITS])
-def test_verify_fails_when_the_accounting_was_edited(dataset, tmp_path, edit):
+def test_verify_fails_when_the_accounting_was_edited(dataset, tmp_path, capsys, edit):
     copy, metadata, rows = edited_copy(dataset, tmp_path)
     edit(metadata, rows, copy)
     (copy / "metadata.json").write_text(json.dumps(metadata, indent=2))
-    run = run_verify(copy, "--samples=0", f"--out={tmp_path / 'pngs'}")
+    run = verify_here(capsys, copy, "--samples=0", f"--out={tmp_path / 'pngs'}")
     assert run.returncode == 1, run.brief()
     assert "Traceback" not in run.stderr, run.brief()
 
 
-def test_verify_exits_2_with_a_clear_message_on_invalid_json(dataset, tmp_path):
+def test_verify_exits_2_with_a_clear_message_on_invalid_json(dataset, tmp_path, capsys):
     copy, _, _ = edited_copy(dataset, tmp_path)
     text = (copy / "metadata.json").read_text()
     (copy / "metadata.json").write_text(text[: len(text) // 2])  # a truncated copy
-    run = run_verify(copy, "--samples=0", f"--out={tmp_path / 'pngs'}")
+    run = verify_here(capsys, copy, "--samples=0", f"--out={tmp_path / 'pngs'}")
     assert run.returncode == 2, run.brief()
     assert "Traceback" not in run.stderr, run.brief()
     assert "metadata.json" in run.stdout + run.stderr, run.brief()
