@@ -164,6 +164,12 @@ def test_refuses_a_folder_without_metadata(tmp_path):
         load_dataset(str(tmp_path), "train")
 
 
+def test_a_filesystem_tensorflow_lacks_is_named(tmp_path):
+    """s3:// is not in TensorFlow (docs/object-stores.md): the reader says so in its own error."""
+    with pytest.raises(UnsupportedDataset, match="s3://bucket/ds: .*not implemented"):
+        load_dataset("s3://bucket/ds", "train")
+
+
 def test_unknown_split_names_the_splits(written):
     output, _ = written("jpeg")
     with pytest.raises(ValueError, match="train, val, test"):

@@ -315,6 +315,19 @@ def test_a_folder_that_does_not_exist_is_named_so(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [f"imgrec: error: {tmp_path / 'typo'}: no such folder"]
 
 
+def test_a_dataset_tensorflow_cannot_read_is_refused_in_one_line(capsys):
+    """TensorFlow has no s3:// filesystem (docs/object-stores.md): a dataset written to S3 is
+    refused with one line and exit 2, not an UnimplementedError's traceback; so is such an --out."""
+    code, report = run_verify("s3://bucket/ds")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"imgrec: error: {report.strip()[len('FAILED: '):]}"], err
+    assert err[0].startswith("imgrec: error: s3://bucket/ds: TensorFlow cannot read it (")
+    assert "not implemented" in err[0]
+    code, _ = run_verify("s3://bucket/ds", "--out=s3://bucket/pngs")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("imgrec: error: --out=s3://bucket/pngs: "), err
+
+
 def test_label_map_ids_must_be_distinct_but_not_contiguous():
     assert verify.label_map_check({"3": 3, "7": 7}).ok  # integer labels from a manifest
     assert not verify.label_map_check({"cat": 0, "dog": 0}).ok

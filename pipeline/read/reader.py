@@ -59,7 +59,7 @@ class NotAnImgrecDataset(FileNotFoundError):
 
 class UnsupportedDataset(ValueError):
     """metadata.json describes something this reader cannot parse (other format version, bad JSON,
-    unknown dtype)."""
+    unknown dtype), or TensorFlow has no filesystem for the dataset's path (s3://)."""
 
 
 class DatasetChanged(RuntimeError):
@@ -148,7 +148,12 @@ def read_metadata(output_dir: str) -> DatasetMetadata:
     The pipeline writes metadata.json last, so shards without it may be partial or stale.
     """
     path = metadata_path(output_dir)
-    if not tf.io.gfile.exists(path):
+    try:
+        found = tf.io.gfile.exists(path)
+    except tf.errors.UnimplementedError as exc:  # s3://: not in TensorFlow since 2.6
+        raise UnsupportedDataset(f"{output_dir}: TensorFlow cannot read it ({exc.message}); copy the dataset to a "
+                                 "local disk or gs:// to read it") from None
+    if not found:
         if not tf.io.gfile.exists(output_dir):
             raise NotAnImgrecDataset(f"{output_dir}: no such folder")
         raise NotAnImgrecDataset(

@@ -578,9 +578,12 @@ def check_out_dir(out_dir: Optional[str]) -> None:
     """Refuses an --out that cannot become a folder (it, or the nearest existing path above it, is
     a file) before the dataset is read, not after every check."""
     path = (out_dir or "").rstrip("/")
-    while path and not tf.io.gfile.exists(path):
-        parent = posixpath.dirname(path)
-        path = "" if parent == path else parent
+    try:
+        while path and not tf.io.gfile.exists(path):
+            parent = posixpath.dirname(path)
+            path = "" if parent == path else parent
+    except tf.errors.UnimplementedError as exc:  # s3://: not in TensorFlow since 2.6
+        raise UsageError(f"--out={out_dir}: TensorFlow cannot write there ({exc.message})") from None
     if path and not tf.io.gfile.isdir(path):
         raise UsageError(f"--out={out_dir}: {path} is a file, not a folder for the PNGs")
 
