@@ -143,6 +143,19 @@ def test_a_file_that_is_not_coco_is_a_clear_error(tmp_path, text, message):
         annotated_images(str(path))
 
 
+def test_a_file_that_is_not_json_is_named_in_one_line(tmp_path):
+    """A CSV given --input_kind=coco: the JSON parser's message spans three lines (the text and a
+    caret under it); a usage error is one line."""
+    path = tmp_path / "tags.csv"
+    path.write_text("path,labels\na.jpg,cat|dog\n")
+    from transforms.inputs.discover_annotated import coco_categories  # the driver's read
+
+    for read in (lambda: annotated_images(str(path)), lambda: coco_categories(str(path))):
+        with pytest.raises(AnnotationFileError, match="is not valid JSON") as raised:
+            read()
+        assert "\n" not in str(raised.value), str(raised.value)
+
+
 def test_an_oversized_element_is_skipped_not_built(tmp_path, monkeypatch):
     monkeypatch.setattr(coco, "MAX_ELEMENT_VALUES", 50)
     big = annotation(2, 1, [1, 1, 5, 5], segmentation=[list(range(60))])

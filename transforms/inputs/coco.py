@@ -105,9 +105,16 @@ def coco_elements(path: str) -> Iterator[tuple[str, int, object]]:
                     yield name, index, (builder.value if builder is not None else ElementTooLarge(
                         f"{name}[{index}] holds more than {MAX_ELEMENT_VALUES} values"))
     except ijson.JSONError as exc:
-        raise AnnotationFileError(f"{path} is not valid JSON: {exc}") from None
+        raise not_json(path, exc) from None
     except OSError as exc:
         raise AnnotationFileError(f"cannot read {path}: {exc}") from None
+
+
+def not_json(path: str, exc: Exception) -> AnnotationFileError:
+    """The error of a file the JSON parser refused, in one line: yajl's message goes on to show
+    the text and a caret under it on two more lines."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return AnnotationFileError(f"{path} is not valid JSON: {first}")
 
 
 def _integer(value: object) -> bool:

@@ -32,6 +32,7 @@ from transforms.inputs.coco import (
     coco_image_group,
     coco_label_map,
     coco_rows,
+    not_json,
     one_listing_per_file,
     orphans,
 )
@@ -63,7 +64,7 @@ def coco_categories(path: str, class_names: Optional[tuple[str, ...]] = None) ->
             categories = [coco_category(element, index)
                           for index, element in enumerate(ijson.items(handle, "categories.item"))]
     except ijson.JSONError as exc:
-        raise AnnotationFileError(f"{path} is not valid JSON: {exc}") from None
+        raise not_json(path, exc) from None
     except OSError as exc:
         raise AnnotationFileError(f"cannot read {path}: {exc}") from None
     label_map = coco_label_map(categories)
