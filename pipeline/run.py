@@ -171,6 +171,11 @@ def check_input(spec: ConversionSpec) -> None:
             coco_categories(path, spec.input.class_names)
         except AnnotationFileError as exc:
             raise UsageError(f"--input={path}: {exc}") from None
+        root = spec.input.images_root
+        local_root = local_path(root) if root is not None else None
+        if local_root is not None and not os.path.isdir(local_root):  # a store's prefix need not exist as such
+            raise UsageError(f"--images_root={root}: " + ("not a folder" if os.path.exists(local_root)
+                                                          else "no such folder"))
     if kind == "voc" and not reachable("--input", join(path, "Annotations")):
         raise UsageError(f"--input={path}: no Annotations folder (Pascal VOC: Annotations/*.xml, JPEGImages/)")
     if kind in ("csv", "jsonl"):

@@ -272,3 +272,17 @@ def test_detection_usage_errors_exit_2(tmp_path, capsys):
     assert "ids start at 1" in capsys.readouterr().err
     assert main([f"--input={DETECTION / 'voc'}", f"--output={tmp_path / 'out'}", "--encoding=raw"]) == 2
     assert "jpeg or png" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("root", ["typo", "instances.json"], ids=["missing", "a file"])
+def test_an_images_root_that_is_no_folder_is_a_usage_error(tmp_path, capsys, root):
+    """Before, a mistyped --images_root read every image in vain: exit 1, '4 of 4 images were
+    rejected (UnreadableFile: 4)'. It is refused up front, as a missing --input folder is."""
+    from pipeline.run import main
+
+    images_root = DETECTION / "coco" / root
+    code = main([f"--input={DETECTION / 'coco' / 'instances.json'}", f"--output={tmp_path / 'out'}",
+                 f"--images_root={images_root}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith(f"imgrec: error: --images_root={images_root}: "), err
+    assert not (tmp_path / "out").exists()
