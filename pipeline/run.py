@@ -176,7 +176,7 @@ def check_input(spec: ConversionSpec) -> None:
         if local_root is not None and not os.path.isdir(local_root):  # a store's prefix need not exist as such
             raise UsageError(f"--images_root={root}: " + ("not a folder" if os.path.exists(local_root)
                                                           else "no such folder"))
-    if kind == "voc" and not reachable("--input", join(path, "Annotations")):
+    if kind == "voc" and not reachable("--input", join(path, "Annotations"), folder=True):
         raise UsageError(f"--input={path}: no Annotations folder (Pascal VOC: Annotations/*.xml, JPEGImages/)")
     if kind in ("csv", "jsonl"):
         if not reachable("--input", path):
@@ -187,11 +187,12 @@ def check_input(spec: ConversionSpec) -> None:
             raise UsageError(str(exc)) from None
 
 
-def reachable(flag: str, path: str) -> bool:
-    """Whether `path` exists; a filesystem Beam cannot use here (no filesystem for the scheme, or
-    its client library not installed: s3:// without apache-beam[aws]) is a usage error."""
+def reachable(flag: str, path: str, folder: bool = False) -> bool:
+    """Whether `path` exists (a `folder`: on an object store, which has no folders, any object
+    under it); a filesystem Beam cannot use here (no filesystem for the scheme, or its client
+    library not installed: s3:// without apache-beam[aws]) is a usage error."""
     try:
-        return files.exists(path)
+        return files.present(path) if folder else files.exists(path)
     except Exception as exc:  # ValueError for the scheme, BeamIOError around the client's error
         raise UsageError(f"{flag}={path}: {exc}") from None
 

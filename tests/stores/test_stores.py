@@ -354,3 +354,20 @@ def test_a_coco_dataset_on_a_store_makes_the_local_records(store, tmp_path):
     assert {name: found[name] for name in local if name.endswith(".tfrecord") or "label_map" in name} == \
         {name: data for name, data in local.items() if name.endswith(".tfrecord") or "label_map" in name}
     assert json.loads(found["metadata.json"])["objects"] == json.loads(local["metadata.json"])["objects"]
+
+
+@pytest.mark.e2e
+def test_a_voc_folder_on_a_store_makes_the_local_records(store, tmp_path):
+    """--input_kind=voc on a store: its Annotations/ is a prefix, not an object (before, the run was
+    refused with 'no Annotations folder'); the shards are the local run's, byte for byte."""
+    voc = REPO / "data" / "detection" / "voc"
+    store.upload_tree(voc, "voc")
+    convert(f"--input={voc}", f"--output={tmp_path / 'local'}", *CONFIG)
+    convert(f"--input={store.url('voc')}", f"--output={store.url('voc-out')}", "--input_kind=voc", *CONFIG,
+            *store.flags)
+    local = {name: data for name, data in snapshot(tmp_path / "local").items() if data != b"<dir>"}
+    found = imgrecs(store, "voc-out")
+    assert sorted(found) == sorted(local)
+    assert {name: data for name, data in found.items() if name.endswith(".tfrecord") or "label_map" in name} == \
+        {name: data for name, data in local.items() if name.endswith(".tfrecord") or "label_map" in name}
+    assert json.loads(found["metadata.json"])["objects"] == json.loads(local["metadata.json"])["objects"]
