@@ -63,7 +63,7 @@ from pipeline.summary import format_header, format_summary
 from transforms import files, object_stores
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join, parts_dir, run_dir, staging_dir
 from transforms.files import list_names, local_path
-from transforms.inputs.coco import AnnotationFileError
+from transforms.inputs.coco import AnnotationFileError, looks_like_coco
 from transforms.inputs.discover_annotated import coco_categories
 from transforms.inputs.manifests import ManifestError, manifest_layout
 from transforms.specs import ConversionSpec
@@ -164,6 +164,15 @@ def check_input(spec: ConversionSpec) -> None:
                 raise UsageError(f"--input={path}: {problem}: {exc.strerror or exc}") from None
     if local is None and kind not in ("csv", "jsonl"):
         reachable("--input", path)  # a folder or glob on an object store need not exist as such
+    if local is None and spec.input.kind == "auto":  # auto looks at local disks only (InputSpec.resolved_kind)
+        # Converted as class folders or a manifest, an annotated input would make another dataset.
+        if kind == "folders" and all(reachable("--input", join(path, name), folder=True)
+                                     for name in ("Annotations", "JPEGImages")):
+            raise UsageError(f"--input={path} is a Pascal VOC folder, which --input_kind=auto recognises on local "
+                             "disks only: pass --input_kind=voc (or --input_kind=folders for class folders)")
+        if kind == "jsonl" and path.lower().endswith(".json") and looks_like_coco(path):
+            raise UsageError(f"--input={path} is a COCO file, which --input_kind=auto recognises on local disks "
+                             "only: pass --input_kind=coco")
     if kind == "coco":
         if not reachable("--input", path):
             raise UsageError(f"--input={path}: no such annotation file")

@@ -303,7 +303,9 @@ class InputSpec:
                              f"got {self.manifest_columns}")
         kind = self.resolved_kind
         if self.images_root is not None and kind != "coco":
-            raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}")
+            unseen = self.kind == "auto" and files.local_path(self.path) is None  # _is_coco_file: local only
+            raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}"
+                             + (" (a COCO file on an object store needs --input_kind=coco)" if unseen else ""))
         if self.multi_label and kind not in ("csv", "jsonl"):
             raise ValueError(f"multi_label reads a list of labels per line of a CSV or JSONL manifest; the input "
                              f"is {kind}")

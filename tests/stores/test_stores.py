@@ -371,3 +371,24 @@ def test_a_voc_folder_on_a_store_makes_the_local_records(store, tmp_path):
     assert {name: data for name, data in found.items() if name.endswith(".tfrecord") or "label_map" in name} == \
         {name: data for name, data in local.items() if name.endswith(".tfrecord") or "label_map" in name}
     assert json.loads(found["metadata.json"])["objects"] == json.loads(local["metadata.json"])["objects"]
+
+
+@pytest.mark.e2e
+def test_an_annotated_input_on_a_store_without_its_kind_is_one_line_and_exit_2(store, tmp_path, capsys):
+    """--input_kind=auto recognises COCO and VOC on local disks only. On a store, a VOC folder was
+    converted as class folders (one class, 'JPEGImages', the XML files skipped: exit 0) and a
+    COCO file as a JSONL manifest (exit 1, 'BadManifestLine: 1'); both are refused up front,
+    naming the flag that converts them."""
+    from pipeline.run import main
+
+    detection = REPO / "data" / "detection"
+    store.upload_tree(detection / "voc", "auto/voc")
+    store.upload_tree(detection / "coco", "auto/coco")
+    for given, flags, kind in ((store.url("auto/voc"), (), "voc"),
+                               (store.url("auto/coco/instances.json"), (), "coco"),
+                               (store.url("auto/coco/instances.json"), (f"--images_root={store.url('auto/coco')}",),
+                                "coco")):
+        code = main([f"--input={given}", f"--output={store.url('auto-out')}", *flags, *CONFIG, *store.flags])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and f"--input_kind={kind}" in err[-1], err
+        assert err[-1].startswith("imgrec: error: ") and not store.keys("auto-out"), err
