@@ -266,6 +266,9 @@ def test_multilabel_csv_and_jsonl_lines(tmp_path):
     layout = multilabel_layout("path,tags", "csv")
     candidate, labels = parse_labels_line("a.jpg, dog | cat|dog", layout, manifest)
     assert (candidate.path, candidate.label, labels) == (str(tmp_path / "a.jpg"), "cat|dog", ("cat", "dog"))
+    for blank in ("a.jpg,|", "a.jpg, | "):  # a cell must name a label, as an empty one does not (JSONL [] for none)
+        with pytest.raises(BadManifestLine, match="names no label"):
+            parse_labels_line(blank, layout, manifest)
     layout = multilabel_layout('{"image": "a.jpg", "labels": ["x"]}', "jsonl")
     assert parse_labels_line('{"image": "b.jpg", "labels": ["y", 3, "y"]}', layout, manifest)[1] == ("3", "y")
     assert parse_labels_line('{"image": "b.jpg", "labels": []}', layout, manifest)[1] == ()

@@ -365,7 +365,11 @@ def parse_labels_line(line: str, layout: ManifestLayout, manifest: str) -> tuple
     LABEL_SEPARATOR, and those labels). A CSV line's cell must name a label; a JSONL line may
     give an empty list (an image with none of the classes)."""
     if layout.kind == "csv":
-        return _with_labels(_single_label_line(line, layout, manifest))
+        found = _with_labels(_single_label_line(line, layout, manifest))
+        if not found[1]:  # `|` alone: separators around nothing, which an empty cell is refused for too
+            raise BadManifestLine(f"the labels cell names no label (a JSONL line's [] is an image with none): "
+                                  f"{excerpt(line)}")
+        return found
     try:
         row = json.loads(line, object_pairs_hook=_JsonObject.from_pairs)
     except (ValueError, RecursionError) as exc:
