@@ -279,6 +279,27 @@ def test_multilabel_csv_and_jsonl_lines(tmp_path):
         multilabel_layout("path,label", "csv")
 
 
+def test_manifest_columns_name_a_multilabel_manifests_columns(tmp_path):
+    """--manifest_columns was ignored with --multi_label: a header 'img_file,lbls' was refused as
+    naming no path column even when the flag named both."""
+    from transforms.inputs.manifests import manifest_layout
+    from transforms.specs import InputSpec
+
+    for name, first, line in (("m.csv", "img_file,lbls,other", "a.jpg,cat|dog,x"),
+                              ("m.jsonl", '{"img_file": "a.jpg", "lbls": ["x"]}', '{"img_file": "a.jpg", "lbls": '
+                                                                                    '["dog", "cat"]}')):
+        manifest = tmp_path / name
+        manifest.write_text(f"{first}\n{line}\n")
+        spec = InputSpec(str(manifest), multi_label=True, manifest_columns=("img_file", "lbls"))
+        layout = manifest_layout(spec, spec.resolved_kind)
+        candidate, labels = parse_labels_line(line, layout, str(manifest))
+        assert (candidate.path, labels) == (str(tmp_path / "a.jpg"), ("cat", "dog"))
+    (tmp_path / "m.csv").write_text("img_file,labels\n")
+    with pytest.raises(ManifestError, match="no column lbls"):
+        manifest_layout(InputSpec(str(tmp_path / "m.csv"), multi_label=True, manifest_columns=("img_file", "lbls")),
+                        "csv")
+
+
 def test_an_images_objects_keep_the_files_order_past_ten_annotations(tmp_path):
     """create_coco_tf_record.py writes objects in the file's order; sorting entries by their place's
     text put annotations[10] before annotations[8]."""

@@ -212,7 +212,7 @@ def manifest_layout(spec: InputSpec, kind: str) -> ManifestLayout:
     except Exception as exc:  # each filesystem raises its own error types
         raise ManifestError(f"cannot read the manifest {spec.path}: {exc}") from None
     if spec.multi_label:
-        return dataclasses.replace(multilabel_layout(line, kind), multi_label=True)
+        return dataclasses.replace(multilabel_layout(line, kind, spec.manifest_columns), multi_label=True)
     if kind == "jsonl":
         return jsonl_layout(line, spec.manifest_columns)
     return csv_layout(line, spec.manifest_columns, tuple(e.lower() for e in spec.extensions))
@@ -340,9 +340,13 @@ def canonical_path(path: str) -> str:
 MULTI_LABEL_COLUMNS = ("labels", "tags", "classes", "categories")
 
 
-def multilabel_layout(first_line: Optional[str], kind: str) -> ManifestLayout:
+def multilabel_layout(first_line: Optional[str], kind: str,
+                      columns: Optional[tuple[str, str]] = None) -> ManifestLayout:
     """The path column as in single-label manifests, the labels column the first of
-    MULTI_LABEL_COLUMNS the header (CSV) or first line (JSONL) names."""
+    MULTI_LABEL_COLUMNS the header (CSV) or first line (JSONL) names; or `columns`
+    (--manifest_columns), as in single-label manifests."""
+    if columns:
+        return csv_layout(first_line, columns, ()) if kind == "csv" else jsonl_layout(first_line, columns)
     try:
         if kind == "csv":
             names = _cells(first_line.lstrip("\ufeff")) if first_line else []
