@@ -22,7 +22,7 @@ from pipeline.options import (
     read_config,
 )
 from tests.helpers import REPO
-from transforms.specs import ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
+from transforms.specs import AnnotationSpec, ConversionSpec, FeatureKeys, ImageSpec, InputSpec, OutputSpec, SplitSpec
 
 pytestmark = pytest.mark.unit
 
@@ -84,6 +84,10 @@ def write_config(tmp_path, text: str) -> str:
     (lambda: InputSpec("i", class_names=("a", "a", "b")), "class_names must name distinct, non-empty classes"),
     (lambda: InputSpec("i", class_names=()), "class_names must name distinct, non-empty classes"),
     (lambda: InputSpec("i", class_names=("a", "", "b")), "class_names must name distinct, non-empty classes"),
+    (lambda: InputSpec("m.csv", keep_empty_images=False), "keep_empty_images=false skips COCO and VOC images "
+                                                           "without objects; the input is csv"),
+    (lambda: ConversionSpec(InputSpec("m.csv"), OutputSpec("o"), annotations=AnnotationSpec(min_visible=0.9)),
+     "min_visible is the part of a COCO or VOC box a center crop must leave; the input is csv"),
 ])
 def test_invalid_specs(make, message):
     with pytest.raises(ValueError, match=message):

@@ -306,6 +306,8 @@ class InputSpec:
             unseen = self.kind == "auto" and files.local_path(self.path) is None  # _is_coco_file: local only
             raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}"
                              + (" (a COCO file on an object store needs --input_kind=coco)" if unseen else ""))
+        if not self.keep_empty_images and kind not in DETECTION_KINDS:  # a flag that would do nothing
+            raise ValueError(f"keep_empty_images=false skips COCO and VOC images without objects; the input is {kind}")
         if self.multi_label and kind not in ("csv", "jsonl"):
             raise ValueError(f"multi_label reads a list of labels per line of a CSV or JSONL manifest; the input "
                              f"is {kind}")
@@ -390,6 +392,9 @@ class ConversionSpec:
                              "use encoding=jpeg or png")
         if self.annotations.masks and kind != "coco":
             raise ValueError(f"masks are made from COCO segmentations; the input is {kind}")
+        if self.annotations.min_visible != AnnotationSpec.min_visible and not objects:
+            raise ValueError(f"min_visible is the part of a COCO or VOC box a center crop must leave; the input is "
+                             f"{kind}")
         if objects and self.features not in (FeatureKeys(), DETECTION_KEYS):
             raise ValueError("detection records have the feature keys TF's detection decoders read; features "
                              "cannot be renamed for them")
