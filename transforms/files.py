@@ -257,7 +257,7 @@ def present(path: str) -> bool:
     local = local_path(path)
     if local is not None:
         return os.path.lexists(local)
-    return exists(path) or bool(_object_stores().objects_under(path))
+    return exists(path) or bool(_object_stores().objects_under(path, limit=1))
 
 
 def size(path: str) -> int:

@@ -20,6 +20,7 @@ Imported only for paths with a scheme, so converter processes of a local run nev
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import threading
 from typing import Any, Iterable, Optional
@@ -154,14 +155,15 @@ def _deletes_one_at_a_time(path: str) -> bool:
     return scheme(path) == "gs" and bool(os.environ.get(EMULATOR_ENV))
 
 
-def objects_under(folder: str) -> list[str]:
-    """Every object whose name starts with `folder/`."""
+def objects_under(folder: str, limit: Optional[int] = None) -> list[str]:
+    """Every object whose name starts with `folder/`, or the first `limit` of them (listing
+    stops there: whether a prefix holds anything takes one request, not a listing of all)."""
     prefix = folder.rstrip("/") + "/"
     if files.own_s3_client(folder):
-        return [path for path, _ in s3io().list_files(prefix)]
+        return [path for path, _ in itertools.islice(s3io().list_files(prefix), limit)]
     from apache_beam.io.filesystems import FileSystems
 
-    return [m.path for m in FileSystems.match([f"{files.as_pattern(prefix)}**"])[0].metadata_list]
+    return [m.path for m in FileSystems.match([f"{files.as_pattern(prefix)}**"], limits=[limit])[0].metadata_list]
 
 
 def delete(paths: Iterable[str]) -> None:
