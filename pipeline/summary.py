@@ -53,6 +53,13 @@ def inputs_line(metadata: DatasetMetadata) -> str:
     return f"inputs: {inputs.total} = {' + '.join([*parts, f'{inputs.errors} rejected'])}"
 
 
+def conflicting_pair(paths: list[str], labels: list[str]) -> list[tuple[str, str]]:
+    """The first copy, and the first copy filed under another label: the two that disagree (the
+    first two copies may share a label)."""
+    other = next(i for i, label in enumerate(labels) if label != labels[0])
+    return [(paths[0], labels[0]), (paths[other], labels[other])]
+
+
 def duplicate_lines(metadata: DatasetMetadata) -> list[str]:
     """Identical images, and plainly the ones filed under different labels (a labelling mistake
     more often than not)."""
@@ -67,7 +74,7 @@ def duplicate_lines(metadata: DatasetMetadata) -> list[str]:
     if duplicates.label_conflicts:
         first = next((e for e in duplicates.examples if len(set(e["labels"])) > 1), None)
         example = (": " + ", ".join(f"{excerpt(p)} is {excerpt(label)}" for p, label in
-                                    zip(first["paths"][:2], first["labels"][:2])) if first else "")
+                                    conflicting_pair(first["paths"], first["labels"])) if first else "")
         lines.append(f"warning: label conflicts: {counted(duplicates.label_conflicts, 'image')} filed under "
                      f"different labels{example} (all in metadata.json duplicates.examples)")
     return lines

@@ -124,7 +124,8 @@ def test_summary_reports_skipped_rejected_duplicates_reuse_and_time():
 
 
 def test_summary_names_label_conflicts_and_copies_split_by_path():
-    conflict = {"sha256": "ab", "paths": ["in/cat/x.jpg", "in/dog/x.jpg"], "labels": ["cat", "dog"]}
+    conflict = {"sha256": "ab", "paths": ["in/cat/x.jpg", "in/cat/y.jpg", "in/dog/x.jpg"],
+                "labels": ["cat", "cat", "dog"]}
     metadata = summary_metadata(["cat", "dog"], config={"splits": {"key": "path"}}, duplicates=DuplicateSummary(
         groups=2, extra_copies=2, examples=({"sha256": "aa", "paths": ["a", "b"], "labels": ["cat", "cat"]}, conflict),
         label_conflicts=1))
