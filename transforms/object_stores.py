@@ -71,8 +71,9 @@ def s3io():
 
 
 # The calls of Beam's S3 client that S3IO makes, each wrapped by Beam in a retry with exponential
-# backoff (7 tries, 5 s doubling: ~10 minutes per object for an endpoint that went away).
-_S3_CALLS = ("get_object_metadata", "get_stream", "get_range", "list", "create_multipart_upload", "upload_part",
+# backoff (7 tries, 5 s doubling: ~10 minutes per object for an endpoint that went away); and
+# get_range, which Beam's client retries that way itself (`_fail_fast` reads without it).
+_S3_CALLS = ("get_object_metadata", "get_stream", "list", "create_multipart_upload", "upload_part",
              "complete_multipart_upload", "delete", "delete_batch", "copy")
 
 
@@ -94,7 +95,31 @@ def _fail_fast(client_class: type) -> type:
                 raise
         return failing_fast
 
-    return type("FailFastClient", (client_class,), {name: wrap(getattr(client_class, name)) for name in _S3_CALLS})
+    def get_range(self, request, start: int, end: int) -> bytes:
+        """The bytes [start, end) from this client's download stream, as Beam's get_range reads
+        them (a stale stream is opened again once), but without Beam's retry around it: that one
+        wraps every error, a StoreUnavailable too, in an S3ClientError without a status, which it
+        retries for ~10 minutes when the store goes away while an object is being read."""
+        from apache_beam.io.aws.clients.s3.messages import S3ClientError
+
+        for attempt in range(2):
+            try:
+                data = self.get_stream(request, start).read(end - start)
+                self._download_pos += len(data)
+                return data
+            except Exception as exc:
+                self._download_stream = self._download_request = None
+                fault = store_fault(exc)
+                if fault:
+                    raise StoreUnavailable(fault) from exc
+                if attempt and isinstance(exc, S3ClientError):
+                    raise
+                if attempt:
+                    raise S3ClientError(str(exc), None) from exc
+        raise AssertionError("not reached: the second attempt returns or raises")
+
+    calls = {name: wrap(getattr(client_class, name)) for name in _S3_CALLS}
+    return type("FailFastClient", (client_class,), {**calls, "get_range": get_range})
 
 
 def _s3_client():
@@ -158,8 +183,14 @@ def _deletes_one_at_a_time(path: str) -> bool:
 def objects_under(folder: str, limit: Optional[int] = None) -> list[str]:
     """Every object whose name starts with `folder/`, or the first `limit` of them (listing
     stops there: whether a prefix holds anything takes one request, not a listing of all)."""
-    prefix = folder.rstrip("/") + "/"
-    if files.own_s3_client(folder):
+    return objects_named_from(folder.rstrip("/") + "/", limit)
+
+
+def objects_named_from(prefix: str, limit: Optional[int] = None) -> list[str]:
+    """Every object whose name starts with the text `prefix` (`s3://b/in/cat_` lists `cat_1.jpg`
+    and `cat_2/x.jpg`), or the first `limit` of them; on S3, through this thread's client, whose
+    store faults are not retried for minutes as Beam's own S3 filesystem retries them."""
+    if files.own_s3_client(prefix):
         return [path for path, _ in itertools.islice(s3io().list_files(prefix), limit)]
     from apache_beam.io.filesystems import FileSystems
 
