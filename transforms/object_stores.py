@@ -20,6 +20,7 @@ Imported only for paths with a scheme, so converter processes of a local run nev
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import os
 import threading
@@ -71,9 +72,8 @@ def s3io():
 
 
 # The calls of Beam's S3 client that S3IO makes, each wrapped by Beam in a retry with exponential
-# backoff (7 tries, 5 s doubling: ~10 minutes per object for an endpoint that went away); and
-# get_range, which Beam's client retries that way itself (`_fail_fast` reads without it).
-_S3_CALLS = ("get_object_metadata", "get_stream", "list", "create_multipart_upload", "upload_part",
+# backoff (7 tries, 5 s doubling: ~10 minutes per object for an endpoint that went away).
+_S3_CALLS = ("get_object_metadata", "get_stream", "get_range", "list", "create_multipart_upload", "upload_part",
              "complete_multipart_upload", "delete", "delete_batch", "copy")
 
 
@@ -82,7 +82,9 @@ def _fail_fast(client_class: type) -> type:
     """Beam's S3 client, except that an error saying the store itself cannot be used
     (`store_fault`: unreachable after botocore's own retries, credentials refused, no such bucket)
     is raised as a `StoreUnavailable`: retrying it for every object would keep a run whose
-    store went away, and the lock it holds, for hours."""
+    store went away, and the lock it holds, for hours. A call Beam's client retries itself
+    (get_range) is taken without that retry (`inspect.unwrap`), which would otherwise retry the
+    fault, wrapped in an error without a status, for ~10 minutes."""
     def wrap(call):
         @functools.wraps(call)
         def failing_fast(self, *args, **kwargs):
@@ -95,31 +97,8 @@ def _fail_fast(client_class: type) -> type:
                 raise
         return failing_fast
 
-    def get_range(self, request, start: int, end: int) -> bytes:
-        """The bytes [start, end) from this client's download stream, as Beam's get_range reads
-        them (a stale stream is opened again once), but without Beam's retry around it: that one
-        wraps every error, a StoreUnavailable too, in an S3ClientError without a status, which it
-        retries for ~10 minutes when the store goes away while an object is being read."""
-        from apache_beam.io.aws.clients.s3.messages import S3ClientError
-
-        for attempt in range(2):
-            try:
-                data = self.get_stream(request, start).read(end - start)
-                self._download_pos += len(data)
-                return data
-            except Exception as exc:
-                self._download_stream = self._download_request = None
-                fault = store_fault(exc)
-                if fault:
-                    raise StoreUnavailable(fault) from exc
-                if attempt and isinstance(exc, S3ClientError):
-                    raise
-                if attempt:
-                    raise S3ClientError(str(exc), None) from exc
-        raise AssertionError("not reached: the second attempt returns or raises")
-
-    calls = {name: wrap(getattr(client_class, name)) for name in _S3_CALLS}
-    return type("FailFastClient", (client_class,), {**calls, "get_range": get_range})
+    calls = {name: wrap(inspect.unwrap(getattr(client_class, name))) for name in _S3_CALLS}
+    return type("FailFastClient", (client_class,), calls)
 
 
 def _s3_client():
