@@ -20,6 +20,7 @@ Imported only for paths with a scheme, so converter processes of a local run nev
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import os
 import threading
@@ -81,7 +82,9 @@ def _fail_fast(client_class: type) -> type:
     """Beam's S3 client, except that an error saying the store itself cannot be used
     (`store_fault`: unreachable after botocore's own retries, credentials refused, no such bucket)
     is raised as a `StoreUnavailable`: retrying it for every object would keep a run whose
-    store went away, and the lock it holds, for hours."""
+    store went away, and the lock it holds, for hours. A call Beam's client retries itself
+    (get_range) is taken without that retry (`inspect.unwrap`), which would otherwise retry the
+    fault, wrapped in an error without a status, for ~10 minutes."""
     def wrap(call):
         @functools.wraps(call)
         def failing_fast(self, *args, **kwargs):
@@ -94,7 +97,8 @@ def _fail_fast(client_class: type) -> type:
                 raise
         return failing_fast
 
-    return type("FailFastClient", (client_class,), {name: wrap(getattr(client_class, name)) for name in _S3_CALLS})
+    calls = {name: wrap(inspect.unwrap(getattr(client_class, name))) for name in _S3_CALLS}
+    return type("FailFastClient", (client_class,), calls)
 
 
 def _s3_client():
@@ -158,8 +162,14 @@ def _deletes_one_at_a_time(path: str) -> bool:
 def objects_under(folder: str, limit: Optional[int] = None) -> list[str]:
     """Every object whose name starts with `folder/`, or the first `limit` of them (listing
     stops there: whether a prefix holds anything takes one request, not a listing of all)."""
-    prefix = folder.rstrip("/") + "/"
-    if files.own_s3_client(folder):
+    return objects_named_from(folder.rstrip("/") + "/", limit)
+
+
+def objects_named_from(prefix: str, limit: Optional[int] = None) -> list[str]:
+    """Every object whose name starts with the text `prefix` (`s3://b/in/cat_` lists `cat_1.jpg`
+    and `cat_2/x.jpg`), or the first `limit` of them; on S3, through this thread's client, whose
+    store faults are not retried for minutes as Beam's own S3 filesystem retries them."""
+    if files.own_s3_client(prefix):
         return [path for path, _ in itertools.islice(s3io().list_files(prefix), limit)]
     from apache_beam.io.filesystems import FileSystems
 

@@ -321,6 +321,97 @@ def test_a_read_from_an_s3_endpoint_that_went_away_fails_at_once():
     assert isinstance(outcome[0], object_stores.StoreUnavailable) and "cannot connect" in str(outcome[0])
 
 
+def _list_class_folders():
+    from transforms.inputs.discover import list_root
+
+    return list(list_root("s3://bucket/in", (".jpg",), None))
+
+
+def _match_glob():
+    from transforms.inputs.discover import match_glob
+
+    return list(match_glob("s3://bucket/in/*/*.jpg"))
+
+
+def _list_voc_annotations():
+    from transforms.inputs.discover_annotated import voc_files
+
+    return voc_files("s3://bucket/voc")
+
+
+def _read_progress():
+    from pipeline.output.progress import read_progress
+
+    return read_progress("s3://bucket/run")
+
+
+# What a run asks of the store besides reading and writing images, each while the store may go
+# away: discovery's listings (class folders, a glob, a VOC folder's annotations) and the progress
+# reporter's read of the planned total (its listing answered, the store gone before the read).
+_RUN_REQUESTS = {"class folders": _list_class_folders, "glob": _match_glob, "voc": _list_voc_annotations,
+                 "progress": _read_progress}
+
+
+@pytest.mark.parametrize("request_name", sorted(_RUN_REQUESTS))
+def test_a_run_request_to_an_s3_endpoint_that_went_away_fails_at_once(request_name, monkeypatch):
+    """Not after Beam's S3 filesystem's own retries (its S3IO, made for FileSystems, retries
+    every request 7 times from 5 s: ~10 minutes, during which the run holds its lock): discovery
+    lists through imgrec's client, which raises the store's fault as a StoreUnavailable."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import stores
+    from pipeline.output import progress
+    from transforms import object_stores
+
+    monkeypatch.setattr(progress, "list_names", lambda folder: [progress.TOTAL_FILE])
+    outcome = []
+
+    def call() -> None:
+        try:
+            _RUN_REQUESTS[request_name]()
+        except Exception as exc:
+            outcome.append(exc)
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        stores.use_filesystem_options(PipelineOptions(list(servers.S3Store._flags(
+            f"http://127.0.0.1:{closed.getsockname()[1]}"))))
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        caller.join(60)
+    assert outcome, f"{request_name}: an endpoint nobody answers at was still being retried after 60 s"
+    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+
+
+def test_a_read_under_way_when_the_s3_endpoint_goes_away_fails_at_once(tmp_path):
+    """The object was opened (its size asked) before the store went away: reading it fails with
+    the store's fault, not after Beam's retry around its client's get_range (~10 minutes
+    for each image a converter was reading)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import stores
+    from transforms import files, object_stores
+
+    outcome = []
+    with servers.moto_server(tmp_path / "moto.log") as endpoint:
+        store = servers.S3Store(endpoint, "going-away")
+        store.put("cat.jpg", (SAMPLE / "cat" / "cat_01.jpg").read_bytes())
+        stores.use_filesystem_options(PipelineOptions(list(store.flags)))
+        handle = files.open_read(store.url("cat.jpg"))
+
+    def read() -> None:
+        try:
+            handle.read()
+        except Exception as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert outcome, "a read from an endpoint that went away was still being retried after 60 s"
+    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+
+
 @pytest.mark.e2e
 def test_an_s3_endpoint_that_goes_away_mid_run_fails_the_run_with_exit_1(small_input, tmp_path):
     with servers.moto_server(tmp_path / "moto.log") as endpoint:

@@ -28,11 +28,10 @@ import stat
 from typing import Callable, Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from transforms.batches import GroupInBuckets, batched, split_by
 from transforms.dataset_format import METADATA_FILE, dataset_names, is_dataset_metadata, is_temporary_metadata
-from transforms.files import as_pattern, local_path
+from transforms.files import local_path
 from transforms.inputs.manifests import (
     MAX_LINE_BYTES,
     ManifestLayout,
@@ -365,8 +364,10 @@ def list_root(root: str, extensions: tuple[str, ...], output: Optional[OutputFol
                 yield beam.pvalue.TaggedOutput(LABELS, (found.label,))
             yield found
         return
-    matched = FileSystems.match([as_pattern(root.rstrip("/")) + "/**"])[0].metadata_list
-    found = (f for f in (classify_remote(root, m.path, extensions) for m in matched) if f is not None)
+    from transforms import object_stores  # through imgrec's S3 client: a store gone away fails at once
+
+    matched = object_stores.objects_under(root)
+    found = (f for f in (classify_remote(root, path, extensions) for path in matched) if f is not None)
     for item in batched(found):
         if isinstance(item, beam.pvalue.TaggedOutput):
             yield item
@@ -509,8 +510,9 @@ def match_glob(pattern: str) -> Iterator[str]:
     walking (following symlinked folders, reporting dangling symlinks), elsewhere with Beam."""
     root = glob_root(pattern)
     if local_path(pattern) is None:
-        prefix = re.match(r"[^[*?]*", pattern).group(0)
-        listed = (m.path for m in FileSystems.match([as_pattern(prefix) + "**"])[0].metadata_list)
+        from transforms import object_stores  # through imgrec's S3 client: a store gone away fails at once
+
+        listed = iter(object_stores.objects_named_from(re.match(r"[^[*?]*", pattern).group(0)))
     else:
         listed = _local_listing(root, pattern)
     return (path for path in listed if glob_matches(pattern, path))

@@ -144,6 +144,12 @@ def _tagged(rejections: Iterable[Rejection]):
 
 def voc_files(root: str) -> list[str]:
     """The folder's `Annotations/*.xml` files, in name order (the root taken literally)."""
+    if files.local_path(root) is None:  # listed through imgrec's S3 client: a store gone away fails at once
+        from transforms import object_stores
+
+        folder = posixpath.join(root, ANNOTATIONS) + "/"
+        return sorted(path for path in object_stores.objects_under(folder)
+                      if path.endswith(".xml") and "/" not in path[len(folder):])
     pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "*.xml")
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
