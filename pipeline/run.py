@@ -31,7 +31,14 @@ if __name__ == "__main__":
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    GoogleCloudOptions,
+    PortableOptions,
+    SetupOptions,
+    StandardOptions,
+    TestOptions,
+)
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import stores
@@ -140,6 +147,31 @@ def check_runner_options(options) -> None:
         except OSError as exc:
             raise UsageError(f"--job_endpoint={endpoint}: cannot connect ({exc.strerror or exc}); is the job "
                              "service running there?") from None
+    if runner_name(options) == "DataflowRunner":
+        check_dataflow_options(options)
+
+
+def check_dataflow_options(options) -> None:
+    """What Beam would refuse only once the output is locked, with a traceback: a --setup_file
+    that is not there (the imagenet config's ./setup.py is relative to the folder the command runs
+    in: imgrec's clone), and no --project or --region (Beam's own validation, which needs no network then)."""
+    setup_file = options.view_as(SetupOptions).setup_file
+    if setup_file and not os.path.isfile(setup_file):
+        raise UsageError(f"--setup_file={setup_file}: no such file in {os.getcwd()} (a relative path is relative to "
+                         "the folder the command runs in; --config=imagenet names ./setup.py: run it from imgrec's "
+                         "clone, or give --setup_file=PATH/setup.py)")
+    cloud = options.view_as(GoogleCloudOptions)
+    if cloud.project and cloud.region:  # else Beam's checks need no network (no default bucket to look up)
+        return
+    try:
+        from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+        from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    except ImportError:  # no gcp extra: Beam says so when it builds the runner
+        return
+    errors = [error.strip().rstrip(".") for error in PipelineOptionsValidator(options, DataflowRunner()).validate()]
+    if errors:
+        raise UsageError(f"--runner=DataflowRunner: {'; '.join(errors)} (give --project, --region and "
+                         "--temp_location=gs://BUCKET/tmp; docs/runners.md)")
 
 
 def check_input(spec: ConversionSpec) -> None:

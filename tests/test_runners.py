@@ -399,6 +399,37 @@ def test_dask_runner_is_refused_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.timeout(60)
+def test_the_imagenet_config_run_outside_the_clone_is_a_usage_error(tmp_path, monkeypatch, no_network, capsys):
+    """`imgrec run --config=imagenet ...` from a folder without setup.py (a pip-installed imgrec):
+    Beam's stager failed with a traceback (exit 1) once the output was locked, on `./setup.py`."""
+    from pipeline.run import main
+
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path / "out"
+    assert main(["--config=imagenet", f"--input={SAMPLE}", f"--output={output}",
+                 "--project=imgrec-test", "--region=us-central1", "--temp_location=gs://imgrec-test-bucket/tmp"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("imgrec: error: --setup_file=./setup.py: no such file"), err
+    assert not output.exists()
+
+
+@pytest.mark.timeout(60)
+def test_dataflow_without_project_or_region_is_a_usage_error(tmp_path, monkeypatch, no_network, capsys):
+    """Beam's own validation (no --project, no --region) ran once the output was locked and came
+    out as a traceback and exit 1."""
+    from pipeline.run import main
+
+    monkeypatch.delenv("CLOUDSDK_COMPUTE_REGION", raising=False)
+
+    output = tmp_path / "out"
+    assert main(["--runner=DataflowRunner", f"--input={SAMPLE}", f"--output={output}", "--project=imgrec-test"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("imgrec: error: --runner=DataflowRunner: "), err
+    assert "Missing required option: region" in err[0]
+    assert not output.exists()
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("runner, checked", [("PortableRunner", True), ("FlinkRunner", True), ("PrismRunner", True),
                                              ("DirectRunner", False), (None, False)])
