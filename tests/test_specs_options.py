@@ -456,6 +456,22 @@ def test_the_configuration_reference_lists_every_flag_with_its_default():
             assert rows[f"`--{flag.name}`"] == f"`{defaults[flag.name]}`", flag.name
 
 
+
+def test_the_configuration_reference_names_every_no_twin_and_every_config_key():
+    """configuration.md named four of the seven --no_ twins, gave no word of `input: extensions`,
+    and did not say that `output: target_shard_bytes` (the key of --target_shard_mb) is in bytes."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    for flag in FLAGS:
+        if flag.type is None:
+            assert f"`--no_{flag.name}`" in text, flag.name
+    for section in (InputSpec, OutputSpec, ImageSpec, SplitSpec, AnnotationSpec):
+        name = {InputSpec: "input", OutputSpec: "output", ImageSpec: "image", SplitSpec: "splits",
+                AnnotationSpec: "annotations"}[section]
+        for field in dataclasses.fields(section):
+            assert f"`{name}: {field.name}`" in text, (name, field.name)
+    row = next(line for line in text.splitlines() if line.startswith("| `--target_shard_mb`"))
+    assert "`output: target_shard_bytes`" in row and "bytes" in row.split("|")[4], row
+
 def test_exit_codes():
     assert (UsageError.exit_code, RunFailed.exit_code, OutputLocked.exit_code, ImgrecError.exit_code) == (2, 1, 3, 1)
     assert all(issubclass(cls, ImgrecError) for cls in (UsageError, RunFailed, OutputLocked))
