@@ -66,8 +66,11 @@ def duplicate_lines(metadata: DatasetMetadata) -> list[str]:
         lines[-1] += "; split by path, so copies can be in different splits"
     if duplicates.label_conflicts:
         first = next((e for e in duplicates.examples if len(set(e["labels"])) > 1), None)
-        example = (": " + ", ".join(f"{excerpt(p)} is {excerpt(label)}" for p, label in
-                                    zip(first["paths"][:2], first["labels"][:2])) if first else "")
+        shown = {}  # the first copy under each of two labels (the first two copies may share one)
+        for path, label in zip(first["paths"], first["labels"]) if first else ():
+            shown.setdefault(label, path)
+        example = (": " + ", ".join(f"{excerpt(path)} is {excerpt(label)}" for label, path in list(shown.items())[:2])
+                   if first else "")
         lines.append(f"warning: label conflicts: {counted(duplicates.label_conflicts, 'image')} filed under "
                      f"different labels{example} (all in metadata.json duplicates.examples)")
     return lines

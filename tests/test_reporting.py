@@ -135,6 +135,15 @@ def test_summary_names_label_conflicts_and_copies_split_by_path():
             "is 'dog' (all in metadata.json duplicates.examples)") in lines
 
 
+
+def test_a_label_conflict_is_shown_by_two_copies_with_different_labels():
+    """Three copies, two under 'a' and one under 'b': the warning showed the first two, both 'a'."""
+    conflict = {"sha256": "ab", "paths": ["in/a/x.jpg", "in/a/sub/x.jpg", "in/b/x.jpg"], "labels": ["a", "a", "b"]}
+    metadata = summary_metadata(["a", "b"], duplicates=DuplicateSummary(
+        groups=1, extra_copies=2, examples=(conflict,), label_conflicts=1))
+    assert ("warning: label conflicts: 1 image filed under different labels: 'in/a/x.jpg' is 'a', 'in/b/x.jpg' "
+            "is 'b' (all in metadata.json duplicates.examples)") in format_summary(metadata, "out").splitlines()
+
 def test_header_names_input_output_and_pixels():
     spec = ConversionSpec(InputSpec("data/sample"), OutputSpec("out/x"),
                           ImageSpec(height=32, width=48, resize_mode="pad", normalize="none", encoding="jpeg"))
