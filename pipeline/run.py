@@ -156,10 +156,12 @@ def check_dataflow_options(options) -> None:
     that is not there (the imagenet config's ./setup.py is relative to the folder the command runs
     in: imgrec's clone), and no --project or --region (Beam's own validation, which needs no network then)."""
     setup_file = options.view_as(SetupOptions).setup_file
-    if setup_file and not os.path.isfile(setup_file):
+    if setup_file == "":  # `--setup_file=` turns a config's off (the worker image holds imgrec); Beam took ''
+        options.view_as(SetupOptions).setup_file = None
+    elif setup_file and not os.path.isfile(setup_file):
         raise UsageError(f"--setup_file={setup_file}: no such file in {os.getcwd()} (a relative path is relative to "
                          "the folder the command runs in; --config=imagenet names ./setup.py: run it from imgrec's "
-                         "clone, or give --setup_file=PATH/setup.py)")
+                         "clone, or give --setup_file=PATH/setup.py, or --setup_file= with --sdk_container_image)")
     cloud = options.view_as(GoogleCloudOptions)
     if cloud.project and cloud.region:  # else Beam's checks need no network (no default bucket to look up)
         return

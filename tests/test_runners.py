@@ -342,6 +342,20 @@ def test_dataflow_dry_run_with_custom_container(tmp_path, monkeypatch, no_networ
     assert "workflow.tar.gz" not in staged_files(environment)
 
 
+
+@pytest.mark.timeout(120)
+def test_the_imagenet_config_with_the_worker_image_turns_its_setup_file_off(tmp_path, monkeypatch, no_network):
+    """runners.md's second way (the worker image, no --setup_file) with the shipped imagenet
+    config, which names setup_file ./setup.py: `--setup_file=` was taken by Beam as a file named
+    '' (RuntimeError, exit 1), so the config's setup_file could not be turned off."""
+    image_name = f"us-central1-docker.pkg.dev/imgrec-test/beam/imgrec-worker:{__version__}"
+    monkeypatch.chdir(tmp_path)
+    result, output, _ = dataflow_dry_run(tmp_path, monkeypatch, "--config=imagenet", "--setup_file=",
+                                         f"--sdk_container_image={image_name}")
+    image, environment = assert_dataflow_job(result, output)
+    assert image == image_name
+    assert "workflow.tar.gz" not in staged_files(environment)
+
 @pytest.mark.timeout(120)
 def test_dataflow_dry_run_from_the_command_line_leaves_gcs_alone(tmp_path, monkeypatch, no_network, capsys):
     """`python -m pipeline.run ... --dry_run=True` with gs:// paths: no GCS access, exit code 0."""
