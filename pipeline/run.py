@@ -73,7 +73,7 @@ from transforms.files import list_names, local_path
 from transforms.inputs.coco import AnnotationFileError, looks_like_coco
 from transforms.inputs.discover_annotated import coco_categories
 from transforms.inputs.manifests import ManifestError, manifest_layout
-from transforms.specs import ConversionSpec
+from transforms.specs import ConversionSpec, glob_root
 from transforms.write.concurrency import close_shared_pools, shared_process_pool
 from transforms.write.parts import WriterSettings, record_digest
 
@@ -196,6 +196,11 @@ def check_input(spec: ConversionSpec) -> None:
                     raise UsageError(f"--input={path}: not a folder (a manifest ends in .csv, .jsonl or .json, "
                                      "or give --input_kind=csv or jsonl)") from None
                 raise UsageError(f"--input={path}: {problem}: {exc.strerror or exc}") from None
+    if kind == "glob" and local is not None:  # a typo in the folder: nothing matches, exit 1 after a whole run
+        root = glob_root(local)
+        if root and not os.path.exists(root):
+            raise UsageError(f"--input={path}: no such folder {root}" if root != local.rstrip("/")
+                             else f"--input={path}: no such file")
     if local is None and kind not in ("csv", "jsonl"):
         reachable("--input", path)  # a folder or glob on an object store need not exist as such
     if local is None and spec.input.kind == "auto":  # auto looks at local disks only (InputSpec.resolved_kind)

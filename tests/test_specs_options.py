@@ -421,6 +421,9 @@ def test_a_typo_in_the_configs_beam_section_is_a_usage_error(tmp_path):
     ([f"--input={__file__}", "--output=o"], "not a folder (a manifest ends in .csv, .jsonl or .json, or give "
                                             "--input_kind=csv or jsonl)"),
     ([f"--input={__file__}/IN", "--output=o"], f"--input={__file__}/IN: no such folder"),
+    (["--input=/nonexistent/cats/*.jpg", "--output=o"],
+     "--input=/nonexistent/cats/*.jpg: no such folder /nonexistent/cats"),
+    (["--input=/nonexistent/a.jpg", "--input_kind=glob", "--output=o"], "--input=/nonexistent/a.jpg: no such file"),
     ([*IO, "--runner=DaskRunner"], "--runner=DaskRunner is not supported"),
 ])
 def test_usage_errors_exit_2_with_one_line(argv, message, capsys):
