@@ -31,7 +31,14 @@ if __name__ == "__main__":
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    GoogleCloudOptions,
+    PortableOptions,
+    SetupOptions,
+    StandardOptions,
+    TestOptions,
+)
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import stores
@@ -66,7 +73,7 @@ from transforms.files import list_names, local_path
 from transforms.inputs.coco import AnnotationFileError, looks_like_coco
 from transforms.inputs.discover_annotated import coco_categories
 from transforms.inputs.manifests import ManifestError, manifest_layout
-from transforms.specs import ConversionSpec
+from transforms.specs import ConversionSpec, glob_root
 from transforms.write.concurrency import close_shared_pools, shared_process_pool
 from transforms.write.parts import WriterSettings, record_digest
 
@@ -140,6 +147,33 @@ def check_runner_options(options) -> None:
         except OSError as exc:
             raise UsageError(f"--job_endpoint={endpoint}: cannot connect ({exc.strerror or exc}); is the job "
                              "service running there?") from None
+    if runner_name(options) == "DataflowRunner":
+        check_dataflow_options(options)
+
+
+def check_dataflow_options(options) -> None:
+    """What Beam would refuse only once the output is locked, with a traceback: a --setup_file
+    that is not there (the imagenet config's ./setup.py is relative to the folder the command runs
+    in: imgrec's clone), and no --project or --region (Beam's own validation, which needs no network then)."""
+    setup_file = options.view_as(SetupOptions).setup_file
+    if setup_file == "":  # `--setup_file=` turns a config's off (the worker image holds imgrec); Beam took ''
+        options.view_as(SetupOptions).setup_file = None
+    elif setup_file and not os.path.isfile(setup_file):
+        raise UsageError(f"--setup_file={setup_file}: no such file in {os.getcwd()} (a relative path is relative to "
+                         "the folder the command runs in; --config=imagenet names ./setup.py: run it from imgrec's "
+                         "clone, or give --setup_file=PATH/setup.py, or --setup_file= with --sdk_container_image)")
+    cloud = options.view_as(GoogleCloudOptions)
+    if cloud.project and cloud.region:  # else Beam's checks need no network (no default bucket to look up)
+        return
+    try:
+        from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+        from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    except ImportError:  # no gcp extra: Beam says so when it builds the runner
+        return
+    errors = [error.strip().rstrip(".") for error in PipelineOptionsValidator(options, DataflowRunner()).validate()]
+    if errors:
+        raise UsageError(f"--runner=DataflowRunner: {'; '.join(errors)} (give --project, --region and "
+                         "--temp_location=gs://BUCKET/tmp; docs/runners.md)")
 
 
 def check_input(spec: ConversionSpec) -> None:
@@ -162,6 +196,11 @@ def check_input(spec: ConversionSpec) -> None:
                     raise UsageError(f"--input={path}: not a folder (a manifest ends in .csv, .jsonl or .json, "
                                      "or give --input_kind=csv or jsonl)") from None
                 raise UsageError(f"--input={path}: {problem}: {exc.strerror or exc}") from None
+    if kind == "glob" and local is not None:  # a typo in the folder: nothing matches, exit 1 after a whole run
+        root = glob_root(local)
+        if root and not os.path.exists(root):
+            raise UsageError(f"--input={path}: no such folder {root}" if root != local.rstrip("/")
+                             else f"--input={path}: no such file")
     if local is None and kind not in ("csv", "jsonl"):
         reachable("--input", path)  # a folder or glob on an object store need not exist as such
     if local is None and spec.input.kind == "auto":  # auto looks at local disks only (InputSpec.resolved_kind)

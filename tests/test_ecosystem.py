@@ -2,6 +2,7 @@
 pipelines, Keras training, Airflow's Dataflow job-id parsing and option passing, the CLI."""
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import pathlib
@@ -207,6 +208,32 @@ def test_airflow_dag_options_are_accepted(tmp_path):
     parsed = parse_arguments(["--runner=DirectRunner", *beam_options_to_args(options)])
     assert parsed.spec.output.skip_unchanged and parsed.spec.output.reuse_from == "latest"
 
+
+
+def airflow_pipeline_options(markdown: str) -> dict:
+    """The `pipeline_options` dict of the DAG in docs/operations.md, as a literal."""
+    block = re.search(r"```python\n(from airflow.*?)```", markdown, re.S).group(1)
+    call = ast.parse(block).body[-1].value
+    return ast.literal_eval(next(k.value for k in call.keywords if k.arg == "pipeline_options"))
+
+
+@pytest.mark.timeout(300)
+def test_the_operations_airflow_dag_runs_as_airflow_renders_it(tmp_path, capsys):
+    """Airflow renders pipeline_options with Jinja before the task runs: the DAG's output
+    `.../{{ ds }}` reached imgrec as a fixed folder (`.../2026-12-02`), and its
+    `reuse_from: latest` was refused (exit 2: 'latest' needs an output template), every day.
+    Run here on the sample, the store paths made local and the runner the DirectRunner."""
+    from pipeline.run import main
+
+    options = airflow_pipeline_options((REPO / "docs" / "operations.md").read_text())
+    rendered = {key: re.sub(r"\{\{\s*ds\s*\}\}", "2026-12-02", value) if isinstance(value, str) else value
+                for key, value in options.items()}
+    rendered.update(input=str(SAMPLE), setup_file=None,
+                    output=rendered["output"].replace("gs://my-bucket/", f"{tmp_path}/"))
+    argv = [*IN_MEMORY, *beam_options_to_args(rendered), "--labels=airflow-version=v3-3-2"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert main(argv) == 0, capsys.readouterr().err  # a retry of the task the same day
+    assert "unchanged: inputs and config match the dataset" in capsys.readouterr().out
 
 def test_beam_logs_stay_quiet_but_job_lines_do_not():
     from pipeline.run import configure_logging

@@ -349,6 +349,26 @@ def test_the_documented_schedule_is_safe_to_retry_and_keeps_the_last_datasets(tm
     assert "--compare_to=latest: no finished dataset in the folders" in scheduled("{timestamp}").stderr
 
 
+
+def test_keep_last_removes_the_pictures_verify_drew_beside_a_dataset(tmp_path):
+    """A schedule that runs `imgrec verify` after each run (the README's next step) kept every
+    removed day's folder, holding contact_sheet.png and class_counts.png, so --keep_last never
+    bounded the folders; the user's own files still keep theirs."""
+    from pipeline.output.retention import datasets_to_remove, remove_dataset
+
+    images = tmp_path / "images"
+    make_images(images, 4)
+    root = tmp_path / "datasets"
+    for day in ("2026-01-01", "2026-01-02", "2026-01-03"):
+        convert(images, root / day)
+        for picture in ("contact_sheet.png", "class_counts.png"):
+            (root / day / picture).write_bytes(b"\x89PNG")
+    (root / "2026-01-01" / "notes.txt").write_text("mine")
+    for folder in datasets_to_remove(f"{root}/{{date}}", 1):
+        assert remove_dataset(folder)
+    assert sorted(p.name for p in root.iterdir()) == ["2026-01-01", "2026-01-03"]
+    assert sorted(p.name for p in (root / "2026-01-01").iterdir()) == ["notes.txt"]
+
 def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_to_names(tmp_path):
     """A skip leaves the output as it is: its own dataset must be the one that matched (a
     backfill into an older dated folder, with a newer sibling that matches the inputs)."""

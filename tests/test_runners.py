@@ -342,6 +342,20 @@ def test_dataflow_dry_run_with_custom_container(tmp_path, monkeypatch, no_networ
     assert "workflow.tar.gz" not in staged_files(environment)
 
 
+
+@pytest.mark.timeout(120)
+def test_the_imagenet_config_with_the_worker_image_turns_its_setup_file_off(tmp_path, monkeypatch, no_network):
+    """runners.md's second way (the worker image, no --setup_file) with the shipped imagenet
+    config, which names setup_file ./setup.py: `--setup_file=` was taken by Beam as a file named
+    '' (RuntimeError, exit 1), so the config's setup_file could not be turned off."""
+    image_name = f"us-central1-docker.pkg.dev/imgrec-test/beam/imgrec-worker:{__version__}"
+    monkeypatch.chdir(tmp_path)
+    result, output, _ = dataflow_dry_run(tmp_path, monkeypatch, "--config=imagenet", "--setup_file=",
+                                         f"--sdk_container_image={image_name}")
+    image, environment = assert_dataflow_job(result, output)
+    assert image == image_name
+    assert "workflow.tar.gz" not in staged_files(environment)
+
 @pytest.mark.timeout(120)
 def test_dataflow_dry_run_from_the_command_line_leaves_gcs_alone(tmp_path, monkeypatch, no_network, capsys):
     """`python -m pipeline.run ... --dry_run=True` with gs:// paths: no GCS access, exit code 0."""
@@ -397,6 +411,37 @@ def test_dask_runner_is_refused_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("imgrec: error: --runner=DaskRunner is not supported")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(60)
+def test_the_imagenet_config_run_outside_the_clone_is_a_usage_error(tmp_path, monkeypatch, no_network, capsys):
+    """`imgrec run --config=imagenet ...` from a folder without setup.py (a pip-installed imgrec):
+    Beam's stager failed with a traceback (exit 1) once the output was locked, on `./setup.py`."""
+    from pipeline.run import main
+
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path / "out"
+    assert main(["--config=imagenet", f"--input={SAMPLE}", f"--output={output}",
+                 "--project=imgrec-test", "--region=us-central1", "--temp_location=gs://imgrec-test-bucket/tmp"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("imgrec: error: --setup_file=./setup.py: no such file"), err
+    assert not output.exists()
+
+
+@pytest.mark.timeout(60)
+def test_dataflow_without_project_or_region_is_a_usage_error(tmp_path, monkeypatch, no_network, capsys):
+    """Beam's own validation (no --project, no --region) ran once the output was locked and came
+    out as a traceback and exit 1."""
+    from pipeline.run import main
+
+    monkeypatch.delenv("CLOUDSDK_COMPUTE_REGION", raising=False)
+
+    output = tmp_path / "out"
+    assert main(["--runner=DataflowRunner", f"--input={SAMPLE}", f"--output={output}", "--project=imgrec-test"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("imgrec: error: --runner=DataflowRunner: "), err
+    assert "Missing required option: region" in err[0]
+    assert not output.exists()
 
 
 @pytest.mark.unit

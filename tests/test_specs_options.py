@@ -421,6 +421,9 @@ def test_a_typo_in_the_configs_beam_section_is_a_usage_error(tmp_path):
     ([f"--input={__file__}", "--output=o"], "not a folder (a manifest ends in .csv, .jsonl or .json, or give "
                                             "--input_kind=csv or jsonl)"),
     ([f"--input={__file__}/IN", "--output=o"], f"--input={__file__}/IN: no such folder"),
+    (["--input=/nonexistent/cats/*.jpg", "--output=o"],
+     "--input=/nonexistent/cats/*.jpg: no such folder /nonexistent/cats"),
+    (["--input=/nonexistent/a.jpg", "--input_kind=glob", "--output=o"], "--input=/nonexistent/a.jpg: no such file"),
     ([*IO, "--runner=DaskRunner"], "--runner=DaskRunner is not supported"),
 ])
 def test_usage_errors_exit_2_with_one_line(argv, message, capsys):
@@ -455,6 +458,22 @@ def test_the_configuration_reference_lists_every_flag_with_its_default():
         if flag.name in defaults:
             assert rows[f"`--{flag.name}`"] == f"`{defaults[flag.name]}`", flag.name
 
+
+
+def test_the_configuration_reference_names_every_no_twin_and_every_config_key():
+    """configuration.md named four of the seven --no_ twins, gave no word of `input: extensions`,
+    and did not say that `output: target_shard_bytes` (the key of --target_shard_mb) is in bytes."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    for flag in FLAGS:
+        if flag.type is None:
+            assert f"`--no_{flag.name}`" in text, flag.name
+    for section in (InputSpec, OutputSpec, ImageSpec, SplitSpec, AnnotationSpec):
+        name = {InputSpec: "input", OutputSpec: "output", ImageSpec: "image", SplitSpec: "splits",
+                AnnotationSpec: "annotations"}[section]
+        for field in dataclasses.fields(section):
+            assert f"`{name}: {field.name}`" in text, (name, field.name)
+    row = next(line for line in text.splitlines() if line.startswith("| `--target_shard_mb`"))
+    assert "`output: target_shard_bytes`" in row and "bytes" in row.split("|")[4], row
 
 def test_exit_codes():
     assert (UsageError.exit_code, RunFailed.exit_code, OutputLocked.exit_code, ImgrecError.exit_code) == (2, 1, 3, 1)

@@ -4,7 +4,8 @@ After a successful run (published, or kept unchanged), the older finished datase
 folders the output template names are removed, oldest first, each under its own output lock
 (a folder a live run holds is left for the next time). Only what imgrec wrote goes: the files
 the dataset's metadata.json lists, metadata.json itself first (so nothing reads a half-removed
-folder as a dataset), then the folder if nothing else is left in it.
+folder as a dataset), the pictures `imgrec verify` draws beside it, then the folder if nothing
+else is left in it.
 """
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from pipeline.errors import OutputLocked, UsageError
 from pipeline.output.lock import OutputLock
 from pipeline.prepare import finished_siblings, read_json, sibling_pattern
 from transforms import files
-from transforms.dataset_format import INDEX_DIR, METADATA_FILE, is_dataset_metadata, join, listed_files
+from transforms.dataset_format import (
+    CLASS_COUNTS,
+    CONTACT_SHEET,
+    INDEX_DIR,
+    METADATA_FILE,
+    is_dataset_metadata,
+    join,
+    listed_files,
+)
 
 
 def check_retention(template: str, keep_last: int) -> None:
@@ -41,7 +50,8 @@ def remove_dataset(folder: str) -> bool:
         if not is_dataset_metadata(metadata):
             return False
         files.delete([join(folder, METADATA_FILE)])
-        files.delete([path for path in (join(folder, name) for name in listed_files(metadata)) if files.exists(path)])
+        names = [*listed_files(metadata), CONTACT_SHEET, CLASS_COUNTS]  # and what `imgrec verify` drew beside it
+        files.delete([path for path in (join(folder, name) for name in names) if files.exists(path)])
         if files.is_folder(join(folder, INDEX_DIR)) and not files.list_names(join(folder, INDEX_DIR)):
             files.delete([join(folder, INDEX_DIR)])
     finally:
