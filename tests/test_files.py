@@ -148,3 +148,22 @@ def test_delete_takes_paths_literally(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "keep")
     files.delete([str(tmp_path / "ds?"), str(tmp_path / "link")])
     assert files.list_names(str(tmp_path)) == ["ds1", "keep"] and (tmp_path / "keep" / "f").exists()
+
+
+def test_google_giving_up_on_an_endpoint_that_cannot_be_reached_is_a_store_fault():
+    """google-api-core's retry raises a RetryError once its deadline passes, the connection error
+    its cause: the store is gone (a run then fails with 'cannot connect'), not one object."""
+    import socket
+
+    import requests
+    from google.api_core.exceptions import RetryError
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    from transforms import object_stores
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/storage/v1/b/bucket"
+        with pytest.raises(RetryError) as raised:
+            DEFAULT_RETRY.with_timeout(0.5)(requests.get)(url, timeout=1)
+    assert object_stores.store_fault(raised.value).startswith("cannot connect (ConnectionError)")
