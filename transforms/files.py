@@ -121,7 +121,7 @@ def own_s3_client(path: str) -> bool:
 
 def own_gcs_client(path: str) -> bool:
     """GCS through imgrec's client (object_stores.gcs_open...), whose requests give up on a store
-    that does not answer after object_stores.GCS_SECONDS, where this process was given the
+    they cannot reach after object_stores.GCS_SECONDS, where this process was given the
     filesystem options."""
     return path.startswith("gs://") and _options is not None
 

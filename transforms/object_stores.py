@@ -13,9 +13,9 @@ filesystem options Beam's filesystems use (transforms/files.py `filesystem_optio
   (~0.15 s of CPU) for every call, which made reading and writing each image cost more than
   converting it;
 - `gcs_open`, `gcs_exists`, `gcs_size` and the listings, copies and deletes on GCS: through
-  imgrec's GCS client, each request retried for GCS_SECONDS (Beam's GCS filesystem keeps
-  google-cloud-storage's default of 2 minutes a request: a run whose store went away held its
-  lock for 7-9 minutes), a store fault raised as a `StoreUnavailable`;
+  imgrec's GCS client, whose requests give up on a store they cannot reach after GCS_SECONDS
+  (Beam's GCS filesystem keeps google-cloud-storage's default of 2 minutes a request: a run whose
+  store went away held its lock for 7-9 minutes), a store fault raised as a `StoreUnavailable`;
 - `store_fault`: whether an error says the store itself cannot be used (unreachable, credentials
   refused, no such bucket), as opposed to one object being unreadable.
 
@@ -28,6 +28,7 @@ import inspect
 import itertools
 import os
 import threading
+import time
 from typing import Any, Iterable, Optional
 
 from apache_beam.utils.retry import PermanentException
@@ -37,11 +38,13 @@ from transforms import files
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own switch to a GCS emulator
 # HTTP statuses and S3 error codes that say the store, not one object, is the problem.
 _REFUSED_STATUSES = (401, 403)
-# How long imgrec's GCS requests retry a store that does not answer, and wait for each answer:
+# How long imgrec's GCS requests retry a store they cannot reach (refused, unresolvable, reset):
 # google-cloud-storage's default retry tries each request for 2 minutes (Beam's GCS filesystem
 # keeps that default, and a run whose store went away makes several requests in a row, its lock
-# held meanwhile); the check before a run too.
+# held meanwhile). Throttling and server errors keep google's 2 minutes.
 GCS_SECONDS = 10.0
+# Faults further apart than google's longest wait between two tries (60 s) are separate outages.
+_GCS_OUTAGE_GAP = 90.0
 _STORE_ERROR_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket",
                       "InvalidBucketName", "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"}
 
@@ -129,9 +132,37 @@ def _gcs_bucket(name: str):
     return _gcs_clients[key].bucket(name)
 
 
+class _GcsRetryPredicate:
+    """google-cloud-storage's default retry predicate, except that store faults (`store_fault`: a
+    store that cannot be reached) are retried for only GCS_SECONDS in a row: throttling (429) and
+    server errors keep google's 2 minutes, which a large run reading many objects rides out."""
+
+    def __init__(self, retried):
+        self._retried = retried
+        self._first = self._last = 0.0
+
+    def __call__(self, exc: Exception) -> bool:
+        if not self._retried(exc):
+            return False
+        if store_fault(exc) is None:
+            return True
+        now = time.monotonic()
+        if now - self._last > _GCS_OUTAGE_GAP:  # a new outage (a reader's or writer's later request)
+            self._first = now
+        self._last = now
+        return now - self._first < GCS_SECONDS
+
+
 def _gcs_request() -> dict[str, Any]:
-    """The retry and timeout of each of imgrec's GCS requests: google-cloud-storage's own
-    default retry, bounded to GCS_SECONDS."""
+    """The retry of each of imgrec's GCS requests (a predicate object of its own: its state is
+    the request's, or one reader's or writer's)."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return {"retry": DEFAULT_RETRY.with_predicate(_GcsRetryPredicate(DEFAULT_RETRY._predicate))}
+
+
+def _gcs_probe_request() -> dict[str, Any]:
+    """The check before a run: any error within GCS_SECONDS, so a wrong setting is told at once."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     return {"retry": DEFAULT_RETRY.with_timeout(GCS_SECONDS), "timeout": GCS_SECONDS}
@@ -149,7 +180,7 @@ _GCS_WRITES = ("write", "flush", "close")
 
 def gcs_open(path: str, mode: str):
     """An object to read ("rb") or write ("wb") through imgrec's GCS client, as Beam's GCS
-    filesystem opens it (raw bytes, the same buffer sizes), its requests retried for GCS_SECONDS
+    filesystem opens it (raw bytes, the same buffer sizes), with imgrec's retry (`_gcs_request`)
     and a store fault raised as a StoreUnavailable."""
     from apache_beam.io.gcp.gcsio import DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE
     from google.cloud.storage.fileio import BlobReader, BlobWriter
@@ -312,7 +343,7 @@ def probe(path: str) -> Optional[str]:
     try:
         if scheme(path) == "s3":
             _s3_client().head_bucket(Bucket=bucket)
-        elif not _gcs_bucket(bucket).exists(**_gcs_request()):
+        elif not _gcs_bucket(bucket).exists(**_gcs_probe_request()):
             return f"no such bucket {bucket!r}"
     except Exception as exc:  # each client raises its own error types
         response = getattr(exc, "response", None)
