@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import os
 import re
+import time
 
 import pytest
 
@@ -148,3 +149,53 @@ def test_delete_takes_paths_literally(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "keep")
     files.delete([str(tmp_path / "ds?"), str(tmp_path / "link")])
     assert files.list_names(str(tmp_path)) == ["ds1", "keep"] and (tmp_path / "keep" / "f").exists()
+
+
+def test_gcs_requests_give_up_on_a_store_they_cannot_reach_and_ride_out_throttling(monkeypatch):
+    """imgrec's GCS retry: a store nobody answers at is given up on after GCS_SECONDS (google's
+    default retries it for 2 minutes, while the run holds its lock), with an error that says the
+    store cannot be reached; a store that throttles (429) longer than that is still retried."""
+    import http.server
+    import socket
+    import threading
+
+    import requests
+    from google.api_core.exceptions import from_http_response
+
+    from transforms import object_stores
+
+    monkeypatch.setattr(object_stores, "GCS_SECONDS", 0.5)
+
+    def fetch(url: str) -> str:
+        response = requests.get(url, timeout=5)
+        if response.status_code >= 400:
+            raise from_http_response(response)
+        return response.text
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        began = time.monotonic()
+        with pytest.raises(Exception) as raised:
+            object_stores._gcs_request()["retry"](fetch)(f"http://127.0.0.1:{closed.getsockname()[1]}/b/bucket")
+    assert time.monotonic() - began < 5
+    assert object_stores.store_fault(raised.value).startswith("cannot connect")
+
+    throttled_until = time.monotonic() + 2  # four times GCS_SECONDS
+
+    class Throttling(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, body = (429, b"{}") if time.monotonic() < throttled_until else (200, b"ok")
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Throttling) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            assert object_stores._gcs_request()["retry"](fetch)(f"http://127.0.0.1:{server.server_port}/o") == "ok"
+        finally:
+            server.shutdown()

@@ -119,6 +119,13 @@ def own_s3_client(path: str) -> bool:
     return path.startswith("s3://") and _options is not None
 
 
+def own_gcs_client(path: str) -> bool:
+    """GCS through imgrec's client (object_stores.gcs_open...), whose requests give up on a store
+    they cannot reach after object_stores.GCS_SECONDS, where this process was given the
+    filesystem options."""
+    return path.startswith("gs://") and _options is not None
+
+
 _WILDCARDS = re.compile(r"([\[*?])")
 
 
@@ -160,6 +167,8 @@ def open_read(path: str) -> BinaryIO:
         return _open_regular(local)
     if own_s3_client(path):
         return _object_stores().s3io().open(path, "rb")
+    if own_gcs_client(path):
+        return _object_stores().gcs_open(path, "rb")
     return _filesystems().open(path, compression_type="uncompressed")
 
 
@@ -216,6 +225,8 @@ class _ObjectWriter(io.BufferedIOBase):
 
         if own_s3_client(self._path):
             return _object_stores().s3io().open(self._path, "wb")
+        if own_gcs_client(self._path):
+            return _object_stores().gcs_open(self._path, "wb")
 
         return _filesystems().create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
 
@@ -248,7 +259,9 @@ def exists(path: str) -> bool:
     local = local_path(path)
     if local is not None:
         return os.path.exists(local)
-    return _object_stores().s3io().exists(path) if own_s3_client(path) else _filesystems().exists(path)
+    if own_s3_client(path):
+        return _object_stores().s3io().exists(path)
+    return _object_stores().gcs_exists(path) if own_gcs_client(path) else _filesystems().exists(path)
 
 
 def present(path: str) -> bool:
@@ -266,6 +279,8 @@ def size(path: str) -> int:
         return os.path.getsize(local)
     if own_s3_client(path):
         return _object_stores().s3io().size(path)
+    if own_gcs_client(path):
+        return _object_stores().gcs_size(path)
     return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
 
 

@@ -12,6 +12,10 @@ filesystem options Beam's filesystems use (transforms/files.py `filesystem_optio
 - `s3io`: Beam's S3IO on a client kept per thread: Beam's S3 filesystem makes a new boto3 client
   (~0.15 s of CPU) for every call, which made reading and writing each image cost more than
   converting it;
+- `gcs_open`, `gcs_exists`, `gcs_size` and the listings, copies and deletes on GCS: through
+  imgrec's GCS client, whose requests give up on a store they cannot reach after GCS_SECONDS
+  (Beam's GCS filesystem keeps google-cloud-storage's default of 2 minutes a request: a run whose
+  store went away held its lock for 7-9 minutes), a store fault raised as a `StoreUnavailable`;
 - `store_fault`: whether an error says the store itself cannot be used (unreachable, credentials
   refused, no such bucket), as opposed to one object being unreadable.
 
@@ -24,6 +28,7 @@ import inspect
 import itertools
 import os
 import threading
+import time
 from typing import Any, Iterable, Optional
 
 from apache_beam.utils.retry import PermanentException
@@ -33,9 +38,13 @@ from transforms import files
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own switch to a GCS emulator
 # HTTP statuses and S3 error codes that say the store, not one object, is the problem.
 _REFUSED_STATUSES = (401, 403)
-# How long the check before a run retries a GCS store that does not answer: google-cloud-storage's
-# default retry would try for 2 minutes before the run could say so.
-PROBE_SECONDS = 10.0
+# How long imgrec's GCS requests retry a store they cannot reach (refused, unresolvable, reset):
+# google-cloud-storage's default retry tries each request for 2 minutes (Beam's GCS filesystem
+# keeps that default, and a run whose store went away makes several requests in a row, its lock
+# held meanwhile). Throttling and server errors keep google's 2 minutes.
+GCS_SECONDS = 10.0
+# Faults further apart than google's longest wait between two tries (60 s) are separate outages.
+_GCS_OUTAGE_GAP = 90.0
 _STORE_ERROR_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket",
                       "InvalidBucketName", "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"}
 
@@ -77,28 +86,33 @@ _S3_CALLS = ("get_object_metadata", "get_stream", "get_range", "list", "create_m
              "complete_multipart_upload", "delete", "delete_batch", "copy")
 
 
-@functools.cache
-def _fail_fast(client_class: type) -> type:
-    """Beam's S3 client, except that an error saying the store itself cannot be used
-    (`store_fault`: unreachable after botocore's own retries, credentials refused, no such bucket)
-    is raised as a `StoreUnavailable`: retrying it for every object would keep a run whose
-    store went away, and the lock it holds, for hours. A call Beam's client retries itself
-    (get_range) is taken without that retry (`inspect.unwrap`), which would otherwise retry the
-    fault, wrapped in an error without a status, for ~10 minutes."""
-    def wrap(call):
-        @functools.wraps(call)
-        def failing_fast(self, *args, **kwargs):
-            try:
-                return call(self, *args, **kwargs)
-            except Exception as exc:
-                fault = store_fault(exc)
-                if fault:
-                    raise StoreUnavailable(fault) from exc
-                raise
-        return failing_fast
+def _failing_fast(call):
+    """`call`, except that an error saying the store itself cannot be used (`store_fault`:
+    unreachable after the client's own retries, credentials refused, no such bucket) is raised
+    as a `StoreUnavailable`."""
+    @functools.wraps(call)
+    def failing_fast(*args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            fault = store_fault(exc)
+            if fault:
+                raise StoreUnavailable(fault) from exc
+            raise
+    return failing_fast
 
-    calls = {name: wrap(inspect.unwrap(getattr(client_class, name))) for name in _S3_CALLS}
-    return type("FailFastClient", (client_class,), calls)
+
+@functools.cache
+def _fail_fast(client_class: type, calls: tuple[str, ...] = _S3_CALLS) -> type:
+    """Beam's S3 client (or google-cloud-storage's reader or writer of an object), except that
+    its `calls` raise a store fault as a `StoreUnavailable` (`_failing_fast`): retrying it for
+    every object would keep a run whose store went away, and the lock it holds, for hours. A call
+    Beam's client retries itself (get_range) is taken without that retry (`inspect.unwrap`), which
+    would otherwise retry the fault, wrapped in an error without a status, for ~10 minutes."""
+    wrapped = {name: _failing_fast(inspect.unwrap(getattr(client_class, name))) for name in calls}
+    return type(f"FailFast{client_class.__name__}", (client_class,), wrapped)
 
 
 def _s3_client():
@@ -118,6 +132,80 @@ def _gcs_bucket(name: str):
     return _gcs_clients[key].bucket(name)
 
 
+class _GcsRetryPredicate:
+    """google-cloud-storage's default retry predicate, except that store faults (`store_fault`: a
+    store that cannot be reached) are retried for only GCS_SECONDS in a row: throttling (429) and
+    server errors keep google's 2 minutes, which a large run reading many objects rides out."""
+
+    def __init__(self, retried):
+        self._retried = retried
+        self._first = self._last = 0.0
+
+    def __call__(self, exc: Exception) -> bool:
+        if not self._retried(exc):
+            return False
+        if store_fault(exc) is None:
+            return True
+        now = time.monotonic()
+        if now - self._last > _GCS_OUTAGE_GAP:  # a new outage (a reader's or writer's later request)
+            self._first = now
+        self._last = now
+        return now - self._first < GCS_SECONDS
+
+
+def _gcs_request() -> dict[str, Any]:
+    """The retry of each of imgrec's GCS requests (a predicate object of its own: its state is
+    the request's, or one reader's or writer's)."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return {"retry": DEFAULT_RETRY.with_predicate(_GcsRetryPredicate(DEFAULT_RETRY._predicate))}
+
+
+def _gcs_probe_request() -> dict[str, Any]:
+    """The check before a run: any error within GCS_SECONDS, so a wrong setting is told at once."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return {"retry": DEFAULT_RETRY.with_timeout(GCS_SECONDS), "timeout": GCS_SECONDS}
+
+
+def _gcs_blob(path: str):
+    bucket, key = _bucket_and_key(path)
+    return _gcs_bucket(bucket).blob(key)
+
+
+# The calls of google-cloud-storage's reader and writer of an object that make requests.
+_GCS_READS = ("read", "read1", "seek")
+_GCS_WRITES = ("write", "flush", "close")
+
+
+def gcs_open(path: str, mode: str):
+    """An object to read ("rb") or write ("wb") through imgrec's GCS client, as Beam's GCS
+    filesystem opens it (raw bytes, the same buffer sizes), with imgrec's retry (`_gcs_request`)
+    and a store fault raised as a StoreUnavailable."""
+    from apache_beam.io.gcp.gcsio import DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE
+    from google.cloud.storage.fileio import BlobReader, BlobWriter
+
+    if mode == "rb":
+        return _fail_fast(BlobReader, _GCS_READS)(_gcs_blob(path), chunk_size=DEFAULT_READ_BUFFER_SIZE,
+                                                  raw_download=True, **_gcs_request())
+    return _fail_fast(BlobWriter, _GCS_WRITES)(_gcs_blob(path), chunk_size=DEFAULT_WRITE_BUFFER_SIZE,
+                                               ignore_flush=True, content_type="application/octet-stream",
+                                               **_gcs_request())
+
+
+@_failing_fast
+def gcs_exists(path: str) -> bool:
+    return _gcs_blob(path).exists(**_gcs_request())
+
+
+@_failing_fast
+def gcs_size(path: str) -> int:
+    blob = _gcs_blob(path)
+    blob.reload(**_gcs_request())
+    return blob.size
+
+
+@_failing_fast
 def create_exclusive(path: str, data: bytes) -> Optional[bool]:
     """Writes `data` to `path` only if no object is there, in one atomic request: True if this
     call created it, False if an object was there; None on stores without such a request
@@ -137,7 +225,7 @@ def create_exclusive(path: str, data: bytes) -> Optional[bool]:
         from google.api_core.exceptions import PreconditionFailed
 
         try:
-            _gcs_bucket(bucket).blob(key).upload_from_string(data, if_generation_match=0)
+            _gcs_bucket(bucket).blob(key).upload_from_string(data, if_generation_match=0, **_gcs_request())
         except PreconditionFailed:
             return False
         return True
@@ -171,9 +259,18 @@ def objects_named_from(prefix: str, limit: Optional[int] = None) -> list[str]:
     store faults are not retried for minutes as Beam's own S3 filesystem retries them."""
     if files.own_s3_client(prefix):
         return [path for path, _ in itertools.islice(s3io().list_files(prefix), limit)]
+    if files.own_gcs_client(prefix):
+        return _gcs_objects_named_from(prefix, limit)
     from apache_beam.io.filesystems import FileSystems
 
     return [m.path for m in FileSystems.match([f"{files.as_pattern(prefix)}**"], limits=[limit])[0].metadata_list]
+
+
+@_failing_fast
+def _gcs_objects_named_from(prefix: str, limit: Optional[int]) -> list[str]:
+    bucket, key = _bucket_and_key(prefix)
+    return [f"gs://{bucket}/{blob.name}"
+            for blob in _gcs_bucket(bucket).list_blobs(prefix=key, max_results=limit, **_gcs_request())]
 
 
 def delete(paths: Iterable[str]) -> None:
@@ -198,18 +295,27 @@ def delete(paths: Iterable[str]) -> None:
     else:
         from apache_beam.io.filesystems import FileSystems
 
-        FileSystems.delete([files.as_pattern(path) for path in targets if FileSystems.exists(path)])
+        FileSystems.delete([files.as_pattern(path) for path in targets if files.exists(path)])
 
 
+@_failing_fast
 def _delete_each(paths: Iterable[str]) -> None:
     from google.api_core.exceptions import NotFound
 
     for path in paths:
         bucket, key = _bucket_and_key(path)
         try:
-            _gcs_bucket(bucket).delete_blob(key)
+            _gcs_bucket(bucket).delete_blob(key, **_gcs_request())
         except NotFound:
             continue
+
+
+@_failing_fast
+def _copy_each(sources: Iterable[str], destinations: Iterable[str]) -> None:
+    for source, destination in zip(sources, destinations):
+        (bucket, key), (to_bucket, to_key) = _bucket_and_key(source), _bucket_and_key(destination)
+        _gcs_bucket(bucket).copy_blob(_gcs_bucket(bucket).blob(key), _gcs_bucket(to_bucket), to_key,
+                                      **_gcs_request())
 
 
 def rename(sources: list[str], destinations: list[str]) -> None:
@@ -221,12 +327,12 @@ def rename(sources: list[str], destinations: list[str]) -> None:
         if failed:
             raise OSError(f"cannot rename {failed[0][0]}: {failed[0][1]}")
         return
-    from apache_beam.io.filesystems import FileSystems
-
     if _deletes_one_at_a_time(sources[0]):
-        FileSystems.copy(sources, destinations)
+        _copy_each(sources, destinations)
         _delete_each(sources)
     else:
+        from apache_beam.io.filesystems import FileSystems
+
         FileSystems.rename(sources, destinations)
 
 
@@ -237,7 +343,7 @@ def probe(path: str) -> Optional[str]:
     try:
         if scheme(path) == "s3":
             _s3_client().head_bucket(Bucket=bucket)
-        elif not _gcs_bucket(bucket).exists(timeout=PROBE_SECONDS, retry=_gcs_probe_retry()):
+        elif not _gcs_bucket(bucket).exists(**_gcs_probe_request()):
             return f"no such bucket {bucket!r}"
     except Exception as exc:  # each client raises its own error types
         response = getattr(exc, "response", None)
@@ -245,12 +351,6 @@ def probe(path: str) -> Optional[str]:
             return f"no such bucket {bucket!r}"
         return store_fault(exc) or f"{type(exc).__name__}: {_first_line(str(exc))}"
     return None
-
-
-def _gcs_probe_retry():
-    from google.cloud.storage.retry import DEFAULT_RETRY
-
-    return DEFAULT_RETRY.with_timeout(PROBE_SECONDS)
 
 
 def _causes(exc: BaseException) -> Iterable[BaseException]:

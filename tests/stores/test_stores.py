@@ -321,28 +321,28 @@ def test_a_read_from_an_s3_endpoint_that_went_away_fails_at_once():
     assert isinstance(outcome[0], object_stores.StoreUnavailable) and "cannot connect" in str(outcome[0])
 
 
-def _list_class_folders():
+def _list_class_folders(scheme: str):
     from transforms.inputs.discover import list_root
 
-    return list(list_root("s3://bucket/in", (".jpg",), None))
+    return list(list_root(f"{scheme}://bucket/in", (".jpg",), None))
 
 
-def _match_glob():
+def _match_glob(scheme: str):
     from transforms.inputs.discover import match_glob
 
-    return list(match_glob("s3://bucket/in/*/*.jpg"))
+    return list(match_glob(f"{scheme}://bucket/in/*/*.jpg"))
 
 
-def _list_voc_annotations():
+def _list_voc_annotations(scheme: str):
     from transforms.inputs.discover_annotated import voc_files
 
-    return voc_files("s3://bucket/voc")
+    return voc_files(f"{scheme}://bucket/voc")
 
 
-def _read_progress():
+def _read_progress(scheme: str):
     from pipeline.output.progress import read_progress
 
-    return read_progress("s3://bucket/run")
+    return read_progress(f"{scheme}://bucket/run")
 
 
 # What a run asks of the store besides reading and writing images, each while the store may go
@@ -368,7 +368,7 @@ def test_a_run_request_to_an_s3_endpoint_that_went_away_fails_at_once(request_na
 
     def call() -> None:
         try:
-            _RUN_REQUESTS[request_name]()
+            _RUN_REQUESTS[request_name]("s3")
         except Exception as exc:
             outcome.append(exc)
 
@@ -422,6 +422,115 @@ def test_an_s3_endpoint_that_goes_away_mid_run_fails_the_run_with_exit_1(small_i
             time.sleep(0.02)
         assert run.popen.poll() is None, "the run ended before it took the lock"
     outcome = run.finish(timeout=120)
+    assert outcome.returncode == 1, outcome.brief()
+    assert "cannot connect" in error_line(outcome)
+
+
+# ------------------------------------------------------------------------------------------
+# A GCS endpoint that goes away during a run (google-cloud-storage retries a request that cannot
+# connect for 120 s, its default deadline, and a run makes several such requests in a row)
+
+
+def _gone_gcs(monkeypatch, tmp_path) -> None:
+    """This process's GCS options and environment point at a loopback port nobody answers at;
+    imgrec's kept GCS clients (made for another endpoint) are dropped."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import stores
+    from transforms import object_stores
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    for name, value in servers.emulator_environment(endpoint, tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(object_stores, "_gcs_clients", {})
+    stores.use_filesystem_options(PipelineOptions([f"--project={servers.PROJECT}"]))
+
+
+def _within(seconds: float, call) -> list:
+    """What `call` raised, if it ended (returning or raising) within `seconds`; else []."""
+    outcome = []
+
+    def run() -> None:
+        try:
+            call()
+        except Exception as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return outcome
+
+
+def test_a_read_from_a_gcs_endpoint_that_went_away_fails_at_once(monkeypatch, tmp_path):
+    """The store's fault is raised after a short retry, not after google-cloud-storage's default
+    deadline (120 s a request)."""
+    from transforms import files, object_stores
+
+    _gone_gcs(monkeypatch, tmp_path)
+    outcome = _within(60, lambda: files.read_input("gs://bucket/cat/cat_01.jpg", 2**20))
+    assert outcome, "reading from an endpoint nobody answers at was still being retried after 60 s"
+    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+
+
+@pytest.mark.parametrize("request_name", sorted(_RUN_REQUESTS))
+def test_a_run_request_to_a_gcs_endpoint_that_went_away_fails_at_once(request_name, monkeypatch, tmp_path):
+    """Discovery's listings and the progress reporter's read fail with the store's fault, not
+    after google-cloud-storage's retries (120 s each, the run's lock held meanwhile)."""
+    from pipeline.output import progress
+    from transforms import object_stores
+
+    monkeypatch.setattr(progress, "list_names", lambda folder: [progress.TOTAL_FILE])
+    _gone_gcs(monkeypatch, tmp_path)
+    outcome = _within(60, lambda: _RUN_REQUESTS[request_name]("gs"))
+    assert outcome, f"{request_name}: an endpoint nobody answers at was still being retried after 60 s"
+    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+
+
+def test_a_read_under_way_when_the_gcs_endpoint_goes_away_fails_at_once(tmp_path, monkeypatch):
+    """The object was opened (its size asked) before the store went away: reading it fails with
+    the store's fault, not after google-cloud-storage's retries."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import stores
+    from transforms import files, object_stores
+
+    if not servers.fake_gcs_binary().exists():
+        pytest.skip("fake-gcs-server is not built: run `python -m tests.stores.servers`")
+    with servers.fake_gcs_server(tmp_path / "fake-gcs-server.log") as url:
+        for name, value in servers.emulator_environment(url, tmp_path).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(object_stores, "_gcs_clients", {})
+        store = servers.GcsStore("going-away")
+        store.put("cat.jpg", (SAMPLE / "cat" / "cat_01.jpg").read_bytes())
+        stores.use_filesystem_options(PipelineOptions(list(store.flags)))
+        handle = files.open_read(store.url("cat.jpg"))
+        assert handle.seek(0, 2) > 0 and handle.seek(0) == 0
+    outcome = _within(60, handle.read)
+    assert outcome, "a read from an endpoint that went away was still being retried after 60 s"
+    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+
+
+@pytest.mark.e2e
+def test_a_gcs_endpoint_that_goes_away_mid_run_fails_the_run_with_exit_1(small_input, tmp_path):
+    """Not after google-cloud-storage's retries (120 s a request; 7-9 minutes for the run, its lock
+    held meanwhile): the server stops once the run holds its lock. Each request then tries for
+    GCS_SECONDS (a blip is ridden out) and the clean-up makes a few: 40-90 s here."""
+    if not servers.fake_gcs_binary().exists():
+        pytest.skip("fake-gcs-server is not built: run `python -m tests.stores.servers`")
+    with servers.fake_gcs_server(tmp_path / "fake-gcs-server.log") as url:
+        with servers.environment(servers.emulator_environment(url, tmp_path)):
+            store = servers.GcsStore("going-away")
+            store.upload_tree(small_input, "in")
+            run = Watched(imgrec_argv(store.url("in"), store.url("out"), *CONFIG, *store.flags))
+            while f"out/{LOCK}" not in store.keys("out") and run.sample():
+                time.sleep(0.02)
+            assert run.popen.poll() is None, "the run ended before it took the lock"
+    outcome = run.finish(timeout=240)
     assert outcome.returncode == 1, outcome.brief()
     assert "cannot connect" in error_line(outcome)
 
