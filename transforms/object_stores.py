@@ -43,7 +43,8 @@ _REFUSED_STATUSES = (401, 403)
 # keeps that default, and a run whose store went away makes several requests in a row, its lock
 # held meanwhile). Throttling and server errors keep google's 2 minutes.
 GCS_SECONDS = 10.0
-# Faults further apart than google's longest wait between two tries (60 s) are separate outages.
+# Faults further apart than this are separate outages (tries of one request are GCS_SECONDS apart
+# at most, plus the request's own wait).
 _GCS_OUTAGE_GAP = 90.0
 _STORE_ERROR_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket",
                       "InvalidBucketName", "ExpiredToken", "InvalidToken", "AllAccessDisabled", "AccountProblem"}
@@ -158,7 +159,9 @@ def _gcs_request() -> dict[str, Any]:
     the request's, or one reader's or writer's)."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    return {"retry": DEFAULT_RETRY.with_predicate(_GcsRetryPredicate(DEFAULT_RETRY._predicate))}
+    # at most GCS_SECONDS between tries (google's 60 s would let a streak of faults run on for a minute)
+    retry = DEFAULT_RETRY.with_predicate(_GcsRetryPredicate(DEFAULT_RETRY._predicate)).with_delay(maximum=GCS_SECONDS)
+    return {"retry": retry}
 
 
 def _gcs_probe_request() -> dict[str, Any]:
