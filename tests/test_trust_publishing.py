@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 
 import psutil
 import pytest
@@ -31,6 +32,7 @@ from tests.helpers import (
     finish_all,
     imgrec_argv,
     imgrec_here,
+    kill_all,
     make_tree,
     metadata_of,
     module_argv,
@@ -514,6 +516,23 @@ def alive(p: psutil.Process) -> bool:
         return False
 
 
+RUN_MARK = "IMGREC_TEST_RUN"  # the test's own, not imgrec's (imgrec's reaper uses one of its own)
+
+
+def marked(mark: str) -> list[psutil.Process]:
+    """Every live process on this machine whose environment carries RUN_MARK=mark: whatever a run
+    started with that variable started in turn, seen by sampling its tree or not (a process
+    clearing its environment would escape, as none of imgrec's or Beam's does)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(RUN_MARK) == mark and alive(p):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("moment", ["workers_started", "shards_being_written"])
@@ -522,7 +541,8 @@ def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input
     nothing may be published afterwards. On main, a kill just after the workers start leaves them
     running indefinitely; a kill mid-conversion lets them finish writing every shard."""
     out = tmp_path / "out"
-    run = Watched(imgrec_argv(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING))
+    mark = uuid.uuid4().hex
+    run = Watched(imgrec_argv(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING), env={RUN_MARK: mark})
     try:
         if moment == "workers_started":
             wait_for(lambda: len(run.seen) >= 3, 150, run, "worker processes were started")
@@ -535,20 +555,28 @@ def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input
             run.sample()
             time.sleep(0.02)
         descendants = [p for pid, p in run.seen.items() if pid != run.pid]
+        carrying = {p.pid for p in marked(mark)}
+        unmarked = [p.pid for p in descendants if alive(p) and p.pid not in carrying and alive(p)]
+        assert not unmarked, f"processes of the run without its mark (so the search below would miss such): {unmarked}"
         assert run.popen.poll() is None, "the run ended before it could be killed"
         os.kill(run.pid, signal.SIGKILL)
         run.popen.wait()
         killed = time.monotonic()
-        while any(alive(p) for p in descendants) and time.monotonic() < killed + 15:
+        while (any(alive(p) for p in descendants) or marked(mark)) and time.monotonic() < killed + 15:
             assert nothing_published(out), f"published after the driver died: {sorted(published_files(out))}"
             time.sleep(0.1)
-        survivors = [(p.pid, " ".join(p.cmdline())[-100:]) for p in descendants if alive(p)]
+        left = {p.pid: p for p in [*descendants, *marked(mark)] if alive(p)}
+        survivors = [(pid, " ".join(p.cmdline())[-100:]) for pid, p in left.items()]
         assert not survivors, f"15 s after kill -9 of the driver these still run: {survivors}"
-        while time.monotonic() < killed + 20:
+        # No process of the run is left, seen in its tree or found by the mark it passed on: a
+        # last look that nothing lands in the output after them (a rename already under way).
+        gone = time.monotonic()
+        while time.monotonic() < gone + 3:
             assert nothing_published(out), f"published after the driver died: {sorted(published_files(out))}"
             time.sleep(0.1)
     finally:
         run.kill()  # every process of that run we saw, by pid
+        kill_all(marked(mark))  # and any we did not see
     rerun = imgrec_here(capsys, heavy_input, out, *HEAVY, runner=MULTI_PROCESSING)
     assert rerun.returncode == 0, rerun.brief()
     metadata, records, _ = check_complete(out)
