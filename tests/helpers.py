@@ -267,13 +267,16 @@ def kill_all(processes: Iterable[psutil.Process]) -> None:
 
 
 class Watched:
-    """A started command whose process tree is sampled (RSS, descendants) until it ends."""
+    """A started command whose process tree is sampled (RSS, descendants) until it ends; `env`
+    adds variables to its environment (which every process it starts inherits)."""
 
-    def __init__(self, argv: Sequence[str], cwd: pathlib.Path = REPO, rss_limit: Optional[int] = None):
+    def __init__(self, argv: Sequence[str], cwd: pathlib.Path = REPO, rss_limit: Optional[int] = None,
+                 env: Optional[Mapping[str, str]] = None):
         self.argv = list(argv)
         self._out, self._err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         self.began = time.monotonic()
-        self.popen = subprocess.Popen(self.argv, cwd=cwd, env=subprocess_env(), stdout=self._out, stderr=self._err)
+        self.popen = subprocess.Popen(self.argv, cwd=cwd, env=subprocess_env(env), stdout=self._out,
+                                      stderr=self._err)
         self.root = psutil.Process(self.popen.pid)
         self.seen: dict[int, psutil.Process] = {self.popen.pid: self.root}
         self.peak, self.rss_limit = 0, rss_limit

@@ -20,7 +20,7 @@ import tensorflow as tf
 from pipeline import prepare
 from pipeline.errors import UsageError
 from pipeline.run import run
-from tests.helpers import IN_MEMORY, REPO
+from tests.helpers import IN_MEMORY, REPO, Run, run_here
 from transforms.write import tfrecord
 
 pytestmark = pytest.mark.e2e
@@ -50,10 +50,23 @@ def convert(images: pathlib.Path, output: pathlib.Path, *flags: str) -> dict:
     return json.loads((output / "metadata.json").read_text())
 
 
-def resumable_run(images: pathlib.Path, output: pathlib.Path) -> list[str]:
+def resumable_args(images: pathlib.Path, output: pathlib.Path) -> list[str]:
     """A run slow enough (one converter, 96×96) to be killed with some of its parts finished."""
-    return [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={output}",
+    return [*IN_MEMORY, f"--input={images}", f"--output={output}",
             "--num_shards=2", "--height=96", "--width=96", "--convert_processes=1"]
+
+
+def resumable_run(images: pathlib.Path, output: pathlib.Path) -> list[str]:
+    """`python -m pipeline.run` with `resumable_args`: the process the tests kill."""
+    return [sys.executable, "-m", "pipeline.run", *resumable_args(images, output)]
+
+
+def imgrec(capsys, args) -> Run:
+    """`imgrec run ARGS` in this process (its main(), exit code and output), for the runs that are
+    not killed: the same command as the process, without its interpreter and Beam start."""
+    from pipeline.run import main
+
+    return run_here(capsys, main, args)
 
 
 def kill_once_parts_finish(argv: list[str], parts: pathlib.Path, count: int) -> None:
@@ -83,7 +96,7 @@ def resumable_images(tmp_path_factory) -> pathlib.Path:
 def uninterrupted(resumable_images, tmp_path_factory) -> pathlib.Path:
     """`resumable_run` of those images, never killed: what a killed and resumed run must equal."""
     output = tmp_path_factory.mktemp("uninterrupted") / "out"
-    subprocess.run(resumable_run(resumable_images, output), cwd=REPO, check=True, capture_output=True, timeout=300)
+    run(resumable_args(resumable_images, output))
     return output
 
 
@@ -311,7 +324,7 @@ def test_an_older_format_is_refused(changed_inputs, tmp_path):
         convert(images, tmp_path / "out", f"--reuse_from={first}")
 
 
-def test_the_documented_schedule_is_safe_to_retry_and_keeps_the_last_datasets(tmp_path):
+def test_the_documented_schedule_is_safe_to_retry_and_keeps_the_last_datasets(tmp_path, capsys):
     """The README's daily command: a retry the same day exits 0 without converting when nothing
     changed, and converts when something did; --keep_last removes the oldest datasets (only the
     files imgrec wrote); a template that finds no dataset says so."""
@@ -323,11 +336,9 @@ def test_the_documented_schedule_is_safe_to_retry_and_keeps_the_last_datasets(tm
         shutil.copytree(root / "2026-01-01", root / older)
     (root / "2025-12-30" / "notes.txt").write_text("mine")
 
-    def scheduled(template: str = "{date}") -> subprocess.CompletedProcess:
-        done = subprocess.run(
-            [sys.executable, "-m", "pipeline.run", *IN_MEMORY, f"--input={images}", f"--output={root}/{template}",
-             *FLAGS, "--skip_unchanged", "--compare_to=latest", "--reuse_from=latest", "--keep_last=2"],
-            capture_output=True, text=True, cwd=REPO, timeout=300)
+    def scheduled(template: str = "{date}") -> Run:
+        done = imgrec(capsys, [*IN_MEMORY, f"--input={images}", f"--output={root}/{template}", *FLAGS,
+                               "--skip_unchanged", "--compare_to=latest", "--reuse_from=latest", "--keep_last=2"])
         assert done.returncode == 0, done.stderr[-2000:]
         return done
 
@@ -384,7 +395,7 @@ def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_t
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_from_its_finished_parts(tmp_path, resumable_images, uninterrupted):
+def test_a_killed_run_resumes_from_its_finished_parts(tmp_path, capsys, resumable_images, uninterrupted):
     """kill -9 mid-conversion, then the same command again: the finished parts are taken as they
     are, the parts in progress converted again; the output equals an uninterrupted run's."""
     images = resumable_images
@@ -393,7 +404,7 @@ def test_a_killed_run_resumes_from_its_finished_parts(tmp_path, resumable_images
     kill_once_parts_finish(resumable_run(images, output), parts, 4)
     finished = finished_records(parts)
     assert not (output / "metadata.json").exists()
-    done = subprocess.run(resumable_run(images, output), cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = imgrec(capsys, resumable_args(images, output))
     assert done.returncode == 0, done.stderr[-2000:]
     resumed = json.loads((output / "metadata.json").read_text())["run"]["resumed_records"]
     assert resumed == finished > 0
@@ -402,7 +413,8 @@ def test_a_killed_run_resumes_from_its_finished_parts(tmp_path, resumable_images
 
 
 @pytest.mark.slow
-def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_path, resumable_images, uninterrupted):
+def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_path, capsys, resumable_images,
+                                                                           uninterrupted):
     """`--output=ROOT/{timestamp}`: the next run expands to another folder, so a killed run's
     staging stayed for good without a word (83 MB in one report). The next run names it, and the
     command it advises resumes it."""
@@ -412,11 +424,11 @@ def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_pa
     (killed,) = root.iterdir()
     finished = finished_records(killed / ".imgrec-staging" / "parts")
     time.sleep(1.1)  # the next second: another folder
-    done = subprocess.run(resumable_run(images, template), cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = imgrec(capsys, resumable_args(images, template))
     assert done.returncode == 0, done.stderr[-2000:]
     assert (f"imgrec: warning: {killed} holds the staging of a stopped run, and no run of this template "
             f"writes there again; run with --output={killed} to finish it") in done.stderr
-    resumed = subprocess.run(resumable_run(images, killed), cwd=REPO, capture_output=True, text=True, timeout=300)
+    resumed = imgrec(capsys, resumable_args(images, killed))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((killed / "metadata.json").read_text())["run"]["resumed_records"] == finished > 0
     assert published(killed) == published(uninterrupted)

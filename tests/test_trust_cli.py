@@ -2,7 +2,7 @@
 
 Black-box: the command line, `python -m pipeline.run` in a subprocess where the process matters
 (closed streams, permissions, signals), else its `main(argv)` in this process (the function the
-command exits with), so each of the many refusals costs no interpreter start; the one
+command exits with), so each of the many refusals and runs costs no interpreter start; the one
 `imgrec: error: ` line must name the bad flag or key and suggest the closest valid one.
 """
 from __future__ import annotations
@@ -29,7 +29,6 @@ from tests.helpers import (
     imgrec_here,
     make_tree,
     run_here,
-    run_imgrec,
     run_module,
     subprocess_env,
 )
@@ -184,38 +183,38 @@ def test_an_output_among_the_inputs_is_refused_without_suggesting_overwrite(caps
         assert "in among" in line and "--overwrite" not in line, line
 
 
-def test_a_run_ends_with_its_final_progress_line_however_short(tmp_path, data):
+def test_a_run_ends_with_its_final_progress_line_however_short(tmp_path, capsys, data):
     (data / "notes.txt").write_text("not an image")
-    run = run_imgrec(data, tmp_path / "out", "--progress_interval=30")
+    run = imgrec_here(capsys, data, tmp_path / "out", "--progress_interval=30")
     assert run.returncode == 0, run.brief()
     assert "imgrec: processed 4/4 images (100%)" in run.stderr.splitlines(), run.brief()
 
 
 @pytest.mark.slow
-def test_progress_lines_show_during_a_run(tmp_path):
+def test_progress_lines_show_during_a_run(tmp_path, capsys):
     """The counts come from the parts finished so far, while the run goes on (not only at its end)."""
     data = tmp_path / "data"
     make_tree(data, {"ant": 150, "bee": 150}, size=(400, 500))
-    run = run_imgrec(data, tmp_path / "out", "--encoding=raw", "--normalize=unit", "--progress_interval=0.2")
+    run = imgrec_here(capsys, data, tmp_path / "out", "--encoding=raw", "--normalize=unit", "--progress_interval=0.2")
     assert run.returncode == 0, run.brief()
     done = [int(m.group(1)) for m in re.finditer(r"^imgrec: processed (\d+)/300 images", run.stderr, re.M)]
     assert any(0 < n < 300 for n in done) and done[-1] == 300, run.brief()
 
 
-def test_file_urls_name_local_input_and_output(tmp_path, data):
+def test_file_urls_name_local_input_and_output(tmp_path, capsys, data):
     """TensorFlow's gfile takes file:// URLs and Beam's filesystems do not: imgrec takes both."""
     manifest = tmp_path / "list.csv"
     manifest.write_text("path,label\n" + "".join(f"{p},{p.parent.name}\n" for p in sorted(data.rglob("*.*"))))
     for source in (f"file://{data}", f"file://{manifest}"):
         out = tmp_path / f"out-{pathlib.Path(source).suffix or 'folder'}"
-        run = run_imgrec(source, f"file://{out}")
+        run = imgrec_here(capsys, source, f"file://{out}")
         assert run.returncode == 0, run.brief()
         metadata, records, rows = check_complete(out)
         root = manifest.parent if source.endswith(".csv") else data  # source paths are relative to the input root
         assert sorted(path for path, _, _ in records) == sorted(str(p.relative_to(root)) for p in data.rglob("*.*"))
         assert not rows
     first = tmp_path / "out-folder"
-    run = run_imgrec(data, tmp_path / "again", f"--reuse_from=file://{first}")
+    run = imgrec_here(capsys, data, tmp_path / "again", f"--reuse_from=file://{first}")
     assert run.returncode == 0, run.brief()
     metadata, _, _ = check_complete(tmp_path / "again")
     assert metadata["reuse"] == {"from": str(first), "reused": 4, "converted": 0}
@@ -295,11 +294,11 @@ def test_an_output_that_cannot_be_written_does_not_change_the_exit_code(tmp_path
     assert usage.returncode == 2
 
 
-def test_checking_and_exporting_keep_their_exit_code_when_stdout_cannot_be_written(tmp_path, data):
+def test_checking_and_exporting_keep_their_exit_code_when_stdout_cannot_be_written(tmp_path, capsys, data):
     """`imgrec verify DS > /dev/full` (or `| head -1`) ended in a traceback and exit 1 for a
     healthy dataset: what the report could not print must not change what the exit code says."""
     out = tmp_path / "out"
-    assert run_imgrec(data, out, "--encoding=png", "--normalize=none").returncode == 0
+    assert imgrec_here(capsys, data, out, "--encoding=png", "--normalize=none").returncode == 0
     for command in (["verify", str(out), f"--out={tmp_path / 'pngs'}"], ["export-tfds", str(out)]):
         with open("/dev/full", "w") as full:
             done = subprocess.run([sys.executable, "-m", "pipeline.cli", *command], cwd=REPO, env=subprocess_env(),

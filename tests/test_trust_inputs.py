@@ -2,7 +2,8 @@
 reads and decodes are bounded, and every path under the input is accounted for.
 
 Black-box: `python -m pipeline.run` in a subprocess whose process tree is sampled for RSS and
-killed on a timeout, so a hang or a memory blow-up fails the test instead of the machine.
+killed on a timeout, so a hang or a memory blow-up fails the test instead of the machine; a run
+with nothing to bound is imgrec's `main(argv)` in this process (`imgrec_here`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.helpers import (
     MULTI_PROCESSING,
     GiB,
     check_complete,
+    imgrec_here,
     make_tree,
     run_imgrec,
     tile_bomb,
@@ -127,12 +129,13 @@ def test_a_decode_that_needs_more_memory_than_its_header_says_is_a_dead_letter_o
     assert len(records) == 6
 
 
-def test_max_decoded_bytes_counts_width_height_channels_and_depth(tmp_path):
+def test_max_decoded_bytes_counts_width_height_channels_and_depth(tmp_path, capsys):
+    """Refused by the header (no decode, nothing to bound): imgrec's main() in this process."""
     data = tmp_path / "data"
     make_tree(data, {"cat": 3, "dog": 3})                         # 32x32x3x1 = 3 KiB decoded
     write_photo(data / "dog" / "wide.png", seed=5, size=(512, 512))  # 512x512x3x1 = 768 KiB decoded
-    run = run_imgrec(data, tmp_path / "out", PERMISSIVE, "--max_decoded_bytes=200000", "--height=16",
-                     "--width=16", timeout=60)
+    run = imgrec_here(capsys, data, tmp_path / "out", PERMISSIVE, "--max_decoded_bytes=200000", "--height=16",
+                      "--width=16")
     assert run.returncode == 0, run.brief()
     metadata, records, rows = check_complete(tmp_path / "out")
     named = by_name(rows)
@@ -183,9 +186,10 @@ def test_every_path_under_the_input_is_a_record_or_a_dead_letter(tmp_path):
     assert metadata["inputs"]["total"] == len(records) + len(rows) and metadata["inputs"]["errors"] == 1
 
 
-def test_a_file_name_that_is_not_utf8_is_accounted_for_and_may_name_a_duplicate(tmp_path):
+def test_a_file_name_that_is_not_utf8_is_accounted_for_and_may_name_a_duplicate(tmp_path, capsys):
     """A Latin-1 file name (an old zip extracted on Linux) crashed the whole run; as a duplicate
-    its name goes into metadata.json, where it once failed the publish with a UnicodeEncodeError."""
+    its name goes into metadata.json, where it once failed the publish with a UnicodeEncodeError.
+    Nothing here is bounded: imgrec's main() in this process."""
     data = tmp_path / "data"
     make_tree(data, {"cat": 3, "dog": 3})
     write_photo(tmp_path / "tmp.jpg", seed=61)
@@ -193,7 +197,7 @@ def test_a_file_name_that_is_not_utf8_is_accounted_for_and_may_name_a_duplicate(
     original = data / "dog" / "dog_0000.png"
     (data / "copy").mkdir()
     pathlib.Path(os.fsdecode(os.fsencode(data / "copy") + b"/caf\xe9.png")).write_bytes(original.read_bytes())
-    run = run_imgrec(data, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, data, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.brief()
     metadata, records, rows = check_complete(tmp_path / "out")
     assert metadata["inputs"]["total"] == 8 == len(records) + len(rows)

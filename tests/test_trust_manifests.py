@@ -1,6 +1,8 @@
 """Issue 8, "Empty and malformed inputs must fail loudly": empty inputs, non-UTF-8 manifest lines,
-CSV headers, conflicting labels. Black-box: `python -m pipeline.run` in a subprocess; a refusal
-(exit 2, before any work) is its `main(argv)` in this process (`imgrec_here`), as in test_trust_cli.py.
+CSV headers, conflicting labels. Black-box: each run is the command's `main(argv)` in this process
+(`imgrec_here`: its exit code, its one-line error, the files it publishes), as in test_trust_cli.py;
+what only a process shows (bounded memory, a FIFO that must not block) is `python -m pipeline.run`
+in a subprocess.
 """
 from __future__ import annotations
 
@@ -74,15 +76,15 @@ def make_empty_input(kind: str, tmp_path: pathlib.Path) -> pathlib.Path:
 
 # empty_class_folders: the --allow_empty tests below; an empty CSV: tests/test_discover.py
 @pytest.mark.parametrize("kind", ["empty_folder", "only_non_images", "header_only_csv", "empty_jsonl"])
-def test_an_input_without_images_fails_loudly_unless_allow_empty(tmp_path, kind):
+def test_an_input_without_images_fails_loudly_unless_allow_empty(tmp_path, capsys, kind):
     source = make_empty_input(kind, tmp_path)
     out = tmp_path / "out"
-    run = run_imgrec(source, out, PERMISSIVE)
+    run = imgrec_here(capsys, source, out, PERMISSIVE)
     assert run.returncode == 1, run.brief()
     line = error_line(run)
     assert "--allow_empty" in line, line
     assert nothing_published(out), sorted(p.name for p in out.iterdir())
-    allowed = run_imgrec(source, out, PERMISSIVE, "--allow_empty")
+    allowed = imgrec_here(capsys, source, out, PERMISSIVE, "--allow_empty")
     assert allowed.returncode == 0, allowed.brief()
     metadata, records, rows = check_complete(out)
     assert records == [] and metadata["inputs"]["written"] == 0
@@ -90,13 +92,13 @@ def test_an_input_without_images_fails_loudly_unless_allow_empty(tmp_path, kind)
 
 
 @pytest.mark.parametrize("flag", ["--overwrite", "--skip_unchanged"])
-def test_a_dataset_without_shards_can_be_replaced_when_images_arrive(tmp_path, flag):
+def test_a_dataset_without_shards_can_be_replaced_when_images_arrive(tmp_path, capsys, flag):
     """An --allow_empty dataset has an empty index/ folder, which lists no file: it was taken for
     somebody else's, and every later run into the folder was refused (exit 2)."""
     source, out = make_empty_input("empty_class_folders", tmp_path), tmp_path / "out"
-    assert run_imgrec(source, out, PERMISSIVE, "--allow_empty").returncode == 0
+    assert imgrec_here(capsys, source, out, PERMISSIVE, "--allow_empty").returncode == 0
     write_photo(source / "cat" / "a.png", seed=1)
-    again = run_imgrec(source, out, PERMISSIVE, flag)
+    again = imgrec_here(capsys, source, out, PERMISSIVE, flag)
     assert again.returncode == 0, again.brief()
     metadata, records, _ = check_complete(out)
     assert len(records) == 1 and metadata["inputs"]["written"] == 1
@@ -111,7 +113,7 @@ def test_a_file_or_symlink_where_the_index_folder_goes_is_refused(tmp_path, caps
     source, out = make_empty_input("empty_class_folders", tmp_path), tmp_path / "out"
     if images:
         write_photo(source / "cat" / "a.png", seed=1)
-    assert run_imgrec(source, out, PERMISSIVE, "--allow_empty").returncode == 0
+    assert imgrec_here(capsys, source, out, PERMISSIVE, "--allow_empty").returncode == 0
     shutil.rmtree(out / "index")
     if kind == "file":
         (out / "index").write_text("the user's")
@@ -129,23 +131,23 @@ def test_a_file_or_symlink_where_the_index_folder_goes_is_refused(tmp_path, caps
         assert os.listdir(tmp_path / "theirs") == []
 
 
-def test_skip_unchanged_keeps_an_empty_dataset_only_with_allow_empty(tmp_path):
+def test_skip_unchanged_keeps_an_empty_dataset_only_with_allow_empty(tmp_path, capsys):
     """allow_empty is no part of the fingerprint: without it, the skip kept a dataset of no image
     (exit 0) that a first run with the same flags refuses (exit 1)."""
     source, out = make_empty_input("only_non_images", tmp_path), tmp_path / "out"
-    assert run_imgrec(source, out, PERMISSIVE, "--allow_empty").returncode == 0
+    assert imgrec_here(capsys, source, out, PERMISSIVE, "--allow_empty").returncode == 0
     run_id = json.loads((out / "metadata.json").read_text())["run"]["run_id"]
-    kept = run_imgrec(source, out, PERMISSIVE, "--skip_unchanged", "--allow_empty")
+    kept = imgrec_here(capsys, source, out, PERMISSIVE, "--skip_unchanged", "--allow_empty")
     assert kept.returncode == 0 and json.loads((out / "metadata.json").read_text())["run"]["run_id"] == run_id
-    refused = run_imgrec(source, out, PERMISSIVE, "--skip_unchanged")
+    refused = imgrec_here(capsys, source, out, PERMISSIVE, "--skip_unchanged")
     assert refused.returncode == 1, refused.brief()
     assert "no image was written" in error_line(refused)
     assert json.loads((out / "metadata.json").read_text())["run"]["run_id"] == run_id  # left as it was
 
 
-def test_when_every_input_is_rejected_the_reasons_are_kept(tmp_path, images):
+def test_when_every_input_is_rejected_the_reasons_are_kept(tmp_path, capsys, images):
     out = tmp_path / "out"
-    run = run_imgrec(tmp_path / "imgs", out, PERMISSIVE, "--min_side=1000")
+    run = imgrec_here(capsys, tmp_path / "imgs", out, PERMISSIVE, "--min_side=1000")
     assert run.returncode == 1, run.brief()
     line = error_line(run)
     assert "no image was written" in line and "ImageTooSmall: " in line and "Dead letters: " in line, line
@@ -158,13 +160,13 @@ def test_when_every_input_is_rejected_the_reasons_are_kept(tmp_path, images):
 # Non-UTF-8 manifest lines
 
 
-def test_a_latin1_csv_line_is_a_bad_manifest_line_with_its_line_number(tmp_path, images):
+def test_a_latin1_csv_line_is_a_bad_manifest_line_with_its_line_number(tmp_path, capsys, images):
     rows = [f"{rel(p, tmp_path)},{p.parent.name}".encode() for p in images]
     # line 1: header; lines 2-6: five images; line 7: Latin-1; line 8: the sixth image
     lines = [b"path,label", *rows[:5], b"caf\xe9.jpg,cat", rows[5]]
     manifest = tmp_path / "list.csv"
     manifest.write_bytes(b"\n".join(lines) + b"\n")
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert [r["error"] for r in dead] == ["BadManifestLine"], dead
@@ -172,12 +174,12 @@ def test_a_latin1_csv_line_is_a_bad_manifest_line_with_its_line_number(tmp_path,
     assert len(records) == 6 and metadata["inputs"]["total"] == 7
 
 
-def test_a_latin1_jsonl_line_is_a_bad_manifest_line_with_its_line_number(tmp_path, images):
+def test_a_latin1_jsonl_line_is_a_bad_manifest_line_with_its_line_number(tmp_path, capsys, images):
     rows = [json.dumps({"path": rel(p, tmp_path), "label": p.parent.name}).encode() for p in images]
     lines = [*rows[:4], b'{"path": "caf\xe9.jpg", "label": "cat"}', *rows[4:]]  # line 5 is Latin-1
     manifest = tmp_path / "list.jsonl"
     manifest.write_bytes(b"\n".join(lines) + b"\n")
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert [r["error"] for r in dead] == ["BadManifestLine"], dead
@@ -189,27 +191,27 @@ def test_a_latin1_jsonl_line_is_a_bad_manifest_line_with_its_line_number(tmp_pat
 # CSV headers
 
 
-def test_a_common_csv_header_is_recognised(tmp_path, images):
+def test_a_common_csv_header_is_recognised(tmp_path, capsys, images):
     """Which headers are recognised: tests/test_discover.py; here one, in case and spacing of its own."""
     manifest = write_csv(tmp_path / "list.csv", "Filename, Class", [(rel(p, tmp_path), p.parent.name) for p in images])
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert metadata["label_map"] == {"cat": 0, "dog": 1}
     assert dead == [] and len(records) == 6 and metadata["inputs"]["total"] == 6
 
 
-def test_a_recognised_header_does_not_shift_integer_label_ids(tmp_path, images):
+def test_a_recognised_header_does_not_shift_integer_label_ids(tmp_path, capsys, images):
     manifest = write_csv(tmp_path / "list.csv", "image,class",
                          [(rel(p, tmp_path), "3" if p.parent.name == "cat" else "7") for p in images])
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert dead == []
     assert sorted({(text, label) for _, text, label in records}) == [("3", 3), ("7", 7)]
 
 
-def test_joined_manifests_keep_their_integer_ids_and_a_comma_in_a_label_moves_no_cell(tmp_path, images):
+def test_joined_manifests_keep_their_integer_ids_and_a_comma_in_a_label_moves_no_cell(tmp_path, capsys, images):
     """`cat a.csv b.csv` repeats the header as a data row, whose label "label" made every id a
     class-name index (10 became 1); an unquoted comma in a label kept only the text before it."""
     cats, dogs = [p for p in images if p.parent.name == "cat"], [p for p in images if p.parent.name == "dog"]
@@ -217,7 +219,7 @@ def test_joined_manifests_keep_their_integer_ids_and_a_comma_in_a_label_moves_no
     second = write_csv(tmp_path / "b.csv", "path,label", [(rel(p, tmp_path), "2") for p in dogs[:2]])
     manifest = tmp_path / "all.csv"
     manifest.write_text(first.read_text() + second.read_text() + f"{rel(dogs[2], tmp_path)},big, dog\n")
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert metadata["label_map"] == {"2": 2, "10": 10}
@@ -228,19 +230,19 @@ def test_joined_manifests_keep_their_integer_ids_and_a_comma_in_a_label_moves_no
 
 
 @pytest.mark.parametrize("cat,dog", [("-1", "1"), (str(2**63), "1")], ids=["negative", "over-int64"])
-def test_integer_labels_that_are_no_int64_id_are_class_names(tmp_path, images, cat, dog):
+def test_integer_labels_that_are_no_int64_id_are_class_names(tmp_path, capsys, images, cat, dog):
     """-1 used to become id -1, published in a metadata.json no reader accepts (exit 1 after
     publishing); 2**63 wrapped to a negative int64 in the records (exit 0)."""
     manifest = write_csv(tmp_path / "list.csv", "path,label",
                          [(rel(p, tmp_path), cat if p.parent.name == "cat" else dog) for p in images])
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, _ = check_complete(tmp_path / "out")
     assert metadata["label_map"] == {name: i for i, name in enumerate(sorted((cat, dog)))}
     assert sorted({(text, label) for _, text, label in records}) == sorted(metadata["label_map"].items())
 
 
-def test_dot_dot_after_a_symlink_is_the_file_the_os_opens(tmp_path):
+def test_dot_dot_after_a_symlink_is_the_file_the_os_opens(tmp_path, capsys):
     """`link/../x.png` beside a symlink to elsewhere/deep is elsewhere/x.png, as open() has it; it
     used to be read as the x.png beside the manifest (another image), and the two x.png files
     listed together were rejected as one path with conflicting labels."""
@@ -249,7 +251,7 @@ def test_dot_dot_after_a_symlink_is_the_file_the_os_opens(tmp_path):
     (tmp_path / "elsewhere" / "deep").mkdir()
     (tmp_path / "m" / "link").symlink_to("../elsewhere/deep", target_is_directory=True)
     manifest = write_csv(tmp_path / "m" / "list.csv", "path,label", [("x.png", "near"), ("link/../x.png", "far")])
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert dead == [] and sorted(text for _, text, _ in records) == ["far", "near"]
@@ -270,11 +272,11 @@ def test_an_unrecognised_csv_header_is_refused_naming_the_accepted_ones(tmp_path
     assert nothing_published(out)
 
 
-def test_manifest_columns_names_the_path_and_label_columns(tmp_path, images):
+def test_manifest_columns_names_the_path_and_label_columns(tmp_path, capsys, images):
     """The label column first: the flag names which is which, whatever the order."""
     rows = [(p.parent.name, rel(p, tmp_path)) for p in images]
     manifest = write_csv(tmp_path / "list.csv", "bar,foo", rows)
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE, "--manifest_columns=foo,bar")
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE, "--manifest_columns=foo,bar")
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert metadata["label_map"] == {"cat": 0, "dog": 1}
@@ -286,7 +288,7 @@ def test_manifest_columns_names_the_path_and_label_columns(tmp_path, images):
 
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
-def test_a_path_listed_with_two_labels_is_rejected_every_time_and_never_written(tmp_path, images, kind):
+def test_a_path_listed_with_two_labels_is_rejected_every_time_and_never_written(tmp_path, capsys, images, kind):
     listing = [(rel(p, tmp_path), p.parent.name) for p in images]
     twice = listing[0][0]  # a cat image, listed again as dog
     listing.insert(3, (twice, "dog"))
@@ -295,7 +297,7 @@ def test_a_path_listed_with_two_labels_is_rejected_every_time_and_never_written(
     else:
         manifest = tmp_path / "list.jsonl"
         manifest.write_text("".join(json.dumps({"path": p, "label": label}) + "\n" for p, label in listing))
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     name = pathlib.PurePosixPath(twice).name
@@ -346,12 +348,12 @@ def test_a_huge_line_is_one_bad_line_quoted_short_in_bounded_memory(tmp_path, im
 
 
 @pytest.mark.parametrize("value", ['["dog"]'])  # every kind of value: tests/test_discover.py
-def test_a_jsonl_label_that_is_not_text_or_an_integer_is_a_bad_line_not_a_class(tmp_path, images, value):
+def test_a_jsonl_label_that_is_not_text_or_an_integer_is_a_bad_line_not_a_class(tmp_path, capsys, images, value):
     rows = [json.dumps({"path": rel(p, tmp_path), "label": p.parent.name}) for p in images[1:]]
     manifest = tmp_path / "list.jsonl"
     manifest.write_text("".join(f"{row}\n" for row in [
         f'{{"path": "{rel(images[0], tmp_path)}", "label": {value}}}', '{"path": 5, "label": "cat"}', *rows]))
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert metadata["label_map"] == {"cat": 0, "dog": 1}
@@ -361,12 +363,12 @@ def test_a_jsonl_label_that_is_not_text_or_an_integer_is_a_bad_line_not_a_class(
 
 
 @pytest.mark.parametrize("tail", ["house\"\n"])  # closed on the next line (never closed: tests/test_discover.py)
-def test_a_csv_quote_left_open_is_a_bad_line_never_a_cut_short_label(tmp_path, images, tail):
+def test_a_csv_quote_left_open_is_a_bad_line_never_a_cut_short_label(tmp_path, capsys, images, tail):
     listing = [f"{rel(p, tmp_path)},{p.parent.name}\n" for p in images]
     opened = f'{rel(images[3], tmp_path)},"{images[3].parent.name}\n'  # line 5
     manifest = tmp_path / "list.csv"
     manifest.write_text("path,label\n" + "".join(listing[:3]) + opened + tail + "".join(listing[4:]))
-    run = run_imgrec(manifest, tmp_path / "out", PERMISSIVE)
+    run = imgrec_here(capsys, manifest, tmp_path / "out", PERMISSIVE)
     assert run.returncode == 0, run.brief()
     metadata, records, dead = check_complete(tmp_path / "out")
     assert images[3].name not in names({"path": p} for p, _, _ in records)

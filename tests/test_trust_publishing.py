@@ -1,8 +1,10 @@
 """Issue 8, "Publishing and the output folder": one winner, staging inside the output, foreign
 files untouched, a killed driver publishes nothing, the output is never re-ingested.
 
-Black-box: every run is `python -m pipeline.run` in a subprocess on real files; a refusal, which
-ends before any work, is its `main(argv)` in this process (`imgrec_here`), as in test_trust_cli.py.
+Black-box, on real files: every run a test races, signals, kills, freezes, limits or mounts is
+`python -m pipeline.run` in a subprocess; the other runs (refusals, the runs that set up a dataset
+or prove that the same command then completes) are its `main(argv)` in this process
+(`imgrec_here`: exit code, one-line error, published files), as in test_trust_cli.py.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 
 import psutil
 import pytest
@@ -29,12 +32,13 @@ from tests.helpers import (
     finish_all,
     imgrec_argv,
     imgrec_here,
+    kill_all,
     make_tree,
     metadata_of,
     module_argv,
     nothing_published,
     published_files,
-    run_imgrec,
+    run_pipeline,
     snapshot,
     subprocess_env,
     tree,
@@ -121,7 +125,7 @@ def test_two_concurrent_runs_have_exactly_one_winner(heavy_input, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_second_run_during_a_conversion_is_refused_and_the_first_completes(heavy_input, tmp_path):
+def test_a_second_run_during_a_conversion_is_refused_and_the_first_completes(heavy_input, tmp_path, capsys):
     """Even with --overwrite, the second run must not touch the running one's lock, staging or output."""
     out = tmp_path / "out"
     first = Watched(imgrec_argv(heavy_input, out, *HEAVY))
@@ -131,7 +135,7 @@ def test_a_second_run_during_a_conversion_is_refused_and_the_first_completes(hea
     for p in frozen:  # freeze the first run mid-conversion (its pid stays alive), so it is
         p.suspend()   # certainly still converting while the second run tries
     try:
-        second = run_imgrec(heavy_input, out, *HEAVY, "--overwrite", timeout=60)
+        second = imgrec_here(capsys, heavy_input, out, *HEAVY, "--overwrite")
     finally:
         for p in frozen:
             p.resume()
@@ -168,7 +172,7 @@ def test_a_run_whose_lock_was_cleared_rechecks_before_publishing(heavy_input, tm
 
 
 @pytest.mark.slow
-def test_the_stale_lock_of_a_killed_run_is_taken_over(heavy_input, tmp_path):
+def test_the_stale_lock_of_a_killed_run_is_taken_over(heavy_input, tmp_path, capsys):
     """kill -9 leaves OUTPUT/.imgrec.lock behind with a dead pid on this host: the next run takes over."""
     out = tmp_path / "out"
     killed = Watched(imgrec_argv(heavy_input, out, *HEAVY))
@@ -176,7 +180,7 @@ def test_the_stale_lock_of_a_killed_run_is_taken_over(heavy_input, tmp_path):
     dead = read_lock(out)["pid"]
     killed.kill()  # SIGKILL, every process of that run, by pid
     assert read_lock(out) is not None and read_lock(out)["pid"] == dead
-    run = run_imgrec(heavy_input, out, *HEAVY, timeout=120)
+    run = imgrec_here(capsys, heavy_input, out, *HEAVY)
     assert run.returncode == 0, run.brief()
     metadata, records, _ = check_complete(out)
     assert len(records) == HEAVY_IMAGES
@@ -208,7 +212,7 @@ def test_a_live_lock_blocks_a_republish_and_keeps_the_dataset(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     out = tmp_path / "out"
-    assert run_imgrec(root, out).returncode == 0
+    assert imgrec_here(capsys, root, out).returncode == 0
     before = snapshot(out)
     holder = subprocess.Popen(["sleep", "120"])
     time.sleep(1.5)
@@ -291,19 +295,19 @@ def dataset_named_ds1(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
     root = parent / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     sibling = parent / "ds1"
-    assert run_imgrec(root, sibling).returncode == 0
+    run_pipeline(root, sibling)
     return root, sibling
 
 
 @pytest.mark.parametrize("name", ["ds?", "out[1]", "d*"])
-def test_an_output_named_like_a_glob_is_only_itself(dataset_named_ds1, name):
+def test_an_output_named_like_a_glob_is_only_itself(dataset_named_ds1, name, capsys):
     """Beam's FileSystems.delete matches its path as a pattern: `ds?` removed nothing of its own
     (each run failed after publishing, its staging left behind) but `ds1`'s files."""
     root, sibling = dataset_named_ds1
     before = snapshot(sibling)
     out = sibling.parent / name
     for flags in ((), ("--overwrite", "--shuffle_seed=1")):
-        run = run_imgrec(root, out, *flags)
+        run = imgrec_here(capsys, root, out, *flags)
         assert run.returncode == 0 and "Traceback" not in run.stderr, run.brief()
         assert published_files(out) == published_files(sibling) and not (out / ".imgrec-staging").exists()
         assert len(check_complete(out)[1]) == 6
@@ -340,7 +344,7 @@ def test_a_full_disk_fails_one_run_not_the_next(tmp_path):
     assert not [p for p in (copy / "out").rglob("*") if ".tmp-" in p.name]
 
 
-def test_a_write_error_while_publishing_keeps_the_previous_dataset(tmp_path):
+def test_a_write_error_while_publishing_keeps_the_previous_dataset(tmp_path, capsys):
     """The new metadata.json is the largest file here (300 classes of one tiny image) and the only
     one over the file-size limit (EFBIG, as ENOSPC would be): the replacing run fails while it
     publishes, and the dataset it was replacing must still be there, whole."""
@@ -348,7 +352,7 @@ def test_a_write_error_while_publishing_keeps_the_previous_dataset(tmp_path):
     make_tree(root, {f"class_with_a_rather_long_descriptive_name_{i:04d}": 1 for i in range(300)}, size=(8, 8))
     out = tmp_path / "out"
     flags = ("--height=8", "--width=8", "--normalize=none", "--encoding=png", "--num_shards=10")
-    assert run_imgrec(root, out, *flags).returncode == 0
+    assert imgrec_here(capsys, root, out, *flags).returncode == 0
     before = snapshot(out)
     assert (out / "metadata.json").stat().st_size > 40 * 1024
     limited = ["sh", "-c", 'ulimit -f 40 && exec "$@"', "sh",
@@ -359,7 +363,7 @@ def test_a_write_error_while_publishing_keeps_the_previous_dataset(tmp_path):
     assert {k: v for k, v in after.items() if not k.startswith(".imgrec-staging")} == before
     metadata, records, _ = check_complete(out)
     assert len(records) == 300
-    assert run_imgrec(root, out, *flags, "--overwrite", "--shuffle_seed=1").returncode == 0
+    assert imgrec_here(capsys, root, out, *flags, "--overwrite", "--shuffle_seed=1").returncode == 0
     assert check_complete(out)[0]["config"]["output"]["shuffle_seed"] == 1
 
 
@@ -439,12 +443,12 @@ def test_a_non_empty_folder_that_is_not_a_dataset_is_refused(tmp_path, capsys):
     assert snapshot(out) == before
 
 
-def test_overwrite_into_a_foreign_folder_leaves_foreign_files_alone(tmp_path):
+def test_overwrite_into_a_foreign_folder_leaves_foreign_files_alone(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 3, "bee": 3})
     out = tmp_path / "out"
     write_foreign(out)
-    run = run_imgrec(root, out, "--overwrite", "--num_shards=2")
+    run = imgrec_here(capsys, root, out, "--overwrite", "--num_shards=2")
     assert run.returncode == 0, run.brief()
     assert_foreign_intact(out)
     metadata, records, _ = check_complete(out)
@@ -463,7 +467,7 @@ def test_overwrite_never_replaces_a_foreign_file_with_a_name_imgrec_writes(tmp_p
     assert refused.returncode == 2 and "metadata.json" in error_line(refused), refused.brief()
     assert snapshot(out) == before
     (out / "metadata.json").unlink()  # the shard's name is known only once the counts are: at publishing
-    failed = run_imgrec(root, out, "--overwrite", "--split_ratios=1,0,0")
+    failed = imgrec_here(capsys, root, out, "--overwrite", "--split_ratios=1,0,0")
     assert failed.returncode == 1 and "train-00000-of-00001.tfrecord" in failed.stderr, failed.brief()
     assert (out / "train-00000-of-00001.tfrecord").read_text() == "my old shard"
     assert not (out / "metadata.json").exists()
@@ -481,18 +485,18 @@ def test_an_output_that_would_hide_inputs_is_refused(tmp_path, capsys, output):
 
 
 @pytest.mark.slow
-def test_republish_removes_only_the_files_the_previous_dataset_listed(tmp_path):
+def test_republish_removes_only_the_files_the_previous_dataset_listed(tmp_path, capsys):
     root = tmp_path / "imgs"
     make_tree(root, {"ant": 4, "bee": 4})
     (root / "bee" / "broken.jpg").write_bytes(b"\xff\xd8\xff not really")
     out = tmp_path / "out"
-    first = run_imgrec(root, out, "--num_shards=3", "--max_error_fraction=1")
+    first = imgrec_here(capsys, root, out, "--num_shards=3", "--max_error_fraction=1")
     assert first.returncode == 0, first.brief()
     previous = metadata_of(out)
     previous_files = {n for s in previous["splits"].values() for n in s["files"]} | set(previous["error_files"])
     foreign = {k: v for k, v in FOREIGN.items() if k not in ("dataset_info.json", "features.json")}
     write_foreign(out, foreign)
-    second = run_imgrec(root, out, "--num_shards=2", "--max_error_fraction=1", "--overwrite")
+    second = imgrec_here(capsys, root, out, "--num_shards=2", "--max_error_fraction=1", "--overwrite")
     assert second.returncode == 0, second.brief()
     assert_foreign_intact(out, foreign)
     metadata, records, _ = check_complete(out)
@@ -512,15 +516,33 @@ def alive(p: psutil.Process) -> bool:
         return False
 
 
+RUN_MARK = "IMGREC_TEST_RUN"  # the test's own, not imgrec's (imgrec's reaper uses one of its own)
+
+
+def marked(mark: str) -> list[psutil.Process]:
+    """Every live process on this machine whose environment carries RUN_MARK=mark: whatever a run
+    started with that variable started in turn, seen by sampling its tree or not (a process
+    clearing its environment would escape, as none of imgrec's or Beam's does)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(RUN_MARK) == mark and alive(p):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("moment", ["workers_started", "shards_being_written"])
-def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input, tmp_path, moment):
+def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input, tmp_path, moment, capsys):
     """kill -9 of `python -m pipeline.run` (multi_processing): its workers must not outlive it and
     nothing may be published afterwards. On main, a kill just after the workers start leaves them
     running indefinitely; a kill mid-conversion lets them finish writing every shard."""
     out = tmp_path / "out"
-    run = Watched(imgrec_argv(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING))
+    mark = uuid.uuid4().hex
+    run = Watched(imgrec_argv(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING), env={RUN_MARK: mark})
     try:
         if moment == "workers_started":
             wait_for(lambda: len(run.seen) >= 3, 150, run, "worker processes were started")
@@ -533,21 +555,29 @@ def test_killing_the_driver_stops_every_worker_and_publishes_nothing(heavy_input
             run.sample()
             time.sleep(0.02)
         descendants = [p for pid, p in run.seen.items() if pid != run.pid]
+        carrying = {p.pid for p in marked(mark)}
+        unmarked = [p.pid for p in descendants if alive(p) and p.pid not in carrying and alive(p)]
+        assert not unmarked, f"processes of the run without its mark (so the search below would miss such): {unmarked}"
         assert run.popen.poll() is None, "the run ended before it could be killed"
         os.kill(run.pid, signal.SIGKILL)
         run.popen.wait()
         killed = time.monotonic()
-        while any(alive(p) for p in descendants) and time.monotonic() < killed + 15:
+        while (any(alive(p) for p in descendants) or marked(mark)) and time.monotonic() < killed + 15:
             assert nothing_published(out), f"published after the driver died: {sorted(published_files(out))}"
             time.sleep(0.1)
-        survivors = [(p.pid, " ".join(p.cmdline())[-100:]) for p in descendants if alive(p)]
+        left = {p.pid: p for p in [*descendants, *marked(mark)] if alive(p)}
+        survivors = [(pid, " ".join(p.cmdline())[-100:]) for pid, p in left.items()]
         assert not survivors, f"15 s after kill -9 of the driver these still run: {survivors}"
-        while time.monotonic() < killed + 20:
+        # No process of the run is left, seen in its tree or found by the mark it passed on: a
+        # last look that nothing lands in the output after them (a rename already under way).
+        gone = time.monotonic()
+        while time.monotonic() < gone + 3:
             assert nothing_published(out), f"published after the driver died: {sorted(published_files(out))}"
             time.sleep(0.1)
     finally:
         run.kill()  # every process of that run we saw, by pid
-    rerun = run_imgrec(heavy_input, out, *HEAVY, runner=MULTI_PROCESSING, timeout=150)
+        kill_all(marked(mark))  # and any we did not see
+    rerun = imgrec_here(capsys, heavy_input, out, *HEAVY, runner=MULTI_PROCESSING)
     assert rerun.returncode == 0, rerun.brief()
     metadata, records, _ = check_complete(out)
     assert len(records) == HEAVY_IMAGES
@@ -581,7 +611,8 @@ def survivors(run: Watched, grace: float = 10) -> list[tuple[int, str]]:
     (MULTI_PROCESSING, signal.SIGTERM, "workers_started")],
     ids=["in_memory-SIGTERM", "in_memory-Ctrl-C", "multi_processing-SIGINT", "in_memory-SIGINT-twice",
          "multi_processing-SIGTERM-workers_started"])
-def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input, tmp_path, runner, signum, moment):
+def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input, tmp_path, capsys, runner, signum,
+                                                                   moment):
     """A signal to the driver alone (a scheduler's timeout, `docker stop`), or to all its processes
     (Ctrl-C), while workers start or shards are being written: exit 130 with one line, the lock
     released, nothing published, no process left, and the same command then completes. Before,
@@ -609,7 +640,7 @@ def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input
     assert not (out / LOCK).exists()
     assert nothing_published(out)
     assert not list((out / STAGING).glob("run-*")), "the run's staging outlived it"
-    rerun = run_imgrec(heavy_input, out, *HEAVY, runner=runner, timeout=150)
+    rerun = imgrec_here(capsys, heavy_input, out, *HEAVY, runner=runner)
     assert rerun.returncode == 0, rerun.brief()
     assert len(check_complete(out)[1]) == HEAVY_IMAGES
 
@@ -617,7 +648,7 @@ def test_a_signal_to_the_driver_mid_conversion_stops_the_run_cleanly(heavy_input
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("runner", [IN_MEMORY, MULTI_PROCESSING], ids=["in_memory", "multi_processing"])
-def test_a_signal_while_publishing_is_reported_as_what_the_output_holds(tmp_path, runner):
+def test_a_signal_while_publishing_is_reported_as_what_the_output_holds(tmp_path, runner, capsys):
     """SIGTERM the moment publishing starts (its journal appears), while a dataset is replaced.
     In the driver's process (in_memory) the renames finish first, so the new dataset is whole and
     the run a success (exit 0, with a note); a worker process (multi_processing) may be cut short,
@@ -625,8 +656,7 @@ def test_a_signal_while_publishing_is_reported_as_what_the_output_holds(tmp_path
     published", and in_memory left a half-published output."""
     data, out = tmp_path / "data", tmp_path / "out"
     make_tree(data, {"ant": 20, "bee": 20})
-    first = run_imgrec(data, out, "--num_shards=1", runner=runner)
-    assert first.returncode == 0, first.brief()
+    run_pipeline(data, out, "--num_shards=1")  # the dataset to replace (the runner matters not)
     old_run = metadata_of(out)["run"]["run_id"]
     many_files = ("--overwrite", "--num_shards=300")  # 900 shards and their index files: a slow publish
     run = Watched(imgrec_argv(data, out, *many_files, runner=runner))
@@ -654,7 +684,7 @@ def test_a_signal_while_publishing_is_reported_as_what_the_output_holds(tmp_path
         assert metadata_of(out)["run"]["run_id"] == old_run and len(check_complete(out)[1]) == 40
         return
     assert line.startswith(f"imgrec: error: interrupted while publishing: {out} holds no finished dataset"), line
-    again = run_imgrec(data, out, *many_files, runner=runner, timeout=150)
+    again = imgrec_here(capsys, data, out, *many_files, runner=runner)
     assert again.returncode == 0, again.brief()
     assert len(check_complete(out)[1]) == 40
 
@@ -719,12 +749,12 @@ def test_an_output_inside_the_input_is_not_reingested(tmp_path, capsys):
     data = tmp_path / "data"
     make_tree(data, {"cat": 4, "dog": 4})
     out = data / "out"
-    first = run_imgrec(data, out, "--max_error_fraction=1")
+    first = imgrec_here(capsys, data, out, "--max_error_fraction=1")
     assert first.returncode == 0, first.brief()
     m1, records1, _ = check_complete(out)
     # verify draws PNGs into the output (the issue's "class out"): imgrec's, never inputs
     assert verify_here(capsys, out, "--samples=2").returncode == 0
-    second = run_imgrec(data, out, "--max_error_fraction=1", "--overwrite")
+    second = imgrec_here(capsys, data, out, "--max_error_fraction=1", "--overwrite")
     assert second.returncode == 0, second.brief()
     m2, records2, _ = check_complete(out)
     assert m2["label_map"] == m1["label_map"] == {"cat": 0, "dog": 1}
@@ -732,7 +762,7 @@ def test_an_output_inside_the_input_is_not_reingested(tmp_path, capsys):
     assert sorted(records2) == sorted(records1)
     # a file the user puts there is an input like any other: converted, never silently left out
     write_photo(out / "extra.jpg", seed=4242)
-    third = run_imgrec(data, out, "--max_error_fraction=1", "--overwrite")
+    third = imgrec_here(capsys, data, out, "--max_error_fraction=1", "--overwrite")
     assert third.returncode == 0, third.brief()
     m3, records3, _ = check_complete(out)
     assert m3["inputs"]["total"] == 9
@@ -740,7 +770,7 @@ def test_an_output_inside_the_input_is_not_reingested(tmp_path, capsys):
     assert [r[1] for r in extra] == ["out"]
 
 
-def test_inputs_reached_through_the_output_are_converted(tmp_path):
+def test_inputs_reached_through_the_output_are_converted(tmp_path, capsys):
     """A class folder that is a symlink to the output: its images are inputs, imgrec's files not."""
     data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
     make_tree(data, {"dog": 2})
@@ -748,7 +778,7 @@ def test_inputs_reached_through_the_output_are_converted(tmp_path):
         write_photo(elsewhere / f"cat_{i}.png", seed=500 + i)
     (data / "cat").symlink_to(elsewhere, target_is_directory=True)
     for attempt in range(2):  # the second run meets the first one's shards, index and metadata there
-        run = run_imgrec(data, elsewhere, "--max_error_fraction=1", "--overwrite")
+        run = imgrec_here(capsys, data, elsewhere, "--max_error_fraction=1", "--overwrite")
         assert run.returncode == 0, run.brief()
         metadata, records, rows = check_complete(elsewhere)
         assert metadata["label_map"] == {"cat": 0, "dog": 1}, attempt

@@ -2,9 +2,10 @@
 in metadata.json with the dead letters and the splits: exit 1 when it was edited, exit 2 with a
 clear message when metadata.json is not JSON.
 
-The dataset is written by `python -m pipeline.run` and checked by `python -m pipeline.read.verify`
-in subprocesses; its edited copies by verify's `main(argv)` in this process (`verify_here`), the
-function the command exits with, so each edit costs no interpreter start nor TensorFlow import.
+The dataset is written by imgrec's `convert` and checked once by verify's `main(argv)`, and its
+edited copies too (`verify_here`), in this process: the function the command exits with, so each
+costs no interpreter start nor TensorFlow import (verify as a process: the closed-streams check
+below and tests/test_verify.py's entry points).
 """
 from __future__ import annotations
 
@@ -19,16 +20,7 @@ import sys
 import cv2
 import pytest
 
-from tests.helpers import (
-    REPO,
-    check_complete,
-    make_tree,
-    run_imgrec,
-    run_verify,
-    subprocess_env,
-    verify_here,
-    write_photo,
-)
+from tests.helpers import REPO, check_complete, make_tree, run_pipeline, subprocess_env, verify_here, write_photo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -46,13 +38,13 @@ def dataset(tmp_path_factory) -> pathlib.Path:
     (data / "dog" / "notes.jpg").write_text("not pixels")  # NotAnImage: no split
     (data / "dog" / "README.txt").write_text("skipped")
     out = base / "out"
-    run = run_imgrec(data, out, "--max_error_fraction=1", "--height=32", "--width=32", "--num_shards=2",
-                     "--encoding=png", "--normalize=none")
-    assert run.returncode == 0, run.brief()
+    run_pipeline(data, out, "--max_error_fraction=1", "--height=32", "--width=32", "--num_shards=2",
+                 "--encoding=png", "--normalize=none")
     metadata, _, rows = check_complete(out)
     assert any(r.get("split") for r in rows) and any(not r.get("split") for r in rows), rows
-    baseline = run_verify(out, "--samples=0", f"--out={base / 'pngs'}")
-    assert baseline.returncode == 0, baseline.brief()
+    from pipeline.read.verify import main as verify
+
+    assert verify([str(out), "--samples=0", f"--out={base / 'pngs'}"]) == 0, "the unedited dataset fails verify"
     return out
 
 
