@@ -27,10 +27,11 @@ demo: venv
 
 # The whole suite CI runs (.ci/run): unit, Beam, end to end and slow tests; not the real engines,
 # nor the object stores (make test-stores), nor Model Garden's reader (make test-detection-readers),
-# nor the benchmark harness's own run (make bench-smoke). Two pytest-xdist workers, a test file
-# each at a time (its module fixtures run once): most of these tests wait on subprocesses, so
-# two overlap (test_trust_manifests.py: 66 s against 105 s alone). TEST_WORKERS=0 runs them in one.
-TEST_WORKERS ?= 2
+# nor the benchmark harness's own run (make bench-smoke). Three pytest-xdist workers on two cores,
+# a test file each at a time (its module fixtures run once): many tests wait on the processes they
+# start, so a third worker fills the gaps (6:46 and 7:14 against 7:09 and 7:31 with two, 2 rounds
+# interleaved; the same for make test-fast). TEST_WORKERS=0 runs them in one.
+TEST_WORKERS ?= 3
 test: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
 		-m "not engines and not stores and not modelgarden and not bench" tests
