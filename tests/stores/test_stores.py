@@ -294,31 +294,66 @@ def test_a_lock_from_another_host_is_taken_only_once_its_heartbeat_is_stale(stor
 # An S3 endpoint that goes away during a run (Beam retries each S3 request for ~10 minutes)
 
 
-def test_a_read_from_an_s3_endpoint_that_went_away_fails_at_once():
-    """The store's fault is raised after botocore's own retries, not after Beam's exponential
-    backoff (7 tries from 5 s: ~10 minutes per object, so hours for a run)."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from pipeline import stores
-    from transforms import files, object_stores
+def fails_with_store_fault_within(seconds: float, call, what: str) -> None:
+    """`call` raises the store's fault ('cannot connect') within `seconds`, not after a client's
+    retries of minutes (in a thread, so a test that fails does not wait them out)."""
+    from transforms import object_stores
 
     outcome = []
 
-    def read() -> None:
+    def run() -> None:
         try:
-            files.read_input("s3://bucket/cat/cat_01.jpg", 2**20)
+            call()
         except Exception as exc:
             outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"{what} was still being retried after {seconds:.0f} s"
+    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+
+
+def holding_the_lock(store: servers.Store, images: pathlib.Path) -> Watched:
+    """`python -m pipeline.run` from the store's in/ (the images uploaded) to its out/, once it
+    holds its lock there: the moment the tests then stop the store."""
+    store.upload_tree(images, "in")
+    run = Watched(imgrec_argv(store.url("in"), store.url("out"), *CONFIG, *store.flags))
+    while f"out/{LOCK}" not in store.keys("out") and run.sample():
+        time.sleep(0.02)
+    assert run.popen.poll() is None, "the run ended before it took the lock"
+    return run
+
+
+def fails_for_the_store(run: Watched, timeout: float) -> None:
+    """The run whose store went away ends within `timeout` with exit 1 and one line that says so."""
+    outcome = run.finish(timeout=timeout)
+    assert outcome.returncode == 1, outcome.brief()
+    assert "cannot connect" in error_line(outcome)
+
+
+def _gone_s3() -> None:
+    """This process's S3 options point at a loopback port nobody answers at."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import stores
 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         stores.use_filesystem_options(PipelineOptions(list(servers.S3Store._flags(
             f"http://127.0.0.1:{closed.getsockname()[1]}"))))
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(60)
-    assert outcome, "reading from an endpoint nobody answers at was still being retried after 60 s"
-    assert isinstance(outcome[0], object_stores.StoreUnavailable) and "cannot connect" in str(outcome[0])
+
+
+def test_a_read_from_an_s3_endpoint_that_went_away_fails_at_once():
+    """The store's fault is raised after botocore's own retries, not after Beam's exponential
+    backoff (7 tries from 5 s: ~10 minutes per object, so hours for a run)."""
+    from transforms import files
+
+    _gone_s3()
+    fails_with_store_fault_within(60, lambda: files.read_input("s3://bucket/cat/cat_01.jpg", 2**20),
+                                  "reading from an endpoint nobody answers at")
 
 
 def _list_class_folders(scheme: str):
@@ -357,30 +392,12 @@ def test_a_run_request_to_an_s3_endpoint_that_went_away_fails_at_once(request_na
     """Not after Beam's S3 filesystem's own retries (its S3IO, made for FileSystems, retries
     every request 7 times from 5 s: ~10 minutes, during which the run holds its lock): discovery
     lists through imgrec's client, which raises the store's fault as a StoreUnavailable."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from pipeline import stores
     from pipeline.output import progress
-    from transforms import object_stores
 
     monkeypatch.setattr(progress, "list_names", lambda folder: [progress.TOTAL_FILE])
-    outcome = []
-
-    def call() -> None:
-        try:
-            _RUN_REQUESTS[request_name]("s3")
-        except Exception as exc:
-            outcome.append(exc)
-
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        stores.use_filesystem_options(PipelineOptions(list(servers.S3Store._flags(
-            f"http://127.0.0.1:{closed.getsockname()[1]}"))))
-        caller = threading.Thread(target=call, daemon=True)
-        caller.start()
-        caller.join(60)
-    assert outcome, f"{request_name}: an endpoint nobody answers at was still being retried after 60 s"
-    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+    _gone_s3()
+    fails_with_store_fault_within(60, lambda: _RUN_REQUESTS[request_name]("s3"),
+                                  f"{request_name}: an endpoint nobody answers at")
 
 
 def test_a_read_under_way_when_the_s3_endpoint_goes_away_fails_at_once(tmp_path):
@@ -390,40 +407,22 @@ def test_a_read_under_way_when_the_s3_endpoint_goes_away_fails_at_once(tmp_path)
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipeline import stores
-    from transforms import files, object_stores
+    from transforms import files
 
-    outcome = []
     with servers.moto_server(tmp_path / "moto.log") as endpoint:
         store = servers.S3Store(endpoint, "going-away")
         store.put("cat.jpg", (SAMPLE / "cat" / "cat_01.jpg").read_bytes())
         stores.use_filesystem_options(PipelineOptions(list(store.flags)))
         handle = files.open_read(store.url("cat.jpg"))
 
-    def read() -> None:
-        try:
-            handle.read()
-        except Exception as exc:
-            outcome.append(exc)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(60)
-    assert outcome, "a read from an endpoint that went away was still being retried after 60 s"
-    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+    fails_with_store_fault_within(60, handle.read, "a read from an endpoint that went away")
 
 
 @pytest.mark.e2e
 def test_an_s3_endpoint_that_goes_away_mid_run_fails_the_run_with_exit_1(small_input, tmp_path):
     with servers.moto_server(tmp_path / "moto.log") as endpoint:
-        store = servers.S3Store(endpoint, "going-away")
-        store.upload_tree(small_input, "in")
-        run = Watched(imgrec_argv(store.url("in"), store.url("out"), *CONFIG, *store.flags))
-        while f"out/{LOCK}" not in store.keys("out") and run.sample():
-            time.sleep(0.02)
-        assert run.popen.poll() is None, "the run ended before it took the lock"
-    outcome = run.finish(timeout=120)
-    assert outcome.returncode == 1, outcome.brief()
-    assert "cannot connect" in error_line(outcome)
+        run = holding_the_lock(servers.S3Store(endpoint, "going-away"), small_input)
+    fails_for_the_store(run, timeout=120)
 
 
 # ------------------------------------------------------------------------------------------
@@ -448,33 +447,14 @@ def _gone_gcs(monkeypatch, tmp_path) -> None:
     stores.use_filesystem_options(PipelineOptions([f"--project={servers.PROJECT}"]))
 
 
-def _within(seconds: float, call) -> list:
-    """What `call` raised, if it ended (returning or raising) within `seconds`; else []."""
-    outcome = []
-
-    def run() -> None:
-        try:
-            call()
-        except Exception as exc:
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return outcome
-
-
 def test_a_read_from_a_gcs_endpoint_that_went_away_fails_at_once(monkeypatch, tmp_path):
     """The store's fault is raised after a short retry, not after google-cloud-storage's default
     deadline (120 s a request)."""
-    from transforms import files, object_stores
+    from transforms import files
 
     _gone_gcs(monkeypatch, tmp_path)
-    outcome = _within(60, lambda: files.read_input("gs://bucket/cat/cat_01.jpg", 2**20))
-    assert outcome, "reading from an endpoint nobody answers at was still being retried after 60 s"
-    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+    fails_with_store_fault_within(60, lambda: files.read_input("gs://bucket/cat/cat_01.jpg", 2**20),
+                                  "reading from an endpoint nobody answers at")
 
 
 @pytest.mark.parametrize("request_name", sorted(_RUN_REQUESTS))
@@ -482,13 +462,11 @@ def test_a_run_request_to_a_gcs_endpoint_that_went_away_fails_at_once(request_na
     """Discovery's listings and the progress reporter's read fail with the store's fault, not
     after google-cloud-storage's retries (120 s each, the run's lock held meanwhile)."""
     from pipeline.output import progress
-    from transforms import object_stores
 
     monkeypatch.setattr(progress, "list_names", lambda folder: [progress.TOTAL_FILE])
     _gone_gcs(monkeypatch, tmp_path)
-    outcome = _within(60, lambda: _RUN_REQUESTS[request_name]("gs"))
-    assert outcome, f"{request_name}: an endpoint nobody answers at was still being retried after 60 s"
-    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+    fails_with_store_fault_within(60, lambda: _RUN_REQUESTS[request_name]("gs"),
+                                  f"{request_name}: an endpoint nobody answers at")
 
 
 def test_a_read_under_way_when_the_gcs_endpoint_goes_away_fails_at_once(tmp_path, monkeypatch):
@@ -510,9 +488,7 @@ def test_a_read_under_way_when_the_gcs_endpoint_goes_away_fails_at_once(tmp_path
         stores.use_filesystem_options(PipelineOptions(list(store.flags)))
         handle = files.open_read(store.url("cat.jpg"))
         assert handle.seek(0, 2) > 0 and handle.seek(0) == 0
-    outcome = _within(60, handle.read)
-    assert outcome, "a read from an endpoint that went away was still being retried after 60 s"
-    assert object_stores.unavailable(outcome[0]) and "cannot connect" in str(outcome[0]), repr(outcome[0])
+    fails_with_store_fault_within(60, handle.read, "a read from an endpoint that went away")
 
 
 @pytest.mark.e2e
@@ -524,15 +500,8 @@ def test_a_gcs_endpoint_that_goes_away_mid_run_fails_the_run_with_exit_1(small_i
         pytest.skip("fake-gcs-server is not built: run `python -m tests.stores.servers`")
     with servers.fake_gcs_server(tmp_path / "fake-gcs-server.log") as url:
         with servers.environment(servers.emulator_environment(url, tmp_path)):
-            store = servers.GcsStore("going-away")
-            store.upload_tree(small_input, "in")
-            run = Watched(imgrec_argv(store.url("in"), store.url("out"), *CONFIG, *store.flags))
-            while f"out/{LOCK}" not in store.keys("out") and run.sample():
-                time.sleep(0.02)
-            assert run.popen.poll() is None, "the run ended before it took the lock"
-    outcome = run.finish(timeout=240)
-    assert outcome.returncode == 1, outcome.brief()
-    assert "cannot connect" in error_line(outcome)
+            run = holding_the_lock(servers.GcsStore("going-away"), small_input)
+    fails_for_the_store(run, timeout=240)
 
 
 # ------------------------------------------------------------------------------------------
