@@ -316,9 +316,8 @@ def _delete_each(paths: Iterable[str]) -> None:
 @_failing_fast
 def _copy_each(sources: Iterable[str], destinations: Iterable[str]) -> None:
     for source, destination in zip(sources, destinations):
-        (bucket, key), (to_bucket, to_key) = _bucket_and_key(source), _bucket_and_key(destination)
-        _gcs_bucket(bucket).copy_blob(_gcs_bucket(bucket).blob(key), _gcs_bucket(to_bucket), to_key,
-                                      **_gcs_request())
+        blob, (to_bucket, to_key) = _gcs_blob(source), _bucket_and_key(destination)
+        blob.bucket.copy_blob(blob, _gcs_bucket(to_bucket), to_key, **_gcs_request())
 
 
 def rename(sources: list[str], destinations: list[str]) -> None:
