@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import struct
 from typing import Mapping, Union
 
 import cv2
@@ -68,12 +67,11 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def _scalar_feature(value: Union[int, float]) -> bytes:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError("booleans are not a tf.train.Example feature type")
-    if isinstance(value, (int, np.integer)):
-        return _field(_FEATURE_INT64, _field(_LIST_VALUE, _varint(int(value))))
+    """A one-value list, which is what protobuf writes for a scalar too."""
+    if isinstance(value, (int, np.integer, np.bool_)):  # booleans: refused by _list_feature
+        return _list_feature(ListFeature("int64", (value,)))
     if isinstance(value, (float, np.floating)):
-        return _field(_FEATURE_FLOAT, _field(_LIST_VALUE, struct.pack("<f", float(value))))
+        return _list_feature(ListFeature("float", (value,)))
     raise TypeError(f"unsupported feature value type {type(value).__name__}")
 
 
@@ -96,34 +94,24 @@ def _key_field(key: str) -> bytes:
     return _field(_MAP_KEY, key.encode("utf-8"))
 
 
+def _map_entry(key: str, feature: bytes) -> bytes:
+    return _field(_FEATURES_MAP, _key_field(key) + _field(_MAP_VALUE, feature))
+
+
 @functools.lru_cache(maxsize=16384)
 def _scalar_entry(key: str, kind: type, value: Union[int, float]) -> bytes:
-    """A whole map entry (key and Feature) for a scalar: the same bytes every time, cached, since
-    records repeat the same few (height, width, label ids)."""
-    feature = _scalar_feature(value)
-    key_field = _key_field(key)
-    value_field = _field(_MAP_VALUE, feature)
-    return _tag(_FEATURES_MAP, len(key_field) + len(value_field)) + key_field + value_field
+    """A scalar's map entry, cached: records repeat the same few (height, width, label ids)."""
+    return _map_entry(key, _scalar_feature(value))
 
 
-def _bytes_entry(key: str, value: Union[bytes, bytearray, memoryview]) -> list:
-    """A map entry for a bytes value, as chunks: the value stays its own chunk, so the record is
-    assembled with one copy of it (for raw float32 224x224 pixels that is 600 KB)."""
-    if isinstance(value, memoryview) and not value.c_contiguous:
-        value = value.tobytes()
-    length = memoryview(value).nbytes
-    list_tag = _tag(_LIST_VALUE, length)
-    feature_tag = _tag(_FEATURE_BYTES, len(list_tag) + length)
-    feature_length = len(feature_tag) + len(list_tag) + length
-    key_field = _key_field(key)
-    value_tag = _tag(_MAP_VALUE, feature_length)
-    head = _tag(_FEATURES_MAP, len(key_field) + len(value_tag) + feature_length)
-    return [head + key_field + value_tag + feature_tag + list_tag, value]
-
-
-def _list_entry(key: str, value: ListFeature) -> bytes:
-    key_field, value_field = _key_field(key), _field(_MAP_VALUE, _list_feature(value))
-    return _tag(_FEATURES_MAP, len(key_field) + len(value_field)) + key_field + value_field
+def _bytes_head(key: str, length: int) -> bytes:
+    """The map entry of a bytes value of `length` bytes, up to the value itself: the value stays
+    a chunk of its own, so a record is assembled with one copy of it (raw float32 224x224 pixels
+    are 600 KB)."""
+    head = _tag(_LIST_VALUE, length)
+    head = _tag(_FEATURE_BYTES, len(head) + length) + head
+    head = _key_field(key) + _tag(_MAP_VALUE, len(head) + length) + head
+    return _tag(_FEATURES_MAP, len(head) + length) + head
 
 
 def serialize_example(features: Mapping[str, FeatureValue]) -> bytes:
@@ -139,13 +127,13 @@ def _example_chunks(features: Mapping[str, FeatureValue], locate: str = "") -> t
     located = -1
     for key, value in sorted(features.items()):
         if isinstance(value, (bytes, bytearray, memoryview)):
-            head, payload = _bytes_entry(key, value)
+            head = _bytes_head(key, memoryview(value).nbytes)
             if key == locate:
                 located = size + len(head)
-            chunks += (head, payload)
-            size += len(head) + memoryview(payload).nbytes
+            chunks += (head, value)
+            size += len(head) + memoryview(value).nbytes
         else:
-            entry = (_list_entry(key, value) if isinstance(value, ListFeature)
+            entry = (_map_entry(key, _list_feature(value)) if isinstance(value, ListFeature)
                      else _scalar_entry(key, type(value), value))
             chunks.append(entry)
             size += len(entry)
@@ -159,10 +147,7 @@ def locates_image(data: bytes, image_offset: int, image_length: int, content_has
     hash as a bytes value elsewhere (the content_hash feature, which a dataset must have to be
     reused): a damaged or edited index must never give an image another image's pixels, shifted
     ones, or another feature's bytes (its label text)."""
-    values = _tag(_LIST_VALUE, image_length)
-    feature = _tag(_FEATURE_BYTES, len(values) + image_length)
-    head = _field(_MAP_KEY, image_key.encode("utf-8")) + _tag(_MAP_VALUE, len(feature) + len(values) + image_length)
-    head += feature + values
+    head = _bytes_head(image_key, image_length)
     end = image_offset + image_length
     if image_offset < len(head) or end > len(data) or data[image_offset - len(head):image_offset] != head:
         return False
