@@ -22,6 +22,8 @@ import socket
 import uuid
 from typing import BinaryIO, Callable, Iterable, Optional
 
+import cv2
+
 from transforms import files
 from transforms.dataset_format import METADATA_FILE, IndexEntry, index_file_name, join, run_id_of, shard_file_name
 from transforms.images import limits
@@ -62,10 +64,6 @@ class WriterSettings:
     voc_fields: bool = False  # VOC's difficult and truncated flags in the records
     keep_empty: bool = True  # COCO/VOC: write an image whose objects conversion dropped them all
 
-    def record_path(self, path: str) -> str:
-        """What a record's source_path holds for the image at `path`."""
-        return files.below(path, self.source_root)
-
     @property
     def converter(self) -> limits.Converter:
         """What every converter process of this run is set up with: its limits and the run's
@@ -104,19 +102,16 @@ class PartOutcome:
     resumed: int = 0  # records of a part an earlier run finished, taken as they are (not stored)
 
     def to_json(self) -> str:
-        return json.dumps({"digest": self.digest, "records": self.records, "num_bytes": self.num_bytes,
-                           "label_counts": [list(p) for p in self.label_counts], "reused": self.reused,
-                           "rejections": [dataclasses.asdict(r) for r in self.rejections],
-                           "index": [e.to_line() for e in self.index], "converted_by": self.converted_by})
+        value = {**dataclasses.asdict(self), "index": [entry.to_line() for entry in self.index]}
+        del value["resumed"]
+        return json.dumps(value)
 
     @classmethod
     def from_json(cls, text: str) -> "PartOutcome":
         value = json.loads(text)
-        return cls(value["digest"], value["records"], value["num_bytes"],
-                   tuple((label, n) for label, n in value["label_counts"]),
-                   tuple(Rejection(**r) for r in value["rejections"]),
-                   tuple(IndexEntry.from_line(line) for line in value["index"]), value["reused"],
-                   value["converted_by"])
+        return cls(**{**value, "label_counts": tuple(map(tuple, value["label_counts"])),
+                      "rejections": tuple(Rejection(**r) for r in value["rejections"]),
+                      "index": tuple(map(IndexEntry.from_line, value["index"]))})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,7 +298,8 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
     """One planned image's record: its previous bytes if it has some, else a fresh conversion of
     the file, which must still hash to what was planned."""
     source = image.source
-    fields = RecordFields(image.label_id, source.label, settings.record_path(source.path), source.content_hash)
+    fields = RecordFields(image.label_id, source.label, files.below(source.path, settings.source_root),
+                          source.content_hash)
     if image.reuse is not None:
         try:
             return reused_image(image, fields, settings)
@@ -317,12 +313,8 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
             return detection_converted(detection_to_record, data, image, fields, settings, False)
         return Converted(image_to_record(data, source.header, fields, settings.image, settings.keys), False,
                          counted_labels(image))
-    except InputRejected:
-        raise
-    except Exception as exc:  # OpenCV raises cv2.error on data it cannot handle
-        if type(exc).__module__.startswith("cv2"):
-            raise CorruptImage(f"OpenCV failed on {source.path}: {exc}") from None
-        raise
+    except cv2.error as exc:  # what OpenCV raises on data it cannot handle
+        raise CorruptImage(f"OpenCV failed on {source.path}: {exc}") from None
 
 
 def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dict[int, str]] = None) -> PartOutcome:
@@ -348,7 +340,7 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
     temporary = f"{records_path}.tmp-{uuid.uuid4().hex}"  # a killed attempt's: removed with the staging
     label_counts: collections.Counter[str] = collections.Counter()
     rejections, index = [], []
-    offset = num_bytes = reused = 0
+    offset = reused = 0  # offset: the bytes written so far
     copied_from: set[tuple[str, str]] = set()  # (dataset, the run that published it) of each copied record
     with files.create(temporary) as handle:
         for position, image in enumerate(task.images):
@@ -361,23 +353,23 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
             except InputRejected as exc:
                 rejections.append(Rejection.from_exception(image.source.path, exc, split))
                 continue
-            record, was_reused = converted.record, converted.reused
+            record = converted.record
             rejections.extend(dataclasses.replace(row, split=split) for row in converted.dropped)
             if record is None:
                 continue
             entry = IndexEntry(offset, tfrecord.write_record(handle, record.data),
                                image.source.content_hash, record.image_offset, record.image_length)
-            if was_reused:
+            if converted.reused:
                 copied_from.add((image.reuse.dataset, image.reuse.run_id))
             index.append(entry)
             offset += entry.length
-            num_bytes += entry.length - tfrecord.framed_length(0)
             label_counts.update(converted.labels)
-            reused += was_reused
+            reused += converted.reused
     if not all(still_published(dataset, run_id) for dataset, run_id in copied_from):
         files.delete([temporary])
         return convert_part(without_reuse(task), settings, refused)
     files.rename(temporary, records_path)
+    num_bytes = offset - len(index) * tfrecord.framed_length(0)  # the records' own bytes, without framing
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
                           tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")
     files.write_atomically(part_file(settings, task.digest, "json"), outcome.to_json().encode("utf-8"))
@@ -459,9 +451,7 @@ def concat_shard(plan: ShardPlan, parts: list[PartResult], settings: WriterSetti
         offset += sum(entry.length for entry in outcome.index)
     files.rename(temporary, shard_path)
     files.write_atomically(index_path, "".join(lines).encode("ascii"))
-    label_counts: collections.Counter[str] = collections.Counter()
-    for part in parts:
-        label_counts.update(dict(part.label_counts))
+    label_counts = sum((collections.Counter(dict(part.label_counts)) for part in parts), collections.Counter())
     return ShardResult(split, index, num_shards, name, sum(p.records for p in parts),
                        sum(p.num_bytes for p in parts), tuple(sorted(label_counts.items())),
                        sum(p.reused for p in parts), tuple(sorted({p.converted_by for p in parts})),
