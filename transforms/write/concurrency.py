@@ -14,9 +14,7 @@ import threading
 from typing import Any, Callable, Iterable, Optional
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms.rejections import InputRejected
 from transforms.write.process_pool import SubprocessPool
@@ -47,9 +45,10 @@ def close_shared_pools() -> None:
 class InflightDoFn(beam.DoFn):
     """Runs `task(element)` on a pool with at most `2 * workers` elements in flight.
 
-    Subclasses define `task` (a picklable function and its arguments, for process pools),
-    `emit` (outputs for a result) and `reject` (outputs for an InputRejected). Any other
-    exception fails the bundle: only input problems may become dead letters.
+    Subclasses define `task` (a picklable function and its arguments, for process pools), and
+    may define `emit` (outputs for a result; by default the result) and `reject` (outputs for an
+    InputRejected; by default it fails the bundle, as any other exception does: only input
+    problems may become dead letters).
     `workers=0` runs tasks inline; `processes=True` uses a process pool.
 
     A subclass whose elements differ much in cost defines `size`: on a pool, the bundle's
@@ -69,10 +68,10 @@ class InflightDoFn(beam.DoFn):
         raise NotImplementedError
 
     def emit(self, element: Any, result: Any) -> Iterable[Any]:
-        raise NotImplementedError
+        yield result
 
     def reject(self, element: Any, exc: InputRejected) -> Iterable[Any]:
-        raise NotImplementedError
+        raise exc
 
     def pool_initializer(self) -> Optional[Callable[[], None]]:
         return None
@@ -129,5 +128,5 @@ class InflightDoFn(beam.DoFn):
 def _in_global_window(output: Any) -> Any:
     """An output of finish_bundle, which Beam takes only as a WindowedValue (tagged or not)."""
     if isinstance(output, beam.pvalue.TaggedOutput):
-        return beam.pvalue.TaggedOutput(output.tag, WindowedValue(output.value, MIN_TIMESTAMP, [GlobalWindow()]))
-    return WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
+        return beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
+    return GlobalWindows.windowed_value(output)

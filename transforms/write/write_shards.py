@@ -36,7 +36,6 @@ from transforms.batches import flatten, split_by
 from transforms.inputs.discover import REJECTED
 from transforms.plan.split import num_shards_for, shard_for
 from transforms.refs import Batch, PlannedImage
-from transforms.rejections import InputRejected
 from transforms.write.concurrency import InflightDoFn, shared_process_pool
 from transforms.write.parts import (
     PartOutcome,
@@ -44,7 +43,6 @@ from transforms.write.parts import (
     PartTask,
     ShardKey,
     ShardPlan,
-    ShardResult,
     WriterSettings,
     concat_shard,
     convert_part_on,
@@ -55,15 +53,14 @@ from transforms.write.parts import (
 from transforms.write.process_pool import SubprocessPool
 
 
-def shard_of(image: PlannedImage, shard_counts: dict[str, int], seed: int, source_root: str = "") -> ShardKey:
-    num_shards = shard_counts[image.split]
-    return image.split, shard_for(files.below(image.source.path, source_root), seed, num_shards), num_shards
-
-
 def by_shard(batch: Batch, shard_counts: dict[str, int], seed: int,
              source_root: str = "") -> Iterable[tuple[ShardKey, tuple[PlannedImage, ...]]]:
     """A batch split by shard: (shard, its images in the batch)."""
-    return split_by(batch, lambda image: shard_of(image, shard_counts, seed, source_root)).items()
+    def shard_of(image: PlannedImage) -> ShardKey:
+        num_shards = shard_counts[image.split]
+        return image.split, shard_for(files.below(image.source.path, source_root), seed, num_shards), num_shards
+
+    return split_by(batch, shard_of).items()
 
 
 PLANS = "plans"
@@ -154,9 +151,6 @@ class _ConvertParts(InflightDoFn):
                                      outcome.num_bytes, outcome.label_counts, outcome.reused,
                                      outcome.converted_by, outcome.resumed)
 
-    def reject(self, part: PartTask, exc: InputRejected):
-        raise AssertionError("convert_part reports rejections in its outcome") from exc
-
 
 class _ConcatShards(InflightDoFn):
     """(shard, [ShardPlan, PartResult...]) → ShardResult; on the converters' pool, since a
@@ -177,9 +171,6 @@ class _ConcatShards(InflightDoFn):
     def setup(self) -> None:
         super().setup()
         self._settings.filesystems.use()  # empty shards, written inline in this worker
-
-    def emit(self, element, result: ShardResult):
-        yield result
 
 
 class WriteShards(beam.PTransform):
