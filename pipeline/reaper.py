@@ -59,16 +59,15 @@ def driver_alive(marker: str) -> bool:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, as another user
+        pass
     return True
 
 
-def marked_processes(marker: str, also: bytes = b"") -> list[int]:
-    """Processes whose environment carries the driver's marker (and a variable starting with
-    `also`, when given)."""
-    needle = f"{DRIVER_ENV}={marker}".encode()
-    found = []
+def kill_marked(marker: str, also: bytes = b"") -> bool:
+    """SIGKILLs the processes whose environment carries the driver's marker (and a variable
+    starting with `also`, when given); False if there were none."""
+    needle, found = f"{DRIVER_ENV}={marker}".encode(), False
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
@@ -76,8 +75,9 @@ def marked_processes(marker: str, also: bytes = b"") -> list[int]:
             with open(f"/proc/{entry}/environ", "rb") as handle:
                 variables = handle.read().split(b"\0")
             if needle in variables and (not also or any(v.startswith(also) for v in variables)):
-                found.append(int(entry))
-        except OSError:
+                os.kill(int(entry), signal.SIGKILL)
+                found = True
+        except OSError:  # gone meanwhile
             continue
     return found
 
@@ -93,24 +93,6 @@ def wait_for_exit(marker: str) -> None:
         os.close(descriptor)
     while driver_alive(marker):
         time.sleep(_POLL)
-
-
-def kill_marked(marker: str, also: bytes = b"") -> bool:
-    """SIGKILLs the processes `marked_processes` finds; False if there were none."""
-    found = marked_processes(marker, also)
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return bool(found)
-
-
-def reap(marker: str) -> None:
-    for _ in range(20):
-        if not kill_marked(marker):
-            return
-        time.sleep(0.1)
 
 
 _started: set[str] = set()
@@ -142,9 +124,13 @@ def reaped() -> Iterator[None]:
 
 
 def main() -> None:
+    """Once the driver is gone, kills what it left, until nothing is left (at most 2 s)."""
     marker = sys.argv[1]
     wait_for_exit(marker)
-    reap(marker)
+    for _ in range(20):
+        if not kill_marked(marker):
+            return
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":

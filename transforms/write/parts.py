@@ -417,9 +417,8 @@ def _intact(records: BinaryIO, entry: IndexEntry, image_key: str) -> bool:
     """Whether the record at `entry` in `records` has valid checksums and its image bytes where
     the entry says, hashing to the entry's content hash."""
     try:
-        records.seek(entry.offset)
-        data = tfrecord.parse_framed(records.read(entry.length))
-    except (ValueError, OSError):  # CorruptRecord is a ValueError
+        data = tfrecord.read_record_at(records, entry.offset, entry.length)
+    except (tfrecord.CorruptRecord, OSError):
         return False
     return locates_image(data, entry.image_offset, entry.image_length, entry.sha256, image_key)
 
