@@ -46,9 +46,9 @@ def process_started_at(pid: int) -> Optional[float]:
     return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
 
 
-def driver_marker(pid: Optional[int] = None) -> str:
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}:{process_start_time(pid) or ''}"
+def driver_marker() -> str:
+    """This process's marker: its pid and start time."""
+    return f"{os.getpid()}:{process_start_time(os.getpid()) or ''}"
 
 
 def driver_alive(marker: str) -> bool:

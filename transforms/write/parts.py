@@ -282,16 +282,19 @@ def counted_labels(image: PlannedImage) -> tuple[str, ...]:
     return label_list(image.source.label) if isinstance(image.label_id, tuple) else (image.source.label,)
 
 
-def reused_image(image: PlannedImage, fields: RecordFields, settings: WriterSettings) -> Converted:
-    """The record rebuilt around a previous dataset's image bytes of the same content; an
-    annotated image's objects are placed afresh, so changed annotations are honoured."""
-    pixels = reused_pixels(image)
-    if image.source.annotations is None:
-        return Converted(build_example(pixels, fields, settings.image, settings.keys), True, counted_labels(image))
-    try:
-        return detection_converted(detection_from_previous, pixels, image, fields, settings, True)
-    except GeometryError as exc:
-        raise _ReuseFailed(str(exc)) from exc
+def record_of(image: PlannedImage, data: bytes, fields: RecordFields, settings: WriterSettings,
+              reused: bool) -> Converted:
+    """The record of the image file's `data`, or (`reused`) rebuilt around a previous dataset's
+    image bytes of the same content; an annotated image's objects are placed afresh either way,
+    so changed annotations are honoured."""
+    if image.source.annotations is not None:
+        make = detection_from_previous if reused else detection_to_record
+        return detection_converted(make, data, image, fields, settings, reused)
+    if reused:
+        record = build_example(data, fields, settings.image, settings.keys)
+    else:
+        record = image_to_record(data, image.source.header, fields, settings.image, settings.keys)
+    return Converted(record, reused, counted_labels(image))
 
 
 def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
@@ -302,17 +305,14 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
                           source.content_hash)
     if image.reuse is not None:
         try:
-            return reused_image(image, fields, settings)
-        except _ReuseFailed:
+            return record_of(image, reused_pixels(image), fields, settings, True)
+        except (_ReuseFailed, GeometryError):  # converting the file again is always right
             pass
     data = files.read_input(source.path, settings.max_file_bytes)
     if files.content_hash(data) != source.content_hash:
         raise FileChanged(f"{source.path} changed while the pipeline ran (sha256 differs)")
     try:
-        if source.annotations is not None:
-            return detection_converted(detection_to_record, data, image, fields, settings, False)
-        return Converted(image_to_record(data, source.header, fields, settings.image, settings.keys), False,
-                         counted_labels(image))
+        return record_of(image, data, fields, settings, False)
     except cv2.error as exc:  # what OpenCV raises on data it cannot handle
         raise CorruptImage(f"OpenCV failed on {source.path}: {exc}") from None
 
