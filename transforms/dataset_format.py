@@ -447,13 +447,10 @@ def listed_files(value: Mapping) -> list[str]:
     """The files a metadata.json of any format version says its dataset consists of (so an
     older imgrec's dataset can be replaced without touching anything else)."""
     shards = [f for split in (value.get("splits") or {}).values() for f in split.get("files", []) if _inside(f)]
-    files = list(shards)
-    if value.get("format_version", 0) >= 2:
-        files += [index_file_name(f) for f in shards if "/" not in f]
-    files += [f for f in [*(value.get("error_files") or []), *(value.get("exports") or [])] if _inside(f)]
-    if isinstance(value.get("objects"), dict):
-        files += LABEL_MAP_FILES
-    return [posixpath.normpath(f) for f in files]
+    indexes = [index_file_name(f) for f in shards if "/" not in f] if value.get("format_version", 0) >= 2 else []
+    others = [f for f in [*(value.get("error_files") or []), *(value.get("exports") or [])] if _inside(f)]
+    label_maps = LABEL_MAP_FILES if isinstance(value.get("objects"), dict) else ()
+    return [posixpath.normpath(f) for f in (*shards, *indexes, *others, *label_maps)]
 
 
 def split_files(metadata: DatasetMetadata, split: str) -> Sequence[str]:

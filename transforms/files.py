@@ -62,7 +62,7 @@ def filesystem_options():
 
 def filesystem_options_key() -> str:
     """This process's filesystem options as text: what a store client made with them is kept by."""
-    return json.dumps(_options or {}, sort_keys=True, default=str)
+    return FilesystemOptions.of(_options or {}).values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ def delete(paths: Iterable[str]) -> None:
         local = local_path(path)
         if local is None:
             remote.append(path)
-        elif os.path.isdir(local) and not os.path.islink(local):
+        elif is_folder(path):
             shutil.rmtree(local)
         else:
             os.remove(local)

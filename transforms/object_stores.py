@@ -295,16 +295,13 @@ def delete(paths: Iterable[str]) -> None:
         failed = {path: error for path, error in s3io().delete_files(targets) if error is not None}
         if failed:
             raise OSError(f"cannot delete {', '.join(sorted(failed)[:3])}: {next(iter(failed.values()))}")
-    elif scheme(targets[0]) == "s3":  # Beam's S3 filesystem takes names literally
-        from apache_beam.io.filesystems import FileSystems
-
-        FileSystems.delete(targets)
     elif _deletes_one_at_a_time(targets[0]):
         _delete_each(targets)
     else:
         from apache_beam.io.filesystems import FileSystems
 
-        FileSystems.delete([files.as_pattern(path) for path in targets if files.exists(path)])
+        literal = scheme(targets[0]) == "s3"  # Beam's S3 filesystem takes names literally
+        FileSystems.delete(targets if literal else [files.as_pattern(path) for path in targets if files.exists(path)])
 
 
 @_failing_fast
