@@ -185,11 +185,11 @@ def open_object(path: str, mode: str):
     """An object to read ("rb") or write ("wb") through imgrec's clients: on S3 this thread's
     S3IO; on GCS as Beam's GCS filesystem opens it (raw bytes, the same buffer sizes), with
     imgrec's retry (`_gcs_request`) and a store fault raised as a StoreUnavailable."""
+    if scheme(path) == "s3":
+        return s3io().open(path, mode)
     from apache_beam.io.gcp.gcsio import DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE
     from google.cloud.storage.fileio import BlobReader, BlobWriter
 
-    if scheme(path) == "s3":
-        return s3io().open(path, mode)
     if mode == "rb":
         return _fail_fast(BlobReader, _GCS_READS)(_gcs_blob(path), chunk_size=DEFAULT_READ_BUFFER_SIZE,
                                                   raw_download=True, **_gcs_request())
