@@ -379,7 +379,6 @@ class DatasetMetadata:
         splits = _require(value, "splits", dict, "metadata")
         compression = _require(value, "compression", str, "metadata")
         shard_suffix(compression)
-        reuse = value.get("reuse")
         return cls(
             splits={name: SplitInfo.from_json(info, f"splits.{name}") for name, info in splits.items()},
             features=_require(value, "features", dict, "metadata"),
@@ -394,7 +393,7 @@ class DatasetMetadata:
             config=_require(value, "config", dict, "metadata"),
             run=_require(value, "run", dict, "metadata"),
             versions=value.get("versions") or {},
-            reuse=ReuseSummary.from_json(reuse) if reuse else None,
+            reuse=ReuseSummary.from_json(value["reuse"]) if value.get("reuse") else None,
             exports=tuple(value.get("exports") or ()),
             objects=ObjectAccounting.from_json(value["objects"]) if isinstance(value.get("objects"), dict) else None,
         )

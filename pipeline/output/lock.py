@@ -34,7 +34,6 @@ from pipeline.errors import OutputLocked, RunFailed
 from pipeline.reaper import driver_alive, driver_marker, process_started_at
 from transforms import files, object_stores
 from transforms.dataset_format import LOCK_FILE, join
-from transforms.files import local_path
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER = datetime.timedelta(minutes=10)
@@ -181,8 +180,7 @@ class OutputLock:
             return False
         self._write()
         time.sleep(_SETTLE_SECONDS)
-        current = _read(self.path)
-        return current is not None and current.run_id == self._run_id
+        return self.holds()
 
     def _dead(self, owner: LockOwner) -> bool:
         """The owner can no longer be running: on this host its process is gone, elsewhere its
@@ -205,7 +203,7 @@ class OutputLock:
 
     def acquire(self) -> "OutputLock":
         """Takes the lock; raises OutputLocked if a live run holds it."""
-        local = local_path(self.path)
+        local = files.local_path(self.path)
         if not (self._lock_local(local) if local is not None else self._lock_remote()):
             owner = _read_written(self.path)
             raise OutputLocked(
@@ -225,7 +223,7 @@ class OutputLock:
 
     def holds(self) -> bool:
         if self._descriptor is not None:
-            return _same_file(local_path(self.path), self._descriptor)
+            return _same_file(files.local_path(self.path), self._descriptor)
         owner = _read(self.path)
         return owner is not None and owner.run_id == self._run_id
 
