@@ -65,17 +65,11 @@ def flatten(parts: Iterable[Iterable[T]]) -> list[T]:
     return [item for part in parts for item in part]
 
 
-class GroupInBuckets(beam.PTransform):
+@beam.ptransform_fn
+def GroupInBuckets(batches: beam.PCollection, key: Callable[[T], str], buckets: int = BUCKETS) -> beam.PCollection:
     """Batches of items → (bucket, [every item of the bucket]), grouped by `key`'s bucket."""
-
-    def __init__(self, key: Callable[[T], str], buckets: int = BUCKETS):
-        super().__init__()
-        self._key, self._buckets = key, buckets
-
-    def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        key, buckets = self._key, self._buckets
-        return (batches
-                | "SplitByBucket" >> beam.FlatMap(
-                    lambda batch: split_by(batch, lambda item: bucket_of(key(item), buckets)).items())
-                | "GroupBuckets" >> beam.GroupByKey()
-                | "JoinPieces" >> beam.MapTuple(lambda bucket, pieces: (bucket, Batch(flatten(pieces)))))
+    return (batches
+            | "SplitByBucket" >> beam.FlatMap(
+                lambda batch: split_by(batch, lambda item: bucket_of(key(item), buckets)).items())
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "JoinPieces" >> beam.MapTuple(lambda bucket, pieces: (bucket, Batch(flatten(pieces)))))

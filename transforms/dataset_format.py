@@ -379,7 +379,6 @@ class DatasetMetadata:
         splits = _require(value, "splits", dict, "metadata")
         compression = _require(value, "compression", str, "metadata")
         shard_suffix(compression)
-        reuse = value.get("reuse")
         return cls(
             splits={name: SplitInfo.from_json(info, f"splits.{name}") for name, info in splits.items()},
             features=_require(value, "features", dict, "metadata"),
@@ -394,7 +393,7 @@ class DatasetMetadata:
             config=_require(value, "config", dict, "metadata"),
             run=_require(value, "run", dict, "metadata"),
             versions=value.get("versions") or {},
-            reuse=ReuseSummary.from_json(reuse) if reuse else None,
+            reuse=ReuseSummary.from_json(value["reuse"]) if value.get("reuse") else None,
             exports=tuple(value.get("exports") or ()),
             objects=ObjectAccounting.from_json(value["objects"]) if isinstance(value.get("objects"), dict) else None,
         )
@@ -447,13 +446,10 @@ def listed_files(value: Mapping) -> list[str]:
     """The files a metadata.json of any format version says its dataset consists of (so an
     older imgrec's dataset can be replaced without touching anything else)."""
     shards = [f for split in (value.get("splits") or {}).values() for f in split.get("files", []) if _inside(f)]
-    files = list(shards)
-    if value.get("format_version", 0) >= 2:
-        files += [index_file_name(f) for f in shards if "/" not in f]
-    files += [f for f in [*(value.get("error_files") or []), *(value.get("exports") or [])] if _inside(f)]
-    if isinstance(value.get("objects"), dict):
-        files += LABEL_MAP_FILES
-    return [posixpath.normpath(f) for f in files]
+    indexes = [index_file_name(f) for f in shards if "/" not in f] if value.get("format_version", 0) >= 2 else []
+    others = [f for f in [*(value.get("error_files") or []), *(value.get("exports") or [])] if _inside(f)]
+    label_maps = LABEL_MAP_FILES if isinstance(value.get("objects"), dict) else ()
+    return [posixpath.normpath(f) for f in (*shards, *indexes, *others, *label_maps)]
 
 
 def split_files(metadata: DatasetMetadata, split: str) -> Sequence[str]:

@@ -7,6 +7,7 @@ filesystem options (`use_filesystem_options`): endpoint, credentials, project.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -61,7 +62,7 @@ def filesystem_options():
 
 def filesystem_options_key() -> str:
     """This process's filesystem options as text: what a store client made with them is kept by."""
-    return json.dumps(_options or {}, sort_keys=True, default=str)
+    return FilesystemOptions.of(_options or {}).values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,18 +113,12 @@ def _object_stores():
     return object_stores
 
 
-def own_s3_client(path: str) -> bool:
-    """S3 through imgrec's kept client (object_stores.s3io) where this process was given the
+def own_client(path: str) -> bool:
+    """S3 and GCS through imgrec's own clients (transforms/object_stores.py: a kept S3 client, GCS
+    requests that give up on a store they cannot reach) where this process was given the
     filesystem options; in a Beam worker that was not, through Beam's FileSystems, which Beam
     configured."""
-    return path.startswith("s3://") and _options is not None
-
-
-def own_gcs_client(path: str) -> bool:
-    """GCS through imgrec's client (object_stores.gcs_open...), whose requests give up on a store
-    they cannot reach after object_stores.GCS_SECONDS, where this process was given the
-    filesystem options."""
-    return path.startswith("gs://") and _options is not None
+    return path.startswith(("s3://", "gs://")) and _options is not None
 
 
 _WILDCARDS = re.compile(r"([\[*?])")
@@ -143,7 +138,7 @@ def delete(paths: Iterable[str]) -> None:
         local = local_path(path)
         if local is None:
             remote.append(path)
-        elif os.path.isdir(local) and not os.path.islink(local):
+        elif is_folder(path):
             shutil.rmtree(local)
         else:
             os.remove(local)
@@ -165,10 +160,8 @@ def open_read(path: str) -> BinaryIO:
     local = local_path(path)
     if local is not None:
         return _open_regular(local)
-    if own_s3_client(path):
-        return _object_stores().s3io().open(path, "rb")
-    if own_gcs_client(path):
-        return _object_stores().gcs_open(path, "rb")
+    if own_client(path):
+        return _object_stores().open_object(path, "rb")
     return _filesystems().open(path, compression_type="uncompressed")
 
 
@@ -202,9 +195,7 @@ def create(path: str, gzip: bool = False) -> BinaryIO:
         return open(local, "wb")
     if not gzip:
         return _ObjectWriter(path)
-    from apache_beam.io.filesystem import CompressionTypes
-
-    return _filesystems().create(path, compression_type=CompressionTypes.GZIP)
+    return _filesystems().create(path, compression_type="gzip")
 
 
 class _ObjectWriter(io.BufferedIOBase):
@@ -221,14 +212,9 @@ class _ObjectWriter(io.BufferedIOBase):
         return True
 
     def _create(self) -> BinaryIO:
-        from apache_beam.io.filesystem import CompressionTypes
-
-        if own_s3_client(self._path):
-            return _object_stores().s3io().open(self._path, "wb")
-        if own_gcs_client(self._path):
-            return _object_stores().gcs_open(self._path, "wb")
-
-        return _filesystems().create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
+        if own_client(self._path):
+            return _object_stores().open_object(self._path, "wb")
+        return _filesystems().create(self._path, compression_type="uncompressed")
 
     def write(self, data) -> int:
         if self._handle is None:
@@ -259,9 +245,7 @@ def exists(path: str) -> bool:
     local = local_path(path)
     if local is not None:
         return os.path.exists(local)
-    if own_s3_client(path):
-        return _object_stores().s3io().exists(path)
-    return _object_stores().gcs_exists(path) if own_gcs_client(path) else _filesystems().exists(path)
+    return _object_stores().exists(path) if own_client(path) else _filesystems().exists(path)
 
 
 def present(path: str) -> bool:
@@ -277,19 +261,13 @@ def size(path: str) -> int:
     local = local_path(path)
     if local is not None:
         return os.path.getsize(local)
-    if own_s3_client(path):
-        return _object_stores().s3io().size(path)
-    if own_gcs_client(path):
-        return _object_stores().gcs_size(path)
+    if own_client(path):
+        return _object_stores().size(path)
     return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
 
 
 def rename(source: str, destination: str) -> None:
-    local_source, local_destination = local_path(source), local_path(destination)
-    if local_source is not None and local_destination is not None:
-        os.replace(local_source, local_destination)
-    else:
-        _object_stores().rename([source], [destination])
+    rename_all([source], [destination])
 
 
 def rename_all(sources: list[str], destinations: list[str]) -> None:
@@ -298,7 +276,7 @@ def rename_all(sources: list[str], destinations: list[str]) -> None:
         return
     if local_path(sources[0]) is not None and local_path(destinations[0]) is not None:
         for source, destination in zip(sources, destinations):
-            rename(source, destination)
+            os.replace(local_path(source), local_path(destination))
     else:
         _object_stores().rename(sources, destinations)
 
@@ -351,20 +329,9 @@ def write_atomically(path: str, data: bytes) -> None:
             handle.write(data)
         rename(temporary, path)
     except BaseException:
-        _remove_quietly(temporary)
+        with contextlib.suppress(Exception):  # best effort: the error that brought us here is the one to report
+            delete([temporary])
         raise
-
-
-def _remove_quietly(path: str) -> None:
-    """Best effort: the error that brought us here is the one to report."""
-    local = local_path(path)
-    try:
-        if local is not None:
-            os.remove(local)
-        elif exists(path):
-            delete([path])
-    except Exception:  # pylint: disable=broad-except
-        pass
 
 
 def content_hash(data: bytes) -> str:

@@ -12,7 +12,7 @@ filesystem options Beam's filesystems use (transforms/files.py `filesystem_optio
 - `s3io`: Beam's S3IO on a client kept per thread: Beam's S3 filesystem makes a new boto3 client
   (~0.15 s of CPU) for every call, which made reading and writing each image cost more than
   converting it;
-- `gcs_open`, `gcs_exists`, `gcs_size` and the listings, copies and deletes on GCS: through
+- `open_object`, `exists`, `size` and the listings, copies and deletes on GCS: through
   imgrec's GCS client, whose requests give up on a store they cannot reach after GCS_SECONDS
   (Beam's GCS filesystem keeps google-cloud-storage's default of 2 minutes a request: a run whose
   store went away held its lock for 7-9 minutes), a store fault raised as a `StoreUnavailable`;
@@ -181,10 +181,12 @@ _GCS_READS = ("read", "read1", "seek")
 _GCS_WRITES = ("write", "flush", "close")
 
 
-def gcs_open(path: str, mode: str):
-    """An object to read ("rb") or write ("wb") through imgrec's GCS client, as Beam's GCS
-    filesystem opens it (raw bytes, the same buffer sizes), with imgrec's retry (`_gcs_request`)
-    and a store fault raised as a StoreUnavailable."""
+def open_object(path: str, mode: str):
+    """An object to read ("rb") or write ("wb") through imgrec's clients: on S3 this thread's
+    S3IO; on GCS as Beam's GCS filesystem opens it (raw bytes, the same buffer sizes), with
+    imgrec's retry (`_gcs_request`) and a store fault raised as a StoreUnavailable."""
+    if scheme(path) == "s3":
+        return s3io().open(path, mode)
     from apache_beam.io.gcp.gcsio import DEFAULT_READ_BUFFER_SIZE, DEFAULT_WRITE_BUFFER_SIZE
     from google.cloud.storage.fileio import BlobReader, BlobWriter
 
@@ -197,12 +199,16 @@ def gcs_open(path: str, mode: str):
 
 
 @_failing_fast
-def gcs_exists(path: str) -> bool:
+def exists(path: str) -> bool:
+    if scheme(path) == "s3":
+        return s3io().exists(path)
     return _gcs_blob(path).exists(**_gcs_request())
 
 
 @_failing_fast
-def gcs_size(path: str) -> int:
+def size(path: str) -> int:
+    if scheme(path) == "s3":
+        return s3io().size(path)
     blob = _gcs_blob(path)
     blob.reload(**_gcs_request())
     return blob.size
@@ -260,13 +266,13 @@ def objects_named_from(prefix: str, limit: Optional[int] = None) -> list[str]:
     """Every object whose name starts with the text `prefix` (`s3://b/in/cat_` lists `cat_1.jpg`
     and `cat_2/x.jpg`), or the first `limit` of them; on S3, through this thread's client, whose
     store faults are not retried for minutes as Beam's own S3 filesystem retries them."""
-    if files.own_s3_client(prefix):
-        return [path for path, _ in itertools.islice(s3io().list_files(prefix), limit)]
-    if files.own_gcs_client(prefix):
-        return _gcs_objects_named_from(prefix, limit)
-    from apache_beam.io.filesystems import FileSystems
+    if not files.own_client(prefix):
+        from apache_beam.io.filesystems import FileSystems
 
-    return [m.path for m in FileSystems.match([f"{files.as_pattern(prefix)}**"], limits=[limit])[0].metadata_list]
+        return [m.path for m in FileSystems.match([f"{files.as_pattern(prefix)}**"], limits=[limit])[0].metadata_list]
+    if scheme(prefix) == "s3":
+        return [path for path, _ in itertools.islice(s3io().list_files(prefix), limit)]
+    return _gcs_objects_named_from(prefix, limit)
 
 
 @_failing_fast
@@ -285,20 +291,17 @@ def delete(paths: Iterable[str]) -> None:
         targets.extend([path, *objects_under(path)])
     if not targets:
         return
-    if files.own_s3_client(targets[0]):
+    if scheme(targets[0]) == "s3" and files.own_client(targets[0]):
         failed = {path: error for path, error in s3io().delete_files(targets) if error is not None}
         if failed:
             raise OSError(f"cannot delete {', '.join(sorted(failed)[:3])}: {next(iter(failed.values()))}")
-    elif scheme(targets[0]) == "s3":  # Beam's S3 filesystem takes names literally
-        from apache_beam.io.filesystems import FileSystems
-
-        FileSystems.delete(targets)
     elif _deletes_one_at_a_time(targets[0]):
         _delete_each(targets)
     else:
         from apache_beam.io.filesystems import FileSystems
 
-        FileSystems.delete([files.as_pattern(path) for path in targets if files.exists(path)])
+        literal = scheme(targets[0]) == "s3"  # Beam's S3 filesystem takes names literally
+        FileSystems.delete(targets if literal else [files.as_pattern(path) for path in targets if files.exists(path)])
 
 
 @_failing_fast
@@ -323,7 +326,7 @@ def _copy_each(sources: Iterable[str], destinations: Iterable[str]) -> None:
 def rename(sources: list[str], destinations: list[str]) -> None:
     """Renames objects: a copy and a delete each, which Beam batches (on a GCS emulator, which
     takes no batches, copied and then deleted one at a time)."""
-    if files.own_s3_client(sources[0]):
+    if scheme(sources[0]) == "s3" and files.own_client(sources[0]):
         failed = [(source, error) for source, _, error in s3io().rename_files(list(zip(sources, destinations)))
                   if error is not None]
         if failed:

@@ -146,10 +146,8 @@ class ImageSpec:
     def pixel_settings(self) -> dict:
         """The fields that decide an accepted image's stored bytes (limits only decide which
         images are accepted): what an incremental run must match to reuse a record's image."""
-        settings = self.used_settings()
-        for limit in ("min_side", "max_pixels", "max_decoded_bytes"):
-            settings.pop(limit)
-        return settings
+        limits = ("min_side", "max_pixels", "max_decoded_bytes")
+        return {name: value for name, value in self.used_settings().items() if name not in limits}
 
     def used_settings(self) -> dict:
         """The fields, without those the other fields make irrelevant (mean and std unless

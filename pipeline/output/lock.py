@@ -34,7 +34,6 @@ from pipeline.errors import OutputLocked, RunFailed
 from pipeline.reaper import driver_alive, driver_marker, process_started_at
 from transforms import files, object_stores
 from transforms.dataset_format import LOCK_FILE, join
-from transforms.files import local_path
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER = datetime.timedelta(minutes=10)
@@ -89,11 +88,17 @@ def _read_written(path: str, wait: float = 1.0) -> Optional[LockOwner]:
     """The owner, given a moment to appear: a run that has just taken the lock has created the
     file but may not have written into it yet."""
     deadline = time.monotonic() + wait
-    while True:
-        owner = _read(path)
-        if owner is not None or time.monotonic() >= deadline:
-            return owner
+    while (owner := _read(path)) is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    return owner
+
+
+def _same_file(path: str, descriptor: int) -> bool:
+    """Whether the open `descriptor` is still the file at `path` (not unlinked or replaced)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(descriptor).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def run_alive(output: str) -> bool:
@@ -150,25 +155,20 @@ class OutputLock:
             except BlockingIOError:
                 os.close(descriptor)
                 return False
-            try:
-                same = os.stat(path).st_ino == os.fstat(descriptor).st_ino
-            except FileNotFoundError:
-                same = False
-            if same and self._held_by_another_run():
-                os.close(descriptor)
-                return False
-            if same:
+            same = _same_file(path, descriptor)
+            if same and not self._held_by_another_run():
                 self._descriptor = descriptor
                 self._write()
                 return True
             os.close(descriptor)
+            if same:
+                return False
 
     def _held_by_another_run(self) -> bool:
         """The flock is ours, but the file may name a live run on this host that holds it some
         other way (a filesystem without flock, an older imgrec): then it is still taken."""
         owner = _read(self.path)
-        return (owner is not None and owner.run_id != self._run_id and owner.host == self._host
-                and owner.alive_here() and not owner.is_stale(_now()))
+        return owner is not None and owner.run_id != self._run_id and owner.host == self._host and not self._dead(owner)
 
     def _lock_remote(self) -> bool:
         owner = _read(self.path)
@@ -180,8 +180,7 @@ class OutputLock:
             return False
         self._write()
         time.sleep(_SETTLE_SECONDS)
-        current = _read(self.path)
-        return current is not None and current.run_id == self._run_id
+        return self.holds()
 
     def _dead(self, owner: LockOwner) -> bool:
         """The owner can no longer be running: on this host its process is gone, elsewhere its
@@ -204,7 +203,7 @@ class OutputLock:
 
     def acquire(self) -> "OutputLock":
         """Takes the lock; raises OutputLocked if a live run holds it."""
-        local = local_path(self.path)
+        local = files.local_path(self.path)
         if not (self._lock_local(local) if local is not None else self._lock_remote()):
             owner = _read_written(self.path)
             raise OutputLocked(
@@ -224,10 +223,7 @@ class OutputLock:
 
     def holds(self) -> bool:
         if self._descriptor is not None:
-            try:
-                return os.stat(local_path(self.path)).st_ino == os.fstat(self._descriptor).st_ino
-            except FileNotFoundError:
-                return False
+            return _same_file(files.local_path(self.path), self._descriptor)
         owner = _read(self.path)
         return owner is not None and owner.run_id == self._run_id
 

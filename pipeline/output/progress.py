@@ -29,21 +29,16 @@ def _touch(path: str, text: str) -> None:
         handle.write(text.encode("ascii"))
 
 
-class RecordProgress(beam.PTransform):
+@beam.ptransform_fn
+def RecordProgress(inputs, run_dir: str) -> beam.pvalue.PDone:
     """(planned counts {split: n}, PartResult) → markers in `run_dir/progress/`."""
-
-    def __init__(self, run_dir: str):
-        super().__init__()
-        self._dir = join(run_dir, PROGRESS_DIR)
-
-    def expand(self, inputs) -> beam.pvalue.PDone:
-        planned_counts, parts = inputs
-        directory = self._dir
-        _ = planned_counts | "Total" >> beam.Map(
-            lambda counts: _touch(join(directory, TOTAL_FILE), str(sum(counts.values()))))
-        _ = parts | "PartDone" >> beam.Map(
-            lambda part: _touch(join(directory, f"{part.digest}-{part.images}"), str(part.images)))
-        return beam.pvalue.PDone(parts.pipeline)
+    planned_counts, parts = inputs
+    directory = join(run_dir, PROGRESS_DIR)
+    _ = planned_counts | "Total" >> beam.Map(
+        lambda counts: _touch(join(directory, TOTAL_FILE), str(sum(counts.values()))))
+    _ = parts | "PartDone" >> beam.Map(
+        lambda part: _touch(join(directory, f"{part.digest}-{part.images}"), str(part.images)))
+    return beam.pvalue.PDone(parts.pipeline)
 
 
 def read_progress(run_dir: str) -> tuple[Optional[int], int]:

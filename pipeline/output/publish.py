@@ -76,9 +76,7 @@ def publish(output: str, run_dir: str, metadata: DatasetMetadata, previous_run_i
                                json.dumps({"old": list(previous_files), "new": new}).encode("utf-8"))
         if current is not None:
             files.delete([metadata_path])
-        stale = [join(output, f) for f in old if files.exists(join(output, f))]
-        if stale:
-            files.delete(stale)
+        files.delete([join(output, f) for f in old if files.exists(join(output, f))])
         files.rename_all([join(run_dir, f) for f in new], [join(output, f) for f in new])
         files.rename(staged_metadata, metadata_path)
         discard_staging(output)
