@@ -56,25 +56,14 @@ class ComputeLabelMap(beam.PTransform):
             labels = labels | "SplitLabels" >> beam.Map(
                 lambda found: tuple(name for text in found for name in label_list(text)))
         return (labels
-                | "DistinctLabels" >> beam.CombineGlobally(DistinctFn())
+                | "DistinctLabels" >> beam.CombineGlobally(distinct)
                 | "BuildLabelMap" >> beam.Map(build_label_map, self._class_names, self._integer_ids))
 
 
-class DistinctFn(beam.CombineFn):
-    """Tuples of elements → the set of distinct ones (small sets only: label names)."""
-
-    def create_accumulator(self) -> set:
-        return set()
-
-    def add_input(self, accumulator: set, elements) -> set:
-        accumulator.update(elements)
-        return accumulator
-
-    def merge_accumulators(self, accumulators) -> set:
-        return set().union(*accumulators)
-
-    def extract_output(self, accumulator: set) -> set:
-        return accumulator
+def distinct(groups: Iterable[Iterable[str]]) -> set[str]:
+    """Groups of names → the set of distinct ones (small sets only: label names). As a
+    CombineGlobally function it is also given the sets it made."""
+    return set().union(*groups)
 
 
 def attach_label_ids(batch: Batch, label_map: Mapping[str, int], multi_label: bool = False):
@@ -97,13 +86,12 @@ def attach_label_ids(batch: Batch, label_map: Mapping[str, int], multi_label: bo
         yield Batch(labeled)
 
 
-def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str, drop_duplicates: bool,
+def group_copies(content_hash: str, copies: Iterable[LabeledImage], split_key: str, drop_duplicates: bool,
                  source_root: str = "") -> Iterator[Union[SplitUnit, beam.pvalue.TaggedOutput]]:
     """One content hash's images → split units, plus a duplicate report when there are copies.
 
     The copy with the smallest path is canonical, so the choice does not depend on the runner.
     """
-    content_hash, copies = element
     members = sorted(copies, key=lambda m: m.source.path)
     canonical = members[0]
     if len(members) > 1:
@@ -129,7 +117,7 @@ def bucket_units(element: tuple[int, Batch], split_key: str, drop_duplicates: bo
     _, images = element
     units = []
     for content_hash, copies in split_by(images, lambda m: m.source.content_hash).items():
-        for found in group_copies((content_hash, copies), split_key, drop_duplicates, source_root):
+        for found in group_copies(content_hash, copies, split_key, drop_duplicates, source_root):
             if isinstance(found, beam.pvalue.TaggedOutput):
                 yield found
             else:
@@ -138,8 +126,7 @@ def bucket_units(element: tuple[int, Batch], split_key: str, drop_duplicates: bo
 
 
 def plan_unit(unit: SplitUnit, split: str) -> Iterator[PlannedImage]:
-    for member in unit.members:
-        yield PlannedImage(member.source, member.label_id, split)
+    return (PlannedImage(member.source, member.label_id, split) for member in unit.members)
 
 
 def plan_label_stratified(units: Iterable[SplitUnit], spec: SplitSpec) -> Iterator[PlannedImage]:
