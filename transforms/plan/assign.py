@@ -132,8 +132,7 @@ def plan_unit(unit: SplitUnit, split: str) -> Iterator[PlannedImage]:
 def plan_label_stratified(units: Iterable[SplitUnit], spec: SplitSpec) -> Iterator[PlannedImage]:
     units = list(units)
     assignment = stratified_splits((u.key for u in units), spec)
-    for unit in units:
-        yield from plan_unit(unit, assignment[unit.key])
+    return (image for unit in units for image in plan_unit(unit, assignment[unit.key]))
 
 
 def plan_hash_splits(units: Iterable[SplitUnit], spec: SplitSpec) -> Batch:
@@ -147,10 +146,8 @@ class PlanSplits(beam.PTransform):
     def __init__(self, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool,
                  source_root: str = "", multi_label: bool = False):
         super().__init__()
-        self._splits, self._multi_label = splits, multi_label
-        self._label_map = label_map
-        self._drop_duplicates = drop_duplicates
-        self._source_root = source_root
+        self._splits, self._label_map, self._multi_label = splits, label_map, multi_label
+        self._drop_duplicates, self._source_root = drop_duplicates, source_root
 
     def expand(self, images: beam.PCollection):
         splits = self._splits
