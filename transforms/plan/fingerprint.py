@@ -53,24 +53,9 @@ def rows_sum(rows: Iterable[bytes]) -> int:
     return add_hashes(*(row_hash(row) for row in rows))
 
 
-class FingerprintFn(beam.CombineFn):
-    """Partial sums of row hashes → hex fingerprint, seeded with the config's fingerprint."""
-
-    def __init__(self, config: str):
-        super().__init__()
-        self._config = config
-
-    def create_accumulator(self) -> int:
-        return 0
-
-    def add_input(self, accumulator: int, partial: int) -> int:
-        return add_hashes(accumulator, partial)
-
-    def merge_accumulators(self, accumulators) -> int:
-        return add_hashes(*accumulators)
-
-    def extract_output(self, accumulator: int) -> str:
-        return hashlib.sha256(f"{self._config}:{accumulator:064x}".encode("ascii")).hexdigest()
+def seeded_fingerprint(total: int, config: str) -> str:
+    """The inputs' fingerprint: the sum of their row hashes, seeded with the config's fingerprint."""
+    return hashlib.sha256(f"{config}:{total:064x}".encode("ascii")).hexdigest()
 
 
 def image_row(path: str, content_hash: str, label: str, annotations: str = "") -> bytes:
@@ -129,5 +114,6 @@ class InputFingerprint(beam.PTransform):
                  rejections | "RejectionRows" >> beam.Map(
                      lambda r: rows_sum([rejection_row(r.path, r.error, r.message)])))
                 | "InputRows" >> beam.Flatten()
-                | "Combine" >> beam.CombineGlobally(FingerprintFn(self._config))
+                | "Combine" >> beam.CombineGlobally(lambda partials: add_hashes(*partials))
+                | "WithConfig" >> beam.Map(seeded_fingerprint, self._config)
                 | "WithLabelMap" >> beam.Map(with_label_map, beam.pvalue.AsSingleton(label_map)))
