@@ -44,20 +44,16 @@ class DuplicateGroup:
     labels: tuple[str, ...]
 
 
-class ComputeLabelMap(beam.PTransform):
+@beam.ptransform_fn
+def ComputeLabelMap(labels: beam.PCollection, class_names: Optional[Sequence[str]], integer_ids: bool,
+                    multi_label: bool = False) -> beam.PCollection:
     """Tuples of label names → a single {label text: id} dict, to be used as a side input."""
-
-    def __init__(self, class_names: Optional[Sequence[str]], integer_ids: bool, multi_label: bool = False):
-        super().__init__()
-        self._class_names, self._integer_ids, self._multi_label = class_names, integer_ids, multi_label
-
-    def expand(self, labels: beam.PCollection) -> beam.PCollection:
-        if self._multi_label:  # each image's label text joins its labels: the classes are the labels
-            labels = labels | "SplitLabels" >> beam.Map(
-                lambda found: tuple(name for text in found for name in label_list(text)))
-        return (labels
-                | "DistinctLabels" >> beam.CombineGlobally(distinct)
-                | "BuildLabelMap" >> beam.Map(build_label_map, self._class_names, self._integer_ids))
+    if multi_label:  # each image's label text joins its labels: the classes are the labels
+        labels = labels | "SplitLabels" >> beam.Map(
+            lambda found: tuple(name for text in found for name in label_list(text)))
+    return (labels
+            | "DistinctLabels" >> beam.CombineGlobally(distinct)
+            | "BuildLabelMap" >> beam.Map(build_label_map, class_names, integer_ids))
 
 
 def distinct(groups: Iterable[Iterable[str]]) -> set[str]:
@@ -139,32 +135,25 @@ def plan_hash_splits(units: Iterable[SplitUnit], spec: SplitSpec) -> Batch:
     return Batch(image for unit in units for image in plan_unit(unit, assign_split(unit.key, spec)))
 
 
-class PlanSplits(beam.PTransform):
+@beam.ptransform_fn
+def PlanSplits(images: beam.PCollection, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool,
+               source_root: str = "", multi_label: bool = False) -> dict[str, beam.PCollection]:
     """Batches of SourceImage → {"planned": batches of PlannedImage, "rejected": Rejection,
     "duplicates": DuplicateGroup}."""
-
-    def __init__(self, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool,
-                 source_root: str = "", multi_label: bool = False):
-        super().__init__()
-        self._splits, self._label_map, self._multi_label = splits, label_map, multi_label
-        self._drop_duplicates, self._source_root = drop_duplicates, source_root
-
-    def expand(self, images: beam.PCollection):
-        splits = self._splits
-        labeled = images | "AttachLabelIds" >> beam.FlatMap(
-            attach_label_ids, self._label_map, self._multi_label).with_outputs(REJECTED, main="labeled")
-        units = (labeled.labeled
-                 | "ByContent" >> GroupInBuckets(lambda m: m.source.content_hash)
-                 | "ToSplitUnits" >> beam.FlatMap(
-                     bucket_units, splits.key, self._drop_duplicates, self._source_root).with_outputs(
-                         REJECTED, DUPLICATES, main="units"))
-        if splits.method == "hash":
-            planned = units.units | "HashSplit" >> beam.Map(plan_hash_splits, splits)
-        else:
-            planned = (units.units
-                       | "ByLabel" >> beam.FlatMap(lambda batch: split_by(batch, lambda u: u.label).items())
-                       | "GroupByLabel" >> beam.GroupByKey()
-                       | "StratifiedSplit" >> beam.FlatMapTuple(
-                           lambda _, parts: batched(plan_label_stratified(flatten(parts), splits))))
-        rejected = (labeled[REJECTED], units[REJECTED]) | "MergeRejected" >> beam.Flatten()
-        return {"planned": planned, REJECTED: rejected, DUPLICATES: units[DUPLICATES]}
+    labeled = images | "AttachLabelIds" >> beam.FlatMap(
+        attach_label_ids, label_map, multi_label).with_outputs(REJECTED, main="labeled")
+    units = (labeled.labeled
+             | "ByContent" >> GroupInBuckets(lambda m: m.source.content_hash)
+             | "ToSplitUnits" >> beam.FlatMap(
+                 bucket_units, splits.key, drop_duplicates, source_root).with_outputs(
+                     REJECTED, DUPLICATES, main="units"))
+    if splits.method == "hash":
+        planned = units.units | "HashSplit" >> beam.Map(plan_hash_splits, splits)
+    else:
+        planned = (units.units
+                   | "ByLabel" >> beam.FlatMap(lambda batch: split_by(batch, lambda u: u.label).items())
+                   | "GroupByLabel" >> beam.GroupByKey()
+                   | "StratifiedSplit" >> beam.FlatMapTuple(
+                       lambda _, parts: batched(plan_label_stratified(flatten(parts), splits))))
+    rejected = (labeled[REJECTED], units[REJECTED]) | "MergeRejected" >> beam.Flatten()
+    return {"planned": planned, REJECTED: rejected, DUPLICATES: units[DUPLICATES]}

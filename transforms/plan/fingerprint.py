@@ -99,21 +99,16 @@ def with_label_map(fingerprint: str, label_map: dict[str, int]) -> str:
     return hashlib.sha256(f"{fingerprint}:{labels}".encode("ascii")).hexdigest()
 
 
-class InputFingerprint(beam.PTransform):
+@beam.ptransform_fn
+def InputFingerprint(inputs: tuple[beam.PCollection, beam.PCollection, beam.PCollection], spec: ConversionSpec,
+                     library_versions: Mapping[str, str]) -> beam.PCollection:
     """(batches of SourceImage, Rejection, label map) → one hex fingerprint."""
-
-    def __init__(self, spec: ConversionSpec, library_versions: Mapping[str, str]):
-        super().__init__()
-        self._config = config_fingerprint(spec, library_versions)
-
-    def expand(self, inputs) -> beam.PCollection:
-        images, rejections, label_map = inputs
-        return ((images | "ImageRows" >> beam.Map(
-                    lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label,
-                                                     annotation_digest(i.annotations)) for i in batch)),
-                 rejections | "RejectionRows" >> beam.Map(
-                     lambda r: rows_sum([rejection_row(r.path, r.error, r.message)])))
-                | "InputRows" >> beam.Flatten()
-                | "Combine" >> beam.CombineGlobally(lambda partials: add_hashes(*partials))
-                | "WithConfig" >> beam.Map(seeded_fingerprint, self._config)
-                | "WithLabelMap" >> beam.Map(with_label_map, beam.pvalue.AsSingleton(label_map)))
+    images, rejections, label_map = inputs
+    return ((images | "ImageRows" >> beam.Map(
+                lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label,
+                                                 annotation_digest(i.annotations)) for i in batch)),
+             rejections | "RejectionRows" >> beam.Map(lambda r: rows_sum([rejection_row(r.path, r.error, r.message)])))
+            | "InputRows" >> beam.Flatten()
+            | "Combine" >> beam.CombineGlobally(lambda partials: add_hashes(*partials))
+            | "WithConfig" >> beam.Map(seeded_fingerprint, config_fingerprint(spec, library_versions))
+            | "WithLabelMap" >> beam.Map(with_label_map, beam.pvalue.AsSingleton(label_map)))
