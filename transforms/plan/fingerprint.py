@@ -107,7 +107,7 @@ def InputFingerprint(inputs: tuple[beam.PCollection, beam.PCollection, beam.PCol
     return ((images | "ImageRows" >> beam.Map(
                 lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label,
                                                  annotation_digest(i.annotations)) for i in batch)),
-             rejections | "RejectionRows" >> beam.Map(lambda r: rows_sum([rejection_row(r.path, r.error, r.message)])))
+             rejections | "RejectionRows" >> beam.Map(lambda r: row_hash(rejection_row(r.path, r.error, r.message))))
             | "InputRows" >> beam.Flatten()
             | "Combine" >> beam.CombineGlobally(lambda partials: add_hashes(*partials))
             | "WithConfig" >> beam.Map(seeded_fingerprint, config_fingerprint(spec, library_versions))
