@@ -23,13 +23,13 @@ from transforms.dataset_format import DatasetMetadata, DuplicateSummary, ReuseSu
 from transforms.images.decode import DAMAGE_CHECKS
 from transforms.plan.fingerprint import (
     POLICY_FIELDS,
-    FingerprintFn,
     add_hashes,
     config_fingerprint,
     image_row,
     recorded_fingerprint,
     retry_hash,
     rows_sum,
+    seeded_fingerprint,
 )
 from transforms.plan.split import STRATIFIED_ROUNDING
 from transforms.rejections import Rejection
@@ -234,22 +234,16 @@ def test_config_fingerprint_ignores_where_and_how_to_publish():
 
 
 def test_input_fingerprint_is_order_independent_and_sensitive():
-    fn = FingerprintFn("config")
     rows = [image_row(f"/img/{i}.jpg", f"{i:064x}", "cat") for i in range(20)]
 
     def combine(*batches):
-        accumulators = []
-        for batch in batches:
-            accumulator = fn.create_accumulator()
-            accumulator = fn.add_input(accumulator, rows_sum(batch))
-            accumulators.append(accumulator)
-        return fn.extract_output(fn.merge_accumulators(accumulators))
+        return seeded_fingerprint(add_hashes(*(rows_sum(batch) for batch in batches)), "config")
 
     whole = combine(rows)
     assert combine(rows[::-1]) == whole == combine(rows[:7], rows[7:], [])  # any order, any bundling
     assert combine(rows[:-1]) != whole
     assert combine([*rows[:-1], image_row("/img/19.jpg", f"{19:064x}", "dog")]) != whole  # label changed
-    assert FingerprintFn("other config").extract_output(fn.merge_accumulators([])) != combine([])
+    assert seeded_fingerprint(add_hashes(), "other config") != combine([])
 
 
 def test_a_dataset_that_rejected_files_for_their_state_while_converting_records_another_fingerprint():

@@ -325,7 +325,7 @@ def test_a_dropped_copy_says_when_its_label_differs_from_the_one_kept():
     same, other = source("/cat/a.jpg", digest="0" * 64), source("/cat/b.jpg", digest="0" * 64)
     relabelled = source("/dog/c.jpg", "dog", digest="0" * 64)
     copies = [LabeledImage(image, LABEL_MAP[image.label]) for image in (relabelled, other, same)]
-    messages = [output.value.message for output in group_copies(("0" * 64, copies), "content", True)
+    messages = [output.value.message for output in group_copies("0" * 64, copies, "content", True)
                 if isinstance(output, beam.pvalue.TaggedOutput) and output.tag == REJECTED]
     assert messages == ["same content (sha256 000000000000…) as /cat/a.jpg",
                         "same content (sha256 000000000000…) as /cat/a.jpg (labelled 'cat', this copy 'dog')"]

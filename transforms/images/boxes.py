@@ -3,7 +3,8 @@ dropped when a center crop leaves too little of them.
 
 A placed box is the box of its placed corners (the map keeps boxes axis-aligned). Stretch and
 pad keep every box whole; center_crop cuts the edges off, so a box is clipped to the output and
-dropped (`BoxCroppedAway`) when less than `min_visible` of its placed area is left.
+dropped (`BoxCroppedAway`) when less than `min_visible` of its placed area is left (by default
+half, what crop augmentations commonly keep: albumentations' min_visibility is often 0.5).
 """
 from __future__ import annotations
 
@@ -14,10 +15,6 @@ import numpy as np
 
 from transforms.images.geometry import Placement
 from transforms.inputs.annotations import BoxCroppedAway
-
-# The fraction of a box's area a center crop must leave for the box to be kept. Half is what
-# crop augmentations commonly keep (e.g. albumentations' min_visibility is often set to 0.5).
-DEFAULT_MIN_VISIBLE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 
 from transforms.images import limits
+from transforms.images.geometry import upright_size
 from transforms.images.image_header import ImageHeader
 from transforms.images.jpeg_damage import progression_gap, without_harmless_warnings
 from transforms.images.native_stderr import call_capturing_stderr, write_stderr
@@ -101,23 +102,21 @@ def to_rgb(img: np.ndarray, spec: ImageSpec, premultiplied: bool = False) -> np.
     raise CorruptImage(f"unsupported channel count {channels}")
 
 
+# cv2.flip's codes for EXIF orientations 2-4: mirrored, turned a half, upside down.
+_FLIP_CODES = {2: 1, 3: -1, 4: 0}
+
+
 def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
-    """Make an image stored with EXIF orientation 1-8 upright; anything else is left as is."""
-    if orientation == 2:
-        return cv2.flip(img, 1)
-    if orientation == 3:
-        return cv2.rotate(img, cv2.ROTATE_180)
-    if orientation == 4:
-        return cv2.flip(img, 0)
-    if orientation == 5:
-        return cv2.transpose(img)
-    if orientation == 6:
-        return cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
-    if orientation == 7:
-        return cv2.flip(cv2.transpose(img), -1)
-    if orientation == 8:
-        return cv2.rotate(img, cv2.ROTATE_90_COUNTERCLOCKWISE)
-    return img
+    """Make an image stored with EXIF orientation 1-8 upright; anything else is left as is.
+
+    5-8 are 1-4 transposed: the transposed copy is flipped in place, as cv2.rotate turns by a
+    quarter, so no third copy is made."""
+    if orientation in (5, 6, 7, 8):
+        transposed = cv2.transpose(img)
+        code = _FLIP_CODES.get(orientation - 4)
+        return transposed if code is None else cv2.flip(transposed, code, dst=transposed)
+    code = _FLIP_CODES.get(orientation)
+    return img if code is None else cv2.flip(img, code)
 
 
 def jpeg_scale(header: ImageHeader, spec: ImageSpec) -> int:
@@ -134,7 +133,7 @@ def decoded_size(header: ImageHeader, spec: ImageSpec) -> tuple[int, int]:
     """(width, height) of what `decode_image` gives, from the header alone: upright (turned as
     `header.turned` says), and reduced by `jpeg_scale` where libjpeg decodes (not `imread`),
     which rounds sizes up. Where annotations go when a previous record's pixels are reused."""
-    width, height = (header.height, header.width) if header.turned in (5, 6, 7, 8) else (header.width, header.height)
+    width, height = upright_size(header.width, header.height, header.turned)
     scale = jpeg_scale(header, spec) if header.format == "jpeg" and spec.decoder != "imread" else 1
     return -(-width // scale), -(-height // scale)
 
@@ -183,7 +182,7 @@ def decode_jpeg(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray
     return _imdecode(data, cv2.IMREAD_COLOR_RGB | _REDUCED_FLAGS[jpeg_scale(header, spec)], header)
 
 
-def decode_like_imread(data: bytes, header: ImageHeader) -> np.ndarray:
+def decode_like_imread(data: bytes, header: ImageHeader, spec: ImageSpec) -> np.ndarray:
     """`cv2.imread(path)`'s pixels (imread is imdecode of the file's bytes), in RGB order."""
     return cv2.cvtColor(_imdecode(data, cv2.IMREAD_COLOR, header), cv2.COLOR_BGR2RGB)
 
@@ -224,16 +223,12 @@ def decode_image(data: bytes, header: ImageHeader, spec: ImageSpec, source: str 
         if problem:
             raise CorruptImage(problem)
         data = without_harmless_warnings(data)
-    if spec.decoder == "imread":
-        decode = functools.partial(decode_like_imread, data, header)
-    elif header.format == "jpeg":
-        decode = functools.partial(decode_jpeg, data, header, spec)
-    else:
-        decode = functools.partial(decode_any, data, header, spec)
+    decode = decode_like_imread if spec.decoder == "imread" else decode_jpeg if header.format == "jpeg" else decode_any
     try:
         with limits.decode_memory():
             decoded, printed = call_capturing_stderr(
-                decode, on_raise=lambda printed: write_stderr(naming_the_image(printed.splitlines(), source)))
+                functools.partial(decode, data, header, spec),
+                on_raise=lambda printed: write_stderr(naming_the_image(printed.splitlines(), source)))
     except (cv2.error, MemoryError) as exc:
         if isinstance(exc, cv2.error) and exc.code != cv2.Error.StsNoMem:
             raise

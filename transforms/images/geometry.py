@@ -18,9 +18,6 @@ import numpy as np
 from transforms.images.resize import resize_plan
 from transforms.specs import ImageSpec
 
-# JPEG DCT scaling's factors (transforms/images/decode.py jpeg_scale).
-_REDUCTIONS = (1, 2, 4, 8)
-
 
 class GeometryError(ValueError):
     """The decoded image is not the stored one turned and reduced: the annotations cannot be placed."""
@@ -41,7 +38,7 @@ def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:
 
 def reduction(upright: tuple[int, int], decoded: tuple[int, int]) -> int:
     """The DCT scaling factor that made `decoded` from `upright` (libjpeg rounds sizes up)."""
-    for factor in _REDUCTIONS:
+    for factor in (1, 2, 4, 8):  # JPEG DCT scaling's (transforms/images/decode.py jpeg_scale)
         if all(-(-side // factor) == got for side, got in zip(upright, decoded)):
             return factor
     raise GeometryError(f"decoded size {decoded[0]}x{decoded[1]} is not the upright size {upright[0]}x{upright[1]} "

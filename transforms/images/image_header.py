@@ -153,11 +153,9 @@ def _transparent_grey(image: Image.Image) -> Optional[int]:
 
 
 def _channels(image: Image.Image, transparent_grey: Optional[int]) -> int:
-    """The channels OpenCV decodes: JPEGs as RGB (CMYK through four), grey PNGs and TIFFs as
-    one (four once imgrec adds the tRNS alpha), GIFs, palettes and anything with alpha as four,
-    the rest as three."""
-    if image.format == "JPEG" or image.format == "MPO":
-        return max(3, len(image.getbands()))
+    """The channels OpenCV decodes: grey PNGs and TIFFs as one (four once imgrec adds the tRNS
+    alpha), GIFs, palettes and anything with alpha as four, the rest as three, or as their bands
+    where more (a CMYK JPEG's four: JPEGs, grey ones too, decode through RGB)."""
     if image.format == "GIF" or image.mode == "P" or "A" in image.mode or "a" in image.mode:
         return 4
     if image.mode in _GREY_MODES and image.format in ("PNG", "TIFF"):

@@ -108,22 +108,14 @@ def image_time(position: int, pixels: int) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_PROF, 0)
 
 
-def _data_bytes() -> Optional[int]:
-    """What RLIMIT_DATA counts of this process now (Linux: the data field of /proc/self/statm,
-    kept open by `Converter`)."""
-    if _statm is None:
-        return None
-    return int(os.pread(_statm, 256, 0).split()[5]) * _PAGE
-
-
 @contextlib.contextmanager
 def decode_memory() -> Iterator[None]:
     """While the block runs, allocations beyond what this process holds now plus
     `max_decoded_bytes` plus DECODE_HEADROOM fail."""
-    held = _data_bytes() if _active is not None else None
-    if held is None:
+    if _active is None or _statm is None:
         yield
         return
+    held = int(os.pread(_statm, 256, 0).split()[5]) * _PAGE  # the data field: what RLIMIT_DATA counts
     soft, hard = _unlimited
     limit = held + _active.max_decoded_bytes + DECODE_HEADROOM
     resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))

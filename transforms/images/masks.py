@@ -54,23 +54,21 @@ def rle_counts(counts: str) -> list[int]:
     character from '0', a continuation bit, sign-extended, each run after the second stored as
     the difference from the run two before."""
     runs: list[int] = []
-    position = 0
-    while position < len(counts):
-        value, shift, more = 0, 0, True
-        while more:
-            if position >= len(counts):
-                raise BadSegmentation("compressed RLE counts end in the middle of a number")
-            code = ord(counts[position]) - 48
-            if not 0 <= code < 64:
-                raise BadSegmentation(f"compressed RLE counts hold {counts[position]!r}, not a count character")
-            value |= (code & 0x1F) << shift
-            more = bool(code & 0x20)
-            position, shift = position + 1, shift + 5
-            if not more and code & 0x10:
-                value |= -1 << shift
-        if len(runs) > 2:
-            value += runs[-2]
-        runs.append(value)
+    value, shift = 0, 0
+    for char in counts:
+        code = ord(char) - 48
+        if not 0 <= code < 64:
+            raise BadSegmentation(f"compressed RLE counts hold {char!r}, not a count character")
+        value |= (code & 0x1F) << shift
+        shift += 5
+        if code & 0x20:  # the number goes on
+            continue
+        if code & 0x10:
+            value |= -1 << shift
+        runs.append(value + runs[-2] if len(runs) > 2 else value)
+        value, shift = 0, 0
+    if shift:
+        raise BadSegmentation("compressed RLE counts end in the middle of a number")
     return runs
 
 

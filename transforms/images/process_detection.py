@@ -34,7 +34,7 @@ def check_declared_size(image: AnnotatedImage, header: ImageHeader) -> None:
     declared, stored = (image.width, image.height), (header.width, header.height)
     if declared == stored:
         return
-    turned = upright_size(*stored, header.turned) == declared and header.turned in (5, 6, 7, 8)
+    turned = upright_size(*stored, header.turned) == declared
     why = (f"; that is its upright size after EXIF orientation {header.turned}: annotate the stored pixel grid, "
            "as COCO's and VOC's tools read images") if turned else ""
     raise SizeMismatch(f"the annotation file declares {declared[0]}x{declared[1]}, the image is "

@@ -72,17 +72,11 @@ def resize_image(image: np.ndarray, spec: ImageSpec) -> np.ndarray:
     in_h, in_w = image.shape[:2]
     plan = resize_plan(in_w, in_h, spec, image.nbytes // (in_h * in_w))
     left, top, crop_w, crop_h = plan.crop
-    if (crop_w, crop_h) != (in_w, in_h):
-        image = image[top:top + crop_h, left:left + crop_w]
-    scaled = _resize(image, *plan.scaled, _INTERPOLATION[spec.interpolation])
+    scaled = image[top:top + crop_h, left:left + crop_w]
+    if (crop_w, crop_h) != plan.scaled:
+        scaled = cv2.resize(scaled, plan.scaled, interpolation=_INTERPOLATION[spec.interpolation])
     (x, y), (out_w, out_h), (scaled_w, scaled_h) = plan.offset, plan.size, plan.scaled
     if spec.resize_mode == "pad":
         return cv2.copyMakeBorder(scaled, y, out_h - scaled_h - y, x, out_w - scaled_w - x,
                                   cv2.BORDER_CONSTANT, value=(spec.pad_value,) * 3)
     return np.ascontiguousarray(scaled[-y:-y + out_h, -x:-x + out_w])
-
-
-def _resize(image: np.ndarray, width: int, height: int, interpolation: int) -> np.ndarray:
-    if image.shape[0] == height and image.shape[1] == width:
-        return image
-    return cv2.resize(image, (width, height), interpolation=interpolation)

@@ -46,7 +46,7 @@ from transforms.inputs.voc import (
     voc_image_path,
     voc_label_map,
 )
-from transforms.plan.assign import DistinctFn
+from transforms.plan.assign import distinct
 from transforms.refs import Batch, Candidate
 from transforms.rejections import InputRejected, Rejection
 from transforms.specs import InputSpec
@@ -217,7 +217,7 @@ class DiscoverAnnotated(beam.PTransform):
                       | "ParseVoc" >> beam.FlatMap(parse_voc_file).with_outputs(REJECTED, main="parsed"))
             label_map = (parsed.parsed
                          | "ClassNames" >> beam.Map(lambda found: found[1])
-                         | "DistinctNames" >> beam.CombineGlobally(DistinctFn())
+                         | "DistinctNames" >> beam.CombineGlobally(distinct)
                          | "VocLabelMap" >> beam.Map(voc_labels, spec.class_names))
             listed = (parsed.parsed
                       | "ByImageFile" >> beam.Map(lambda found: (found[0].path, found))

@@ -44,37 +44,22 @@ class DuplicateGroup:
     labels: tuple[str, ...]
 
 
-class ComputeLabelMap(beam.PTransform):
+@beam.ptransform_fn
+def ComputeLabelMap(labels: beam.PCollection, class_names: Optional[Sequence[str]], integer_ids: bool,
+                    multi_label: bool = False) -> beam.PCollection:
     """Tuples of label names → a single {label text: id} dict, to be used as a side input."""
-
-    def __init__(self, class_names: Optional[Sequence[str]], integer_ids: bool, multi_label: bool = False):
-        super().__init__()
-        self._class_names, self._integer_ids, self._multi_label = class_names, integer_ids, multi_label
-
-    def expand(self, labels: beam.PCollection) -> beam.PCollection:
-        if self._multi_label:  # each image's label text joins its labels: the classes are the labels
-            labels = labels | "SplitLabels" >> beam.Map(
-                lambda found: tuple(name for text in found for name in label_list(text)))
-        return (labels
-                | "DistinctLabels" >> beam.CombineGlobally(DistinctFn())
-                | "BuildLabelMap" >> beam.Map(build_label_map, self._class_names, self._integer_ids))
+    if multi_label:  # each image's label text joins its labels: the classes are the labels
+        labels = labels | "SplitLabels" >> beam.Map(
+            lambda found: tuple(name for text in found for name in label_list(text)))
+    return (labels
+            | "DistinctLabels" >> beam.CombineGlobally(distinct)
+            | "BuildLabelMap" >> beam.Map(build_label_map, class_names, integer_ids))
 
 
-class DistinctFn(beam.CombineFn):
-    """Tuples of elements → the set of distinct ones (small sets only: label names)."""
-
-    def create_accumulator(self) -> set:
-        return set()
-
-    def add_input(self, accumulator: set, elements) -> set:
-        accumulator.update(elements)
-        return accumulator
-
-    def merge_accumulators(self, accumulators) -> set:
-        return set().union(*accumulators)
-
-    def extract_output(self, accumulator: set) -> set:
-        return accumulator
+def distinct(groups: Iterable[Iterable[str]]) -> set[str]:
+    """Groups of names → the set of distinct ones (small sets only: label names). As a
+    CombineGlobally function it is also given the sets it made."""
+    return set().union(*groups)
 
 
 def attach_label_ids(batch: Batch, label_map: Mapping[str, int], multi_label: bool = False):
@@ -97,13 +82,12 @@ def attach_label_ids(batch: Batch, label_map: Mapping[str, int], multi_label: bo
         yield Batch(labeled)
 
 
-def group_copies(element: tuple[str, Iterable[LabeledImage]], split_key: str, drop_duplicates: bool,
+def group_copies(content_hash: str, copies: Iterable[LabeledImage], split_key: str, drop_duplicates: bool,
                  source_root: str = "") -> Iterator[Union[SplitUnit, beam.pvalue.TaggedOutput]]:
     """One content hash's images → split units, plus a duplicate report when there are copies.
 
     The copy with the smallest path is canonical, so the choice does not depend on the runner.
     """
-    content_hash, copies = element
     members = sorted(copies, key=lambda m: m.source.path)
     canonical = members[0]
     if len(members) > 1:
@@ -129,7 +113,7 @@ def bucket_units(element: tuple[int, Batch], split_key: str, drop_duplicates: bo
     _, images = element
     units = []
     for content_hash, copies in split_by(images, lambda m: m.source.content_hash).items():
-        for found in group_copies((content_hash, copies), split_key, drop_duplicates, source_root):
+        for found in group_copies(content_hash, copies, split_key, drop_duplicates, source_root):
             if isinstance(found, beam.pvalue.TaggedOutput):
                 yield found
             else:
@@ -138,49 +122,38 @@ def bucket_units(element: tuple[int, Batch], split_key: str, drop_duplicates: bo
 
 
 def plan_unit(unit: SplitUnit, split: str) -> Iterator[PlannedImage]:
-    for member in unit.members:
-        yield PlannedImage(member.source, member.label_id, split)
+    return (PlannedImage(member.source, member.label_id, split) for member in unit.members)
 
 
 def plan_label_stratified(units: Iterable[SplitUnit], spec: SplitSpec) -> Iterator[PlannedImage]:
     units = list(units)
     assignment = stratified_splits((u.key for u in units), spec)
-    for unit in units:
-        yield from plan_unit(unit, assignment[unit.key])
+    return (image for unit in units for image in plan_unit(unit, assignment[unit.key]))
 
 
 def plan_hash_splits(units: Iterable[SplitUnit], spec: SplitSpec) -> Batch:
     return Batch(image for unit in units for image in plan_unit(unit, assign_split(unit.key, spec)))
 
 
-class PlanSplits(beam.PTransform):
+@beam.ptransform_fn
+def PlanSplits(images: beam.PCollection, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool,
+               source_root: str = "", multi_label: bool = False) -> dict[str, beam.PCollection]:
     """Batches of SourceImage → {"planned": batches of PlannedImage, "rejected": Rejection,
     "duplicates": DuplicateGroup}."""
-
-    def __init__(self, splits: SplitSpec, label_map: beam.pvalue.AsSingleton, drop_duplicates: bool,
-                 source_root: str = "", multi_label: bool = False):
-        super().__init__()
-        self._splits, self._multi_label = splits, multi_label
-        self._label_map = label_map
-        self._drop_duplicates = drop_duplicates
-        self._source_root = source_root
-
-    def expand(self, images: beam.PCollection):
-        splits = self._splits
-        labeled = images | "AttachLabelIds" >> beam.FlatMap(
-            attach_label_ids, self._label_map, self._multi_label).with_outputs(REJECTED, main="labeled")
-        units = (labeled.labeled
-                 | "ByContent" >> GroupInBuckets(lambda m: m.source.content_hash)
-                 | "ToSplitUnits" >> beam.FlatMap(
-                     bucket_units, splits.key, self._drop_duplicates, self._source_root).with_outputs(
-                         REJECTED, DUPLICATES, main="units"))
-        if splits.method == "hash":
-            planned = units.units | "HashSplit" >> beam.Map(plan_hash_splits, splits)
-        else:
-            planned = (units.units
-                       | "ByLabel" >> beam.FlatMap(lambda batch: split_by(batch, lambda u: u.label).items())
-                       | "GroupByLabel" >> beam.GroupByKey()
-                       | "StratifiedSplit" >> beam.FlatMapTuple(
-                           lambda _, parts: batched(plan_label_stratified(flatten(parts), splits))))
-        rejected = (labeled[REJECTED], units[REJECTED]) | "MergeRejected" >> beam.Flatten()
-        return {"planned": planned, REJECTED: rejected, DUPLICATES: units[DUPLICATES]}
+    labeled = images | "AttachLabelIds" >> beam.FlatMap(
+        attach_label_ids, label_map, multi_label).with_outputs(REJECTED, main="labeled")
+    units = (labeled.labeled
+             | "ByContent" >> GroupInBuckets(lambda m: m.source.content_hash)
+             | "ToSplitUnits" >> beam.FlatMap(
+                 bucket_units, splits.key, drop_duplicates, source_root).with_outputs(
+                     REJECTED, DUPLICATES, main="units"))
+    if splits.method == "hash":
+        planned = units.units | "HashSplit" >> beam.Map(plan_hash_splits, splits)
+    else:
+        planned = (units.units
+                   | "ByLabel" >> beam.FlatMap(lambda batch: split_by(batch, lambda u: u.label).items())
+                   | "GroupByLabel" >> beam.GroupByKey()
+                   | "StratifiedSplit" >> beam.FlatMapTuple(
+                       lambda _, parts: batched(plan_label_stratified(flatten(parts), splits))))
+    rejected = (labeled[REJECTED], units[REJECTED]) | "MergeRejected" >> beam.Flatten()
+    return {"planned": planned, REJECTED: rejected, DUPLICATES: units[DUPLICATES]}

@@ -53,24 +53,9 @@ def rows_sum(rows: Iterable[bytes]) -> int:
     return add_hashes(*(row_hash(row) for row in rows))
 
 
-class FingerprintFn(beam.CombineFn):
-    """Partial sums of row hashes → hex fingerprint, seeded with the config's fingerprint."""
-
-    def __init__(self, config: str):
-        super().__init__()
-        self._config = config
-
-    def create_accumulator(self) -> int:
-        return 0
-
-    def add_input(self, accumulator: int, partial: int) -> int:
-        return add_hashes(accumulator, partial)
-
-    def merge_accumulators(self, accumulators) -> int:
-        return add_hashes(*accumulators)
-
-    def extract_output(self, accumulator: int) -> str:
-        return hashlib.sha256(f"{self._config}:{accumulator:064x}".encode("ascii")).hexdigest()
+def seeded_fingerprint(total: int, config: str) -> str:
+    """The inputs' fingerprint: the sum of their row hashes, seeded with the config's fingerprint."""
+    return hashlib.sha256(f"{config}:{total:064x}".encode("ascii")).hexdigest()
 
 
 def image_row(path: str, content_hash: str, label: str, annotations: str = "") -> bytes:
@@ -114,20 +99,16 @@ def with_label_map(fingerprint: str, label_map: dict[str, int]) -> str:
     return hashlib.sha256(f"{fingerprint}:{labels}".encode("ascii")).hexdigest()
 
 
-class InputFingerprint(beam.PTransform):
+@beam.ptransform_fn
+def InputFingerprint(inputs: tuple[beam.PCollection, beam.PCollection, beam.PCollection], spec: ConversionSpec,
+                     library_versions: Mapping[str, str]) -> beam.PCollection:
     """(batches of SourceImage, Rejection, label map) → one hex fingerprint."""
-
-    def __init__(self, spec: ConversionSpec, library_versions: Mapping[str, str]):
-        super().__init__()
-        self._config = config_fingerprint(spec, library_versions)
-
-    def expand(self, inputs) -> beam.PCollection:
-        images, rejections, label_map = inputs
-        return ((images | "ImageRows" >> beam.Map(
-                    lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label,
-                                                     annotation_digest(i.annotations)) for i in batch)),
-                 rejections | "RejectionRows" >> beam.Map(
-                     lambda r: rows_sum([rejection_row(r.path, r.error, r.message)])))
-                | "InputRows" >> beam.Flatten()
-                | "Combine" >> beam.CombineGlobally(FingerprintFn(self._config))
-                | "WithLabelMap" >> beam.Map(with_label_map, beam.pvalue.AsSingleton(label_map)))
+    images, rejections, label_map = inputs
+    return ((images | "ImageRows" >> beam.Map(
+                lambda batch: rows_sum(image_row(i.path, i.content_hash, i.label,
+                                                 annotation_digest(i.annotations)) for i in batch)),
+             rejections | "RejectionRows" >> beam.Map(lambda r: row_hash(rejection_row(r.path, r.error, r.message))))
+            | "InputRows" >> beam.Flatten()
+            | "Combine" >> beam.CombineGlobally(lambda partials: add_hashes(*partials))
+            | "WithConfig" >> beam.Map(seeded_fingerprint, config_fingerprint(spec, library_versions))
+            | "WithLabelMap" >> beam.Map(with_label_map, beam.pvalue.AsSingleton(label_map)))

@@ -53,22 +53,16 @@ def attach(element: tuple[int, dict[str, Iterable]]) -> Iterator[Batch]:
     yield from batched(dataclasses.replace(image, reuse=first.get(image.source.content_hash)) for image in images)
 
 
-class AttachReusableRecords(beam.PTransform):
+@beam.ptransform_fn
+def AttachReusableRecords(planned: beam.PCollection, source: ReuseSource) -> beam.PCollection:
     """Batches of PlannedImage → the same, with `reuse` set where the previous dataset has the
     content."""
-
-    def __init__(self, source: ReuseSource):
-        super().__init__()
-        self._source = source
-
-    def expand(self, planned: beam.PCollection) -> beam.PCollection:
-        source = self._source
-        records = (planned.pipeline
-                   | "IndexFiles" >> beam.Create([(*pair, source.image_key, source.run_id) for pair in source.shards])
-                   | "SpreadIndexFiles" >> beam.Reshuffle()
-                   | "ReadIndex" >> beam.FlatMapTuple(read_index))
-        images = planned | "BucketImages" >> beam.FlatMap(
-            lambda batch: split_by(batch, lambda im: bucket_of(im.source.content_hash)).items())
-        return ({"images": images, "records": records}
-                | "JoinOnContent" >> beam.CoGroupByKey()
-                | "Attach" >> beam.FlatMap(attach))
+    records = (planned.pipeline
+               | "IndexFiles" >> beam.Create([(*pair, source.image_key, source.run_id) for pair in source.shards])
+               | "SpreadIndexFiles" >> beam.Reshuffle()
+               | "ReadIndex" >> beam.FlatMapTuple(read_index))
+    images = planned | "BucketImages" >> beam.FlatMap(
+        lambda batch: split_by(batch, lambda im: bucket_of(im.source.content_hash)).items())
+    return ({"images": images, "records": records}
+            | "JoinOnContent" >> beam.CoGroupByKey()
+            | "Attach" >> beam.FlatMap(attach))

@@ -5,7 +5,9 @@ image the same split, shard and position on any runner, with no global state or 
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import math
 from typing import Iterable, Sequence
 
@@ -28,18 +30,11 @@ def unit_fraction(*parts: str) -> float:
     return stable_hash(*parts) / 2.0**64
 
 
-def split_for_fraction(fraction: float, spec: SplitSpec) -> str:
-    cumulative = 0.0
-    for name, ratio in zip(spec.names, spec.ratios):
-        cumulative += ratio
-        if fraction < cumulative:
-            return name
-    return spec.names[-1]
-
-
 def assign_split(key: str, spec: SplitSpec) -> str:
-    """Hash split: the same key (content hash or path) always lands in the same split."""
-    return split_for_fraction(unit_fraction(spec.salt, key), spec)
+    """Hash split: the same key (content hash or path) always lands in the same split, the first
+    whose cumulative ratio is above the key's fraction (the last when rounding leaves it short)."""
+    index = bisect.bisect_right(list(itertools.accumulate(spec.ratios)), unit_fraction(spec.salt, key))
+    return spec.names[min(index, len(spec.names) - 1)]
 
 
 # How `split_counts` rounds; part of the input fingerprint of stratified runs, so that
@@ -56,10 +51,9 @@ def split_counts(total: int, ratios: Sequence[float], offset: float) -> list[int
     every one-image label to the same split. Ratios are rescaled to sum to exactly 1, since specs
     accept a small rounding error, and float noise is rounded away (100 * (0.7 + 0.2) is 90).
     """
-    scale, cumulative, ends = sum(ratios), 0.0, []
-    for ratio in ratios[:-1]:
-        cumulative += ratio
-        ends.append(min(total, math.floor(round(total * cumulative / scale, 9) + offset)))
+    scale = sum(ratios)
+    ends = [min(total, math.floor(round(total * cumulative / scale, 9) + offset))
+            for cumulative in itertools.accumulate(ratios[:-1])]
     ends.append(total)
     return [end - start for start, end in zip([0, *ends], ends)]
 
@@ -73,17 +67,8 @@ def stratified_splits(keys: Iterable[str], spec: SplitSpec) -> dict[str, str]:
     """
     ordered = sorted(set(keys), key=lambda k: (stable_hash(spec.salt, k), k))
     offset = unit_fraction(spec.salt, "offset", ordered[0]) if ordered else 0.0
-    assignment: dict[str, str] = {}
-    start = 0
-    for name, count in zip(spec.names, split_counts(len(ordered), spec.ratios, offset)):
-        for key in ordered[start:start + count]:
-            assignment[key] = name
-        start += count
-    return assignment
-
-
-def estimated_record_bytes(spec: ImageSpec) -> int:
-    return int(spec.output_bytes * _ENCODED_FRACTION[spec.encoding]) + _RECORD_OVERHEAD_BYTES
+    counts = split_counts(len(ordered), spec.ratios, offset)
+    return dict(zip(ordered, (name for name, count in zip(spec.names, counts) for _ in range(count))))
 
 
 def num_shards_for(num_examples: int, image: ImageSpec, output: OutputSpec) -> int:
@@ -91,7 +76,7 @@ def num_shards_for(num_examples: int, image: ImageSpec, output: OutputSpec) -> i
     (but not more shards than examples: a tiny target must not create millions of files)."""
     if output.num_shards:
         return output.num_shards
-    total = num_examples * estimated_record_bytes(image)
+    total = num_examples * (int(image.output_bytes * _ENCODED_FRACTION[image.encoding]) + _RECORD_OVERHEAD_BYTES)
     return max(1, min(math.ceil(total / output.target_shard_bytes), num_examples, MAX_SHARDS))
 
 
