@@ -141,6 +141,22 @@ def test_jpeg_records_decode_to_configured_shape(tmp_path):
     assert counts == {split: info.num_examples for split, info in metadata.splits.items()}
 
 
+def test_resize_mode_none_keeps_each_images_own_size_in_new_and_reused_records(tmp_path):
+    flags = ("--encoding=png", "--resize_mode=none", "--split_method=hash")
+    first = run_pipeline(SAMPLE, tmp_path / "first", *flags)
+    again = run_pipeline(SAMPLE, tmp_path / "again", *flags, f"--reuse_from={tmp_path / 'first'}")
+    assert again.reuse.reused == sum(info.num_examples for info in first.splits.values())
+    for output, metadata in ((tmp_path / "first", first), (tmp_path / "again", again)):
+        rows = [row for split in metadata.splits for row in parse_records(read_split_records(output, metadata, split),
+                                                                            metadata)]
+        plain = [row for row in rows if SAMPLE / row["image/source_path"].decode() in PLAIN_SAMPLES]
+        assert len(plain) == len(PLAIN_SAMPLES)
+        for row in plain:
+            stored = cv2.imread(str(SAMPLE / row["image/source_path"].decode())).shape
+            assert tf.io.decode_png(row["image"]).shape == stored
+            assert (row["image/height"], row["image/width"], row["image/channels"]) == stored
+
+
 def seed_script_records(tmp_path: pathlib.Path) -> list[bytes]:
     """What benchmarks/seed_script.py, the users' old script, writes for the sample, as it is run."""
     output = tmp_path / "seed.tfrecord"

@@ -11,5 +11,6 @@ from transforms.write.example import EncodedRecord, RecordFields, build_example,
 
 def image_to_record(data: bytes, header: ImageHeader, fields: RecordFields, spec: ImageSpec,
                     keys: FeatureKeys) -> EncodedRecord:
-    pixels = normalize_image(resize_image(decode_image(data, header, spec, fields.source_path), spec), spec)
-    return build_example(encode_pixels(pixels, spec), fields, spec, keys)
+    pixels = decode_image(data, header, spec, fields.source_path)
+    pixels = normalize_image(resize_image(pixels, spec) if spec.resizes else pixels, spec)
+    return build_example(encode_pixels(pixels, spec), fields, spec, keys, size=(pixels.shape[1], pixels.shape[0]))

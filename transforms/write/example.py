@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Mapping, Union
+from typing import Mapping, Optional, Union
 
 import cv2
 import numpy as np
@@ -191,9 +191,13 @@ class EncodedRecord:
     image_length: int
 
 
-def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys) -> EncodedRecord:
-    """The serialized record for one image; features whose key is empty are left out."""
+def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys,
+                  size: Optional[tuple[int, int]] = None) -> EncodedRecord:
+    """The serialized record for one image; features whose key is empty are left out. `size`
+    (width, height) is the image's own, which resize_mode=none records store in place of the spec's."""
     height, width, channels = spec.shape
+    if not spec.resizes:
+        width, height = size
     # surrogateescape: a file or folder name that is not UTF-8 keeps its original bytes
     text = fields.label_text.encode("utf-8", "surrogateescape")
     if isinstance(fields.label, tuple):  # multi-label: a list of ids and the list of their texts

@@ -27,6 +27,7 @@ import cv2
 from transforms import files
 from transforms.dataset_format import METADATA_FILE, IndexEntry, index_file_name, join, run_id_of, shard_file_name
 from transforms.images import limits
+from transforms.images.decode import decoded_size
 from transforms.images.geometry import GeometryError
 from transforms.images.process import image_to_record
 from transforms.images.process_detection import Detection, detection_from_previous, detection_to_record
@@ -291,7 +292,8 @@ def record_of(image: PlannedImage, data: bytes, fields: RecordFields, settings: 
         make = detection_from_previous if reused else detection_to_record
         return detection_converted(make, data, image, fields, settings, reused)
     if reused:
-        record = build_example(data, fields, settings.image, settings.keys)
+        record = build_example(data, fields, settings.image, settings.keys,
+                               size=decoded_size(image.source.header, settings.image))
     else:
         record = image_to_record(data, image.source.header, fields, settings.image, settings.keys)
     return Converted(record, reused, counted_labels(image))
