@@ -13,9 +13,10 @@ naming its place in the file (`ann/instances.json#annotations[17]`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import posixpath
-from typing import Iterable, Iterator, Mapping, Optional, Union
+from typing import BinaryIO, Iterable, Iterator, Mapping, Optional, Union
 
 import ijson
 
@@ -81,40 +82,42 @@ def coco_elements(path: str) -> Iterator[tuple[str, int, object]]:
     """(array name, index, element) for each element of the three arrays, in file order; an
     element over the size limit comes as an ElementTooLarge instead."""
     counts: collections.Counter = collections.Counter()
+    with open_coco(path) as handle:
+        item: Optional[str] = None  # the prefix of the element being read
+        for prefix, event, value in ijson.parse(handle, use_float=True):
+            if item is None:
+                name = _ITEMS.get(prefix)
+                if name is None:
+                    continue
+                index = counts[name]
+                counts[name] += 1
+                if event not in _STARTS:  # a bare number or string where an object belongs
+                    yield name, index, value
+                    continue
+                item, builder, values = prefix, ijson.ObjectBuilder(), 0
+            values += 1
+            if builder is not None:
+                builder.event(event, value)
+                if values > MAX_ELEMENT_VALUES:
+                    builder = None  # the rest of this element's events are skipped
+            if prefix == item and event in _ENDS:
+                item = None
+                yield name, index, (builder.value if builder is not None else ElementTooLarge(
+                    f"{name}[{index}] holds more than {MAX_ELEMENT_VALUES} values"))
+
+
+@contextlib.contextmanager
+def open_coco(path: str) -> Iterator[BinaryIO]:
+    """The file open for parsing; a read or parse error becomes an AnnotationFileError, in one
+    line (yajl's message goes on to show the text and a caret under it on two more lines)."""
     try:
         with files.open_read(path) as handle:
-            item: Optional[str] = None  # the prefix of the element being read
-            for prefix, event, value in ijson.parse(handle, use_float=True):
-                if item is None:
-                    name = _ITEMS.get(prefix)
-                    if name is None:
-                        continue
-                    index = counts[name]
-                    counts[name] += 1
-                    if event not in _STARTS:  # a bare number or string where an object belongs
-                        yield name, index, value
-                        continue
-                    item, builder, values = prefix, ijson.ObjectBuilder(), 0
-                values += 1
-                if builder is not None:
-                    builder.event(event, value)
-                    if values > MAX_ELEMENT_VALUES:
-                        builder = None  # the rest of this element's events are skipped
-                if prefix == item and event in _ENDS:
-                    item = None
-                    yield name, index, (builder.value if builder is not None else ElementTooLarge(
-                        f"{name}[{index}] holds more than {MAX_ELEMENT_VALUES} values"))
+            yield handle
     except ijson.JSONError as exc:
-        raise not_json(path, exc) from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise AnnotationFileError(f"{path} is not valid JSON: {first}") from None
     except OSError as exc:
         raise AnnotationFileError(f"cannot read {path}: {exc}") from None
-
-
-def not_json(path: str, exc: Exception) -> AnnotationFileError:
-    """The error of a file the JSON parser refused, in one line: yajl's message goes on to show
-    the text and a caret under it on two more lines."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return AnnotationFileError(f"{path} is not valid JSON: {first}")
 
 
 def _integer(value: object) -> bool:
@@ -251,6 +254,32 @@ def orphans(annotations: Iterable[CocoAnnotation], problem: type[AnnotationFileP
                  for a in annotations)
 
 
+def file_listings(listings: Iterable[CocoImage]) -> tuple[list[tuple[int, tuple[str, CocoImage]]],
+                                                         tuple[Rejection, ...]]:
+    """One file's listings → (image id, ("image", listing)), or ("refused", listing) for each
+    listing of a file listed twice, and their rejections."""
+    listings = list(listings)
+    image, refused = one_listing_per_file(listings)
+    if image is not None:
+        return [(image.id, ("image", image))], ()
+    return [(listing.id, ("refused", listing)) for listing in listings], refused
+
+
+def image_of_id(listings: Iterable[tuple[str, CocoImage]], annotations: Iterable[CocoAnnotation],
+                names: Mapping[int, str], keep_empty: bool) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
+    """One image id's `file_listings` and annotations → `coco_image_group`; the annotations of an
+    id whose file was refused are dropped as such."""
+    listings, annotations = list(listings), list(annotations)
+    if all(kind == "image" for kind, _ in listings):
+        return coco_image_group([listing for _, listing in listings], annotations, names, keep_empty)
+    dropped = orphans(annotations, ImageListedTwice, "whose file is listed twice")
+    kept = [listing for kind, listing in listings if kind == "image"]
+    if not kept:
+        return None, dropped
+    image, rejections = coco_image_group(kept, (), names, keep_empty)
+    return image, (*dropped, *rejections)
+
+
 def coco_image_group(listings: Iterable[CocoImage], annotations: Iterable[CocoAnnotation],
                      names: Mapping[int, str], keep_empty: bool = True
                      ) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
@@ -291,17 +320,14 @@ def annotated_images(path: str, images_root: Optional[str] = None, with_masks: b
             rejections.append(row)
     label_map = coco_label_map(categories)
     for listings in by_file.values():
-        image, refused = one_listing_per_file(listings)
+        keyed, refused = file_listings(listings)
         rejections += refused
-        if image is not None:
-            by_id[image.id].append(image)
-        else:
-            for listing in listings:
-                rejections += orphans(annotations.pop(listing.id, ()), ImageListedTwice, "whose file is listed twice")
+        for image_id, listing in keyed:
+            by_id[image_id].append(listing)
     names = {category_id: name for name, category_id in label_map.items()}
     images = []
     for image_id in sorted(by_id.keys() | annotations.keys()):
-        image, refused = coco_image_group(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
+        image, refused = image_of_id(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
         rejections += refused
         if image is not None:
             images.append(image)
