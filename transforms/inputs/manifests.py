@@ -16,7 +16,7 @@ import json
 import os
 import posixpath
 import stat
-from typing import BinaryIO, Iterator, Optional, Sequence, Union
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence, Union
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -292,35 +292,33 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
 def _single_label_line(line: str, layout: ManifestLayout, manifest: str) -> Candidate:
     if layout.kind == "csv":
         row = csv_row(line)
-        if _names_columns(row, layout):
+        path, label = (row[i].strip() if i < len(row) else "" for i in (layout.path, layout.label))
+        # Both naming columns (this manifest's, or any of the usual names, in either place): a
+        # header, as when manifests are joined with `cat` (`label,path` under `path,label` too).
+        if {path.lower(), label.lower()} <= {*PATH_COLUMNS, *LABEL_COLUMNS, *layout.header} - {""}:
             raise BadManifestLine(f"a header line, {excerpt(line)} (manifests joined with their headers?)")
         width = len(layout.header) or 2
         if any(cell.strip() for cell in row[width:]):  # an unquoted comma: the cells after it moved
             raise BadManifestLine(f"{len(row)} cells where the {'header names' if layout.header else 'layout has'} "
                                   f"{width} (quote a path or label that holds a comma): {excerpt(line)}")
-        wanted = max(layout.path, layout.label) + 1
-        path = row[layout.path].strip() if len(row) >= wanted else ""
-        label = row[layout.label].strip() if len(row) >= wanted else ""
         if not path or not label:
             raise BadManifestLine(f"expected a path and a label, got {excerpt(line)}")
         return listed_candidate(path, label, manifest)
-    row = _json_row(line)
-    if not isinstance(row, dict):
-        raise BadManifestLine(f"expected a JSON object, got {excerpt(line)}")
-    path, label = _pick(row, layout.path), _pick(row, layout.label)
-    if not isinstance(path, str) or not path or not _is_label(label):
-        raise BadManifestLine(f"expected {{{json.dumps(layout.path)}: text, {json.dumps(layout.label)}: text or "
-                              f"integer}}, got {excerpt(line)}")
+    path, label = _json_fields(line, layout, _is_label, "text or integer")
     return listed_candidate(path, str(label).strip(), manifest)
 
 
-def _names_columns(row: list[str], layout: ManifestLayout) -> bool:
-    """Whether a CSV data line is a header: its path and label cells both name columns (this
-    manifest's, or any of the usual names, in either place), as when manifests are joined with
-    `cat`: `label,path` under `path,label` too."""
-    names = {*PATH_COLUMNS, *LABEL_COLUMNS, *layout.header} - {""}
-    cells = [row[i].strip().lower() if i < len(row) else "" for i in (layout.path, layout.label)]
-    return all(cell in names for cell in cells)
+def _json_fields(line: str, layout: ManifestLayout, valid: Callable[[object], bool], what: str) -> tuple[str, object]:
+    """A JSONL line's path and label value, refused unless the path is text and `valid` takes the
+    value (`what` says what it must be)."""
+    row = _json_row(line)
+    if not isinstance(row, dict):
+        raise BadManifestLine(f"expected a JSON object, got {excerpt(line)}")
+    path, value = _pick(row, layout.path), _pick(row, layout.label)
+    if not isinstance(path, str) or not path or not valid(value):
+        raise BadManifestLine(f"expected {{{json.dumps(layout.path)}: text, {json.dumps(layout.label)}: {what}}}, "
+                              f"got {excerpt(line)}")
+    return path, value
 
 
 def listed_candidate(path: str, label: str, manifest: str) -> Candidate:
@@ -379,14 +377,14 @@ def parse_labels_line(line: str, layout: ManifestLayout, manifest: str) -> tuple
             raise BadManifestLine(f"the labels cell names no label (a JSONL line's [] is an image with none): "
                                   f"{excerpt(line)}")
         return found
-    row = _json_row(line)
-    path, given = (_pick(row, layout.path), _pick(row, layout.label)) if isinstance(row, dict) else (None, None)
-    if not isinstance(path, str) or not path or not isinstance(given, list) or not all(map(_is_label, given)):
-        raise BadManifestLine(f"expected {{{json.dumps(layout.path)}: text, {json.dumps(layout.label)}: [text or "
-                              f"integer, ...]}}, got {excerpt(line)}")
+    path, given = _json_fields(line, layout, _are_labels, "[text or integer, ...]")
     if any(LABEL_SEPARATOR in str(label) for label in given):
         raise BadManifestLine(f"a label holds {LABEL_SEPARATOR!r}, which joins labels: {excerpt(line)}")
     return _with_labels(listed_candidate(path, LABEL_SEPARATOR.join(map(str, given)), manifest))
+
+
+def _are_labels(value: object) -> bool:
+    return isinstance(value, list) and all(map(_is_label, value))
 
 
 def _with_labels(candidate: Candidate) -> tuple[Candidate, tuple[str, ...]]:
