@@ -25,7 +25,7 @@ import os
 import posixpath
 import re
 import stat
-from typing import Callable, Iterable, Iterator, Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
 
@@ -135,17 +135,9 @@ class OutputFolder:
         name = path[len(prefix):].split("/", 1)[0]
         return name in self.own or is_temporary_metadata(name)
 
-    def own_names_in(self, folder: str) -> Callable[[str], bool]:
-        """For a local folder being listed: which entry names to pass over (none, unless it is
-        the output itself)."""
-        if os.path.realpath(folder) != self.path:
-            return lambda name: False
-        return lambda name: self.owns(f"{self.path}/{name}")
-
     def holds_inputs(self, folder: str) -> bool:
-        """Whether the output, met as `folder`, holds anything imgrec did not write."""
-        passed_over = self.own_names_in(folder)
-        return any(not passed_over(name) for name in os.listdir(folder))
+        """Whether the output, met as `folder` (a path to it), holds anything imgrec did not write."""
+        return any(not self.owns(f"{self.path}/{name}") for name in os.listdir(folder))
 
 
 def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
@@ -194,9 +186,9 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
     except OSError as exc:
         yield reject(folder, UnreadableFile(f"cannot list folder {folder}: {exc.strerror or exc}"))
         return
-    passed_over = output.own_names_in(folder) if output else (lambda name: False)
+    in_output = output is not None and os.path.realpath(folder) == output.path
     for entry in entries:
-        if passed_over(entry.name):
+        if in_output and output.owns(f"{output.path}/{entry.name}"):
             continue
         try:
             info = os.stat(entry.path)  # follows symlinks
@@ -261,27 +253,14 @@ class ClassFolder:
     same_label_as: Optional[str] = None  # another folder whose name reads as this label
 
 
-def class_folders(folders: list[tuple[str, str]]) -> Iterator[ClassFolder]:
-    """(name, path) of each class folder → ClassFolders, those `ambiguous_names` finds marked."""
-    ambiguous = ambiguous_names(folders)
-    return (ClassFolder(label_text(name), path, ambiguous.get(name)) for name, path in folders)
-
-
 def ambiguous_names(folders: Iterable[tuple[str, str]]) -> dict[str, str]:
     """(name, path) of folders, one per name → {name: a folder of another name} for each name
     that is not UTF-8 and reads as the label another name reads as too (`a` + byte 0xFF and a
     folder named `a\\xff`): its files are rejected, not merged into the other class."""
     folders = list(folders)
-    paths_by_label: dict[str, list[tuple[str, str]]] = {}
-    for name, path in folders:
-        paths_by_label.setdefault(label_text(name), []).append((name, path))
-    ambiguous = {}
-    for name, _ in folders:
-        label = label_text(name)
-        others = [path for other, path in paths_by_label[label] if other != name]
-        if others and label != name:
-            ambiguous[name] = others[0]
-    return ambiguous
+    by_label = split_by(folders, lambda folder: label_text(folder[0]))
+    return {name: next(path for other, path in by_label[label_text(name)] if other != name)
+            for name, _ in folders if label_text(name) != name and len(by_label[label_text(name)]) > 1}
 
 
 def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
@@ -332,7 +311,8 @@ def list_local_root(root: str,
             yield reject(entry.path, UnreadableFile(broken_symlink(entry.path)))
         else:
             yield reject(entry.path, SkippedFile("not inside a class folder"))
-    yield from class_folders(folders)
+    ambiguous = ambiguous_names(folders)
+    yield from (ClassFolder(label_text(name), path, ambiguous.get(name)) for name, path in folders)
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,10 +424,8 @@ def read_manifest(manifest: str, layout: ManifestLayout):
 def resolve_bucket(element: tuple[int, Batch]):
     """One bucket's manifest rows → batches of candidates (`resolve_listings` per file)."""
     _, rows = element
-    found = []
-    for canonical, listings in split_by(rows, lambda row: row[0]).items():
-        found.extend(resolve_listings(canonical, [listing for _, listing in listings]))
-    yield from batched(found)
+    yield from batched(found for canonical, listings in split_by(rows, lambda row: row[0]).items()
+                       for found in resolve_listings(canonical, [listing for _, listing in listings]))
 
 
 # --------------------------------------------------------------------------------------------
