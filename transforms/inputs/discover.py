@@ -214,12 +214,8 @@ def _unreadable(entry: os.DirEntry, exc: OSError) -> str:
     """Why stat failed: a dangling symlink, or (a folder that can be listed but not entered, a
     symlink to itself) what the OS said."""
     if exc.errno in (errno.ENOENT, errno.ENOTDIR) and entry.is_symlink():
-        return broken_symlink(entry.path)
+        return f"{entry.path} is a broken symlink (to {os.readlink(entry.path)})"
     return f"cannot read {entry.path}: {exc.strerror or exc}"
-
-
-def broken_symlink(path: str) -> str:
-    return f"{path} is a broken symlink (to {os.readlink(path)})"
 
 
 def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
@@ -290,27 +286,22 @@ def list_local_root(root: str,
     folders, above = [], folders_holding(root)
     for entry in entries:
         try:
-            is_dir = entry.is_dir(follow_symlinks=True)
-            info = entry.stat(follow_symlinks=True) if is_dir else None
-        except OSError as exc:  # a symlink loop (ELOOP) or an unreadable target
+            info = os.stat(entry.path)  # follows symlinks
+        except OSError as exc:  # a broken symlink, a symlink loop (ELOOP), an unreadable target
             yield reject(entry.path, UnreadableFile(_unreadable(entry, exc)))
             continue
-        if info is not None and (info.st_dev, info.st_ino) in above:  # `IN/all -> .`: every class again
-            yield reject(entry.path, SkippedFile(LOOP))
-            continue
-        if is_dir and output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
-            continue
-        dataset = imgrec_dataset(entry.path) if is_dir else None
-        if dataset and not dataset.holds_inputs(entry.path):
-            continue
-        if is_dir and not folder_skip_reason(entry.name):
-            folders.append((entry.name, entry.path))
-        elif is_dir:
-            yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
-        elif entry.is_symlink() and not os.path.exists(entry.path):
-            yield reject(entry.path, UnreadableFile(broken_symlink(entry.path)))
-        else:
+        if not stat.S_ISDIR(info.st_mode):
             yield reject(entry.path, SkippedFile("not inside a class folder"))
+        elif (info.st_dev, info.st_ino) in above:  # `IN/all -> .`: every class again
+            yield reject(entry.path, SkippedFile(LOOP))
+        elif output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
+            continue
+        elif (dataset := imgrec_dataset(entry.path)) and not dataset.holds_inputs(entry.path):
+            continue
+        elif folder_skip_reason(entry.name):
+            yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
+        else:
+            folders.append((entry.name, entry.path))
     ambiguous = ambiguous_names(folders)
     yield from (ClassFolder(label_text(name), path, ambiguous.get(name)) for name, path in folders)
 
