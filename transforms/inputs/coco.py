@@ -156,9 +156,7 @@ def image_path(file_name: str, annotation_file: str, images_root: Optional[str])
     return resolve_path(file_name, annotation_file if images_root is None else posixpath.join(images_root, ""))
 
 
-def coco_image(element: object, place: str, annotation_file: str, images_root: Optional[str]) -> CocoImage:
-    if not isinstance(element, dict):
-        raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
+def coco_image(element: dict, place: str, annotation_file: str, images_root: Optional[str]) -> CocoImage:
     image_id, file_name = element.get("id"), element.get("file_name")
     width, height = element.get("width"), element.get("height")
     if not _integer(image_id) or not isinstance(file_name, str) or not file_name or "\0" in file_name:
@@ -185,10 +183,8 @@ def coco_segmentation(value: object) -> Optional[Segmentation]:
     raise BadSegmentation(f"segmentation is neither polygons nor an RLE: {value!r:.200}")
 
 
-def coco_annotation(element: object, place: str, with_masks: bool, index: int) -> CocoAnnotation:
+def coco_annotation(element: dict, place: str, with_masks: bool, index: int) -> CocoAnnotation:
     """An annotation entry; `segmentation` is read only when masks are written."""
-    if not isinstance(element, dict):
-        raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
     ref = f"annotation {element['id']}" if _integer(element.get("id")) else place
     image_id, category_id, bbox = element.get("image_id"), element.get("category_id"), element.get("bbox")
     if not _integer(image_id) or not _integer(category_id):
@@ -201,12 +197,10 @@ def coco_annotation(element: object, place: str, with_masks: bool, index: int) -
         raise AnnotationFileProblem(f"{ref} (image {image_id}) needs iscrowd 0 or 1 and a non-negative area; "
                                     f"got {crowd!r}, {area!r}")
     x, y, w, h = (float(v) for v in bbox)
-    segmentation = None
-    if with_masks:
-        try:
-            segmentation = coco_segmentation(element.get("segmentation"))
-        except BadSegmentation as exc:
-            raise BadSegmentation(f"{ref} (image {image_id}): {exc}") from None
+    try:
+        segmentation = coco_segmentation(element.get("segmentation")) if with_masks else None
+    except BadSegmentation as exc:
+        raise BadSegmentation(f"{ref} (image {image_id}): {exc}") from None
     return CocoAnnotation(image_id, place, ObjectAnnotation(ref, (x, y, x + w, y + h), category_id, "", crowd,
                                                             float(area), segmentation), index)
 
@@ -221,6 +215,8 @@ def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = F
                 raise element
             if array == "categories":
                 yield coco_category(element, index)
+            elif not isinstance(element, dict):
+                raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
             elif array == "images":
                 yield coco_image(element, place, path, images_root)
             else:

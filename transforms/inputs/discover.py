@@ -318,11 +318,16 @@ def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Option
     segments = relative.split("/")
     if len(segments) == 1:
         return reject(path, SkippedFile("not inside a class folder"))
-    skipped = skipped_folder(segments[:-1])
+    return classify_file(path, segments[:-1], extensions, label_text(segments[0]))
+
+
+def classify_file(path: str, folders: Iterable[str], extensions: tuple[str, ...], label: str) -> Found:
+    """A file inside `folders` (those below the input's root) as a candidate or a rejection."""
+    skipped = skipped_folder(folders)
     if skipped:
         return reject(path, skipped)
-    reason = skip_reason(segments[-1], extensions)
-    return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_text(segments[0]))
+    reason = skip_reason(posixpath.basename(path), extensions)
+    return reject(path, SkippedFile(reason)) if reason else Candidate(path, label)
 
 
 def list_root(root: str, extensions: tuple[str, ...], output: Optional[OutputFolder]):
@@ -500,11 +505,7 @@ def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Fo
     hidden or `__MACOSX` folder the wildcards went into holds no inputs (Python's glob does not
     go into dot folders at all); one the pattern names itself (`~/.datasets/*/*.jpg`) is fine."""
     below = path[len(root):] if path.startswith(root) else posixpath.basename(path)
-    skipped = skipped_folder(posixpath.dirname(below).split("/"))
-    if skipped:
-        return reject(path, skipped)
-    reason = skip_reason(posixpath.basename(path), extensions)
-    return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_from_parent(path))
+    return classify_file(path, posixpath.dirname(below).split("/"), extensions, label_from_parent(path))
 
 
 def glob_candidates(pattern: str, extensions: tuple[str, ...]):
