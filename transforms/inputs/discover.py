@@ -433,8 +433,7 @@ def pass_over_own(batch: Batch, output: OutputFolder, listed: bool):
     manifest line is a record or a row."""
     kept = []
     for candidate in batch:
-        local = local_path(candidate.path)
-        if not output.owns(os.path.realpath(local) if local is not None else candidate.path):
+        if not output.owns(canonical_path(candidate.path)):
             kept.append(candidate)
         elif listed:
             yield reject(candidate.path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))

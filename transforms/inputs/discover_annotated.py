@@ -101,7 +101,11 @@ def coco_image(element: tuple[int, dict], names: Mapping[int, str], keep_empty: 
     """One image id's listings and annotations → a Candidate and the rejections (`image_of_id`).
     `names`: category_names."""
     _, grouped = element
-    image, rejections = image_of_id(grouped["listings"], grouped["annotations"], names, keep_empty)
+    yield from _found(*image_of_id(grouped["listings"], grouped["annotations"], names, keep_empty))
+
+
+def _found(image: Optional[AnnotatedImage], rejections: Iterable[Rejection]):
+    """An image with its objects, if it is kept, as a Candidate (label text ""), and its rejections."""
     yield from _tagged(rejections)
     if image is not None:
         yield Candidate(image.path, "", image)
@@ -146,10 +150,7 @@ def one_xml_per_image(element: tuple[str, Iterable[tuple[AnnotatedImage, list[st
 
 
 def voc_image(parsed: tuple[AnnotatedImage, list[str]], label_map: dict[str, int], keep_empty: bool):
-    image, rejections = labelled_voc_image(parsed[0], label_map, keep_empty)
-    yield from _tagged(rejections)
-    if image is not None:
-        yield Candidate(image.path, "", image)
+    yield from _found(*labelled_voc_image(parsed[0], label_map, keep_empty))
 
 
 class DiscoverAnnotated(beam.PTransform):
