@@ -22,6 +22,7 @@ import errno
 import fnmatch
 import json
 import os
+import pathlib
 import posixpath
 import re
 import stat
@@ -152,9 +153,7 @@ def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
             value = json.loads(handle.read(MAX_METADATA_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
-    if not is_dataset_metadata(value):
-        return None
-    return OutputFolder(os.path.realpath(folder), dataset_names(value))
+    return OutputFolder(os.path.realpath(folder), dataset_names(value)) if is_dataset_metadata(value) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,14 +229,12 @@ def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
 def folders_holding(folder: str) -> frozenset:
     """(device, inode) of `folder` and of every folder above its real path; unreachable ones are
     left out (they cannot be walked either)."""
-    found, path = set(), os.path.realpath(folder)
-    while True:
+    found, real = set(), pathlib.PurePath(os.path.realpath(folder))
+    for path in (real, *real.parents):
         with contextlib.suppress(OSError):
             info = os.stat(path)
             found.add((info.st_dev, info.st_ino))
-        if os.path.dirname(path) == path:
-            return frozenset(found)
-        path = os.path.dirname(path)
+    return frozenset(found)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,8 +394,7 @@ def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) 
     """One file's manifest lines → one candidate, or a ConflictingLabels rejection per line when
     they disagree on the label; repeats with the same label are reported, not written twice."""
     listings = sorted(listings, key=lambda listing: listing[1])
-    labels = sorted({label for label, _, _ in listings})
-    if len(labels) > 1:
+    if len({label for label, _, _ in listings}) > 1:
         where = ", ".join(f"line {n}: {excerpt(label)}" for label, n, _ in listings[:LISTINGS_QUOTED])
         if len(listings) > LISTINGS_QUOTED:  # one message per listing: quoting all would grow as n²
             where += f" and {len(listings) - LISTINGS_QUOTED} more lines"
