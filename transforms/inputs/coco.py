@@ -21,6 +21,7 @@ from typing import BinaryIO, Iterable, Iterator, Mapping, Optional, Union
 import ijson
 
 from transforms import files
+from transforms.batches import split_by
 from transforms.inputs.annotations import (
     AnnotatedImage,
     AnnotationFileProblem,
@@ -38,8 +39,7 @@ from transforms.inputs.annotations import (
 from transforms.inputs.manifests import resolve_path
 from transforms.rejections import InputRejected, Rejection
 
-ARRAYS = ("categories", "images", "annotations")
-_ITEMS = {f"{name}.item": name for name in ARRAYS}
+_ITEMS = {f"{name}.item": name for name in ("categories", "images", "annotations")}
 _STARTS, _ENDS = ("start_map", "start_array"), ("end_map", "end_array")
 # Numbers and strings in one element: a crowd's uncompressed RLE of a 4000x3000 photo has at
 # most 12 M runs, real ones a few thousand; 4 M values take ~200 MB as Python objects.
@@ -303,19 +303,12 @@ def annotated_images(path: str, images_root: Optional[str] = None, with_masks: b
                      keep_empty: bool = True) -> tuple[dict[str, int], list[AnnotatedImage], list[Rejection]]:
     """The whole file grouped in memory: (label map, images, rejections), for small files (tests,
     the sample); the pipeline groups `coco_rows` by image id instead."""
-    categories, by_id, by_file = [], collections.defaultdict(list), collections.defaultdict(list)
-    annotations, rejections = collections.defaultdict(list), []
-    for row in coco_rows(path, images_root, with_masks):
-        if isinstance(row, tuple):
-            categories.append(row)
-        elif isinstance(row, CocoImage):
-            by_file[row.path].append(row)
-        elif isinstance(row, CocoAnnotation):
-            annotations[row.image_id].append(row)
-        else:
-            rejections.append(row)
-    label_map = coco_label_map(categories)
-    for listings in by_file.values():
+    rows = list(coco_rows(path, images_root, with_masks))
+    label_map = coco_label_map(row for row in rows if isinstance(row, tuple))
+    rejections = [row for row in rows if isinstance(row, Rejection)]
+    annotations = split_by((row for row in rows if isinstance(row, CocoAnnotation)), lambda row: row.image_id)
+    by_id = collections.defaultdict(list)
+    for listings in split_by((row for row in rows if isinstance(row, CocoImage)), lambda row: row.path).values():
         keyed, refused = file_listings(listings)
         rejections += refused
         for image_id, listing in keyed:
