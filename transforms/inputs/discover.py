@@ -93,12 +93,6 @@ def folder_skip_reason(name: str) -> Optional[str]:
     return None
 
 
-def skipped_folder(folders: Iterable[str]) -> Optional[SkippedFile]:
-    """Why a file inside these folders is no input (the first hidden or `__MACOSX` one), or None."""
-    skipped = next((f for f in folders if folder_skip_reason(f)), None)
-    return SkippedFile(f"inside {folder_skip_reason(skipped)} {skipped}") if skipped else None
-
-
 def label_text(name: str) -> str:
     """A folder name as a label: valid UTF-8, since labels are text in every record. A name that
     is not keeps its other characters and shows each byte it cannot decode as `\\xNN`: folders
@@ -319,10 +313,11 @@ def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Option
 
 
 def classify_file(path: str, folders: Iterable[str], extensions: tuple[str, ...], label: str) -> Found:
-    """A file inside `folders` (those below the input's root) as a candidate or a rejection."""
-    skipped = skipped_folder(folders)
+    """A file inside `folders` (those below the input's root) as a candidate or a rejection: no
+    input if it is inside a hidden or `__MACOSX` one (the first such is named)."""
+    skipped = next((folder for folder in folders if folder_skip_reason(folder)), None)
     if skipped:
-        return reject(path, skipped)
+        return reject(path, SkippedFile(f"inside {folder_skip_reason(skipped)} {skipped}"))
     reason = skip_reason(posixpath.basename(path), extensions)
     return reject(path, SkippedFile(reason)) if reason else Candidate(path, label)
 

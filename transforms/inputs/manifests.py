@@ -324,19 +324,13 @@ def _json_fields(line: str, layout: ManifestLayout, valid: Callable[[object], bo
 def listed_candidate(path: str, label: str, manifest: str) -> Candidate:
     if "\0" in path:  # no file system has such a name, and os calls refuse it (ValueError)
         raise BadManifestLine(f"the path holds a NUL character: {excerpt(path)}")
-    # JSON's \ud800 escapes decode to lone surrogates, which are no text: no label, no file name.
-    if not _encodes(label, "strict") or not _encodes(path, "surrogateescape"):
-        raise BadManifestLine(f"a lone surrogate escape (not text) in {excerpt(path)}, label {excerpt(label)}")
-    return Candidate(resolve_path(path, manifest), label)
-
-
-def _encodes(text: str, errors: str) -> bool:
-    try:
-        text.encode("utf-8", errors)
+    try:  # JSON's \ud800 escapes decode to lone surrogates, which are no text: no label, no file name.
+        label.encode("utf-8")
+        path.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        return False
-    return True
-
+        raise BadManifestLine(f"a lone surrogate escape (not text) in {excerpt(path)}, "
+                              f"label {excerpt(label)}") from None
+    return Candidate(resolve_path(path, manifest), label)
 
 
 def canonical_path(path: str) -> str:
