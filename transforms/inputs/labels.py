@@ -36,4 +36,7 @@ def label_list(joined: str) -> tuple[str, ...]:
 def _is_int(text: str) -> bool:
     """Canonical integers that fit an int64 id: "1" and "01" can never share an id, and "-1"
     (a common class name: labels -1/1) or 2**63 would not be a valid one."""
-    return text.isascii() and text.isdigit() and str(int(text)) == text and int(text) <= MAX_LABEL_ID
+    try:
+        return str(int(text)) == text and 0 <= int(text) <= MAX_LABEL_ID
+    except ValueError:  # not an integer, or one of over 4300 digits
+        return False
