@@ -93,10 +93,10 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
                                 f"(from --manifest_columns={','.join(columns)})")
         return ManifestLayout("csv", found[0], found[1], header=cells)
     # By the names' order of preference, as JSONL keys are picked: `path,class,label` labels by "label".
-    path, label = ([i for i in (_column(named, name, first_line) for name in preferred) if i is not None]
-                   for preferred in (PATH_COLUMNS, LABEL_COLUMNS))
-    if path and label:
-        return ManifestLayout("csv", path[0], label[0], header=cells)
+    path = next((i for i in (_column(named, name, first_line) for name in PATH_COLUMNS) if i is not None), None)
+    label = next((i for i in (_column(named, name, first_line) for name in LABEL_COLUMNS) if i is not None), None)
+    if path is not None and label is not None:
+        return ManifestLayout("csv", path, label, header=cells)
     if not cells or cells[0].endswith(extensions):  # a first line naming an image file is data
         return ManifestLayout("csv", 0, 1)
     raise unrecognised_header(first_line)
