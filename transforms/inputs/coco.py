@@ -13,13 +13,15 @@ naming its place in the file (`ann/instances.json#annotations[17]`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import posixpath
-from typing import Iterable, Iterator, Mapping, Optional, Union
+from typing import BinaryIO, Iterable, Iterator, Mapping, Optional, Union
 
 import ijson
 
 from transforms import files
+from transforms.batches import split_by
 from transforms.inputs.annotations import (
     AnnotatedImage,
     AnnotationFileProblem,
@@ -37,8 +39,7 @@ from transforms.inputs.annotations import (
 from transforms.inputs.manifests import resolve_path
 from transforms.rejections import InputRejected, Rejection
 
-ARRAYS = ("categories", "images", "annotations")
-_ITEMS = {f"{name}.item": name for name in ARRAYS}
+_ITEMS = {f"{name}.item": name for name in ("categories", "images", "annotations")}
 _STARTS, _ENDS = ("start_map", "start_array"), ("end_map", "end_array")
 # Numbers and strings in one element: a crowd's uncompressed RLE of a 4000x3000 photo has at
 # most 12 M runs, real ones a few thousand; 4 M values take ~200 MB as Python objects.
@@ -81,40 +82,42 @@ def coco_elements(path: str) -> Iterator[tuple[str, int, object]]:
     """(array name, index, element) for each element of the three arrays, in file order; an
     element over the size limit comes as an ElementTooLarge instead."""
     counts: collections.Counter = collections.Counter()
+    with open_coco(path) as handle:
+        item: Optional[str] = None  # the prefix of the element being read
+        for prefix, event, value in ijson.parse(handle, use_float=True):
+            if item is None:
+                name = _ITEMS.get(prefix)
+                if name is None:
+                    continue
+                index = counts[name]
+                counts[name] += 1
+                if event not in _STARTS:  # a bare number or string where an object belongs
+                    yield name, index, value
+                    continue
+                item, builder, values = prefix, ijson.ObjectBuilder(), 0
+            values += 1
+            if builder is not None:
+                builder.event(event, value)
+                if values > MAX_ELEMENT_VALUES:
+                    builder = None  # the rest of this element's events are skipped
+            if prefix == item and event in _ENDS:
+                item = None
+                yield name, index, (builder.value if builder is not None else ElementTooLarge(
+                    f"{name}[{index}] holds more than {MAX_ELEMENT_VALUES} values"))
+
+
+@contextlib.contextmanager
+def open_coco(path: str) -> Iterator[BinaryIO]:
+    """The file open for parsing; a read or parse error becomes an AnnotationFileError, in one
+    line (yajl's message goes on to show the text and a caret under it on two more lines)."""
     try:
         with files.open_read(path) as handle:
-            item: Optional[str] = None  # the prefix of the element being read
-            for prefix, event, value in ijson.parse(handle, use_float=True):
-                if item is None:
-                    name = _ITEMS.get(prefix)
-                    if name is None:
-                        continue
-                    index = counts[name]
-                    counts[name] += 1
-                    if event not in _STARTS:  # a bare number or string where an object belongs
-                        yield name, index, value
-                        continue
-                    item, builder, values = prefix, ijson.ObjectBuilder(), 0
-                values += 1
-                if builder is not None:
-                    builder.event(event, value)
-                    if values > MAX_ELEMENT_VALUES:
-                        builder = None  # the rest of this element's events are skipped
-                if prefix == item and event in _ENDS:
-                    item = None
-                    yield name, index, (builder.value if builder is not None else ElementTooLarge(
-                        f"{name}[{index}] holds more than {MAX_ELEMENT_VALUES} values"))
+            yield handle
     except ijson.JSONError as exc:
-        raise not_json(path, exc) from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise AnnotationFileError(f"{path} is not valid JSON: {first}") from None
     except OSError as exc:
         raise AnnotationFileError(f"cannot read {path}: {exc}") from None
-
-
-def not_json(path: str, exc: Exception) -> AnnotationFileError:
-    """The error of a file the JSON parser refused, in one line: yajl's message goes on to show
-    the text and a caret under it on two more lines."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return AnnotationFileError(f"{path} is not valid JSON: {first}")
 
 
 def _integer(value: object) -> bool:
@@ -153,9 +156,7 @@ def image_path(file_name: str, annotation_file: str, images_root: Optional[str])
     return resolve_path(file_name, annotation_file if images_root is None else posixpath.join(images_root, ""))
 
 
-def coco_image(element: object, place: str, annotation_file: str, images_root: Optional[str]) -> CocoImage:
-    if not isinstance(element, dict):
-        raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
+def coco_image(element: dict, place: str, annotation_file: str, images_root: Optional[str]) -> CocoImage:
     image_id, file_name = element.get("id"), element.get("file_name")
     width, height = element.get("width"), element.get("height")
     if not _integer(image_id) or not isinstance(file_name, str) or not file_name or "\0" in file_name:
@@ -182,10 +183,8 @@ def coco_segmentation(value: object) -> Optional[Segmentation]:
     raise BadSegmentation(f"segmentation is neither polygons nor an RLE: {value!r:.200}")
 
 
-def coco_annotation(element: object, place: str, with_masks: bool, index: int) -> CocoAnnotation:
+def coco_annotation(element: dict, place: str, with_masks: bool, index: int) -> CocoAnnotation:
     """An annotation entry; `segmentation` is read only when masks are written."""
-    if not isinstance(element, dict):
-        raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
     ref = f"annotation {element['id']}" if _integer(element.get("id")) else place
     image_id, category_id, bbox = element.get("image_id"), element.get("category_id"), element.get("bbox")
     if not _integer(image_id) or not _integer(category_id):
@@ -198,12 +197,10 @@ def coco_annotation(element: object, place: str, with_masks: bool, index: int) -
         raise AnnotationFileProblem(f"{ref} (image {image_id}) needs iscrowd 0 or 1 and a non-negative area; "
                                     f"got {crowd!r}, {area!r}")
     x, y, w, h = (float(v) for v in bbox)
-    segmentation = None
-    if with_masks:
-        try:
-            segmentation = coco_segmentation(element.get("segmentation"))
-        except BadSegmentation as exc:
-            raise BadSegmentation(f"{ref} (image {image_id}): {exc}") from None
+    try:
+        segmentation = coco_segmentation(element.get("segmentation")) if with_masks else None
+    except BadSegmentation as exc:
+        raise BadSegmentation(f"{ref} (image {image_id}): {exc}") from None
     return CocoAnnotation(image_id, place, ObjectAnnotation(ref, (x, y, x + w, y + h), category_id, "", crowd,
                                                             float(area), segmentation), index)
 
@@ -218,6 +215,8 @@ def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = F
                 raise element
             if array == "categories":
                 yield coco_category(element, index)
+            elif not isinstance(element, dict):
+                raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
             elif array == "images":
                 yield coco_image(element, place, path, images_root)
             else:
@@ -251,6 +250,32 @@ def orphans(annotations: Iterable[CocoAnnotation], problem: type[AnnotationFileP
                  for a in annotations)
 
 
+def file_listings(listings: Iterable[CocoImage]) -> tuple[list[tuple[int, tuple[str, CocoImage]]],
+                                                         tuple[Rejection, ...]]:
+    """One file's listings → (image id, ("image", listing)), or ("refused", listing) for each
+    listing of a file listed twice, and their rejections."""
+    listings = list(listings)
+    image, refused = one_listing_per_file(listings)
+    if image is not None:
+        return [(image.id, ("image", image))], ()
+    return [(listing.id, ("refused", listing)) for listing in listings], refused
+
+
+def image_of_id(listings: Iterable[tuple[str, CocoImage]], annotations: Iterable[CocoAnnotation],
+                names: Mapping[int, str], keep_empty: bool) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
+    """One image id's `file_listings` and annotations → `coco_image_group`; the annotations of an
+    id whose file was refused are dropped as such."""
+    listings, annotations = list(listings), list(annotations)
+    if all(kind == "image" for kind, _ in listings):
+        return coco_image_group([listing for _, listing in listings], annotations, names, keep_empty)
+    dropped = orphans(annotations, ImageListedTwice, "whose file is listed twice")
+    kept = [listing for kind, listing in listings if kind == "image"]
+    if not kept:
+        return None, dropped
+    image, rejections = coco_image_group(kept, (), names, keep_empty)
+    return image, (*dropped, *rejections)
+
+
 def coco_image_group(listings: Iterable[CocoImage], annotations: Iterable[CocoAnnotation],
                      names: Mapping[int, str], keep_empty: bool = True
                      ) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
@@ -278,30 +303,20 @@ def annotated_images(path: str, images_root: Optional[str] = None, with_masks: b
                      keep_empty: bool = True) -> tuple[dict[str, int], list[AnnotatedImage], list[Rejection]]:
     """The whole file grouped in memory: (label map, images, rejections), for small files (tests,
     the sample); the pipeline groups `coco_rows` by image id instead."""
-    categories, by_id, by_file = [], collections.defaultdict(list), collections.defaultdict(list)
-    annotations, rejections = collections.defaultdict(list), []
-    for row in coco_rows(path, images_root, with_masks):
-        if isinstance(row, tuple):
-            categories.append(row)
-        elif isinstance(row, CocoImage):
-            by_file[row.path].append(row)
-        elif isinstance(row, CocoAnnotation):
-            annotations[row.image_id].append(row)
-        else:
-            rejections.append(row)
-    label_map = coco_label_map(categories)
-    for listings in by_file.values():
-        image, refused = one_listing_per_file(listings)
+    rows = list(coco_rows(path, images_root, with_masks))
+    label_map = coco_label_map(row for row in rows if isinstance(row, tuple))
+    rejections = [row for row in rows if isinstance(row, Rejection)]
+    annotations = split_by((row for row in rows if isinstance(row, CocoAnnotation)), lambda row: row.image_id)
+    by_id = collections.defaultdict(list)
+    for listings in split_by((row for row in rows if isinstance(row, CocoImage)), lambda row: row.path).values():
+        keyed, refused = file_listings(listings)
         rejections += refused
-        if image is not None:
-            by_id[image.id].append(image)
-        else:
-            for listing in listings:
-                rejections += orphans(annotations.pop(listing.id, ()), ImageListedTwice, "whose file is listed twice")
+        for image_id, listing in keyed:
+            by_id[image_id].append(listing)
     names = {category_id: name for name, category_id in label_map.items()}
     images = []
     for image_id in sorted(by_id.keys() | annotations.keys()):
-        image, refused = coco_image_group(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
+        image, refused = image_of_id(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
         rejections += refused
         if image is not None:
             images.append(image)

@@ -22,10 +22,11 @@ import errno
 import fnmatch
 import json
 import os
+import pathlib
 import posixpath
 import re
 import stat
-from typing import Callable, Iterable, Iterator, Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
 
@@ -92,12 +93,6 @@ def folder_skip_reason(name: str) -> Optional[str]:
     return None
 
 
-def skipped_folder(folders: Iterable[str]) -> Optional[SkippedFile]:
-    """Why a file inside these folders is no input (the first hidden or `__MACOSX` one), or None."""
-    skipped = next((f for f in folders if folder_skip_reason(f)), None)
-    return SkippedFile(f"inside {folder_skip_reason(skipped)} {skipped}") if skipped else None
-
-
 def label_text(name: str) -> str:
     """A folder name as a label: valid UTF-8, since labels are text in every record. A name that
     is not keeps its other characters and shows each byte it cannot decode as `\\xNN`: folders
@@ -135,17 +130,9 @@ class OutputFolder:
         name = path[len(prefix):].split("/", 1)[0]
         return name in self.own or is_temporary_metadata(name)
 
-    def own_names_in(self, folder: str) -> Callable[[str], bool]:
-        """For a local folder being listed: which entry names to pass over (none, unless it is
-        the output itself)."""
-        if os.path.realpath(folder) != self.path:
-            return lambda name: False
-        return lambda name: self.owns(f"{self.path}/{name}")
-
     def holds_inputs(self, folder: str) -> bool:
-        """Whether the output, met as `folder`, holds anything imgrec did not write."""
-        passed_over = self.own_names_in(folder)
-        return any(not passed_over(name) for name in os.listdir(folder))
+        """Whether the output, met as `folder` (a path to it), holds anything imgrec did not write."""
+        return any(not self.owns(f"{self.path}/{name}") for name in os.listdir(folder))
 
 
 def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
@@ -160,9 +147,7 @@ def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
             value = json.loads(handle.read(MAX_METADATA_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
-    if not is_dataset_metadata(value):
-        return None
-    return OutputFolder(os.path.realpath(folder), dataset_names(value))
+    return OutputFolder(os.path.realpath(folder), dataset_names(value)) if is_dataset_metadata(value) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,9 +179,9 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
     except OSError as exc:
         yield reject(folder, UnreadableFile(f"cannot list folder {folder}: {exc.strerror or exc}"))
         return
-    passed_over = output.own_names_in(folder) if output else (lambda name: False)
+    in_output = output is not None and os.path.realpath(folder) == output.path
     for entry in entries:
-        if passed_over(entry.name):
+        if in_output and output.owns(f"{output.path}/{entry.name}"):
             continue
         try:
             info = os.stat(entry.path)  # follows symlinks
@@ -222,12 +207,8 @@ def _unreadable(entry: os.DirEntry, exc: OSError) -> str:
     """Why stat failed: a dangling symlink, or (a folder that can be listed but not entered, a
     symlink to itself) what the OS said."""
     if exc.errno in (errno.ENOENT, errno.ENOTDIR) and entry.is_symlink():
-        return broken_symlink(entry.path)
+        return f"{entry.path} is a broken symlink (to {os.readlink(entry.path)})"
     return f"cannot read {entry.path}: {exc.strerror or exc}"
-
-
-def broken_symlink(path: str) -> str:
-    return f"{path} is a broken symlink (to {os.readlink(path)})"
 
 
 def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
@@ -242,14 +223,12 @@ def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
 def folders_holding(folder: str) -> frozenset:
     """(device, inode) of `folder` and of every folder above its real path; unreachable ones are
     left out (they cannot be walked either)."""
-    found, path = set(), os.path.realpath(folder)
-    while True:
+    found, real = set(), pathlib.PurePath(os.path.realpath(folder))
+    for path in (real, *real.parents):
         with contextlib.suppress(OSError):
             info = os.stat(path)
             found.add((info.st_dev, info.st_ino))
-        if os.path.dirname(path) == path:
-            return frozenset(found)
-        path = os.path.dirname(path)
+    return frozenset(found)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,27 +240,14 @@ class ClassFolder:
     same_label_as: Optional[str] = None  # another folder whose name reads as this label
 
 
-def class_folders(folders: list[tuple[str, str]]) -> Iterator[ClassFolder]:
-    """(name, path) of each class folder → ClassFolders, those `ambiguous_names` finds marked."""
-    ambiguous = ambiguous_names(folders)
-    return (ClassFolder(label_text(name), path, ambiguous.get(name)) for name, path in folders)
-
-
 def ambiguous_names(folders: Iterable[tuple[str, str]]) -> dict[str, str]:
     """(name, path) of folders, one per name → {name: a folder of another name} for each name
     that is not UTF-8 and reads as the label another name reads as too (`a` + byte 0xFF and a
     folder named `a\\xff`): its files are rejected, not merged into the other class."""
     folders = list(folders)
-    paths_by_label: dict[str, list[tuple[str, str]]] = {}
-    for name, path in folders:
-        paths_by_label.setdefault(label_text(name), []).append((name, path))
-    ambiguous = {}
-    for name, _ in folders:
-        label = label_text(name)
-        others = [path for other, path in paths_by_label[label] if other != name]
-        if others and label != name:
-            ambiguous[name] = others[0]
-    return ambiguous
+    by_label = split_by(folders, lambda folder: label_text(folder[0]))
+    return {name: next(path for other, path in by_label[label_text(name)] if other != name)
+            for name, _ in folders if label_text(name) != name and len(by_label[label_text(name)]) > 1}
 
 
 def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
@@ -311,28 +277,24 @@ def list_local_root(root: str,
     folders, above = [], folders_holding(root)
     for entry in entries:
         try:
-            is_dir = entry.is_dir(follow_symlinks=True)
-            info = entry.stat(follow_symlinks=True) if is_dir else None
-        except OSError as exc:  # a symlink loop (ELOOP) or an unreadable target
+            info = os.stat(entry.path)  # follows symlinks
+        except OSError as exc:  # a broken symlink, a symlink loop (ELOOP), an unreadable target
             yield reject(entry.path, UnreadableFile(_unreadable(entry, exc)))
             continue
-        if info is not None and (info.st_dev, info.st_ino) in above:  # `IN/all -> .`: every class again
-            yield reject(entry.path, SkippedFile(LOOP))
-            continue
-        if is_dir and output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
-            continue
-        dataset = imgrec_dataset(entry.path) if is_dir else None
-        if dataset and not dataset.holds_inputs(entry.path):
-            continue
-        if is_dir and not folder_skip_reason(entry.name):
-            folders.append((entry.name, entry.path))
-        elif is_dir:
-            yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
-        elif entry.is_symlink() and not os.path.exists(entry.path):
-            yield reject(entry.path, UnreadableFile(broken_symlink(entry.path)))
-        else:
+        if not stat.S_ISDIR(info.st_mode):
             yield reject(entry.path, SkippedFile("not inside a class folder"))
-    yield from class_folders(folders)
+        elif (info.st_dev, info.st_ino) in above:  # `IN/all -> .`: every class again
+            yield reject(entry.path, SkippedFile(LOOP))
+        elif output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
+            continue
+        elif (dataset := imgrec_dataset(entry.path)) and not dataset.holds_inputs(entry.path):
+            continue
+        elif folder_skip_reason(entry.name):
+            yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
+        else:
+            folders.append((entry.name, entry.path))
+    ambiguous = ambiguous_names(folders)
+    yield from (ClassFolder(label_text(name), path, ambiguous.get(name)) for name, path in folders)
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,11 +309,17 @@ def classify_remote(root: str, path: str, extensions: tuple[str, ...]) -> Option
     segments = relative.split("/")
     if len(segments) == 1:
         return reject(path, SkippedFile("not inside a class folder"))
-    skipped = skipped_folder(segments[:-1])
+    return classify_file(path, segments[:-1], extensions, label_text(segments[0]))
+
+
+def classify_file(path: str, folders: Iterable[str], extensions: tuple[str, ...], label: str) -> Found:
+    """A file inside `folders` (those below the input's root) as a candidate or a rejection: no
+    input if it is inside a hidden or `__MACOSX` one (the first such is named)."""
+    skipped = next((folder for folder in folders if folder_skip_reason(folder)), None)
     if skipped:
-        return reject(path, skipped)
-    reason = skip_reason(segments[-1], extensions)
-    return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_text(segments[0]))
+        return reject(path, SkippedFile(f"inside {folder_skip_reason(skipped)} {skipped}"))
+    reason = skip_reason(posixpath.basename(path), extensions)
+    return reject(path, SkippedFile(reason)) if reason else Candidate(path, label)
 
 
 def list_root(root: str, extensions: tuple[str, ...], output: Optional[OutputFolder]):
@@ -421,8 +389,7 @@ def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) 
     """One file's manifest lines → one candidate, or a ConflictingLabels rejection per line when
     they disagree on the label; repeats with the same label are reported, not written twice."""
     listings = sorted(listings, key=lambda listing: listing[1])
-    labels = sorted({label for label, _, _ in listings})
-    if len(labels) > 1:
+    if len({label for label, _, _ in listings}) > 1:
         where = ", ".join(f"line {n}: {excerpt(label)}" for label, n, _ in listings[:LISTINGS_QUOTED])
         if len(listings) > LISTINGS_QUOTED:  # one message per listing: quoting all would grow as n²
             where += f" and {len(listings) - LISTINGS_QUOTED} more lines"
@@ -444,10 +411,8 @@ def read_manifest(manifest: str, layout: ManifestLayout):
 def resolve_bucket(element: tuple[int, Batch]):
     """One bucket's manifest rows → batches of candidates (`resolve_listings` per file)."""
     _, rows = element
-    found = []
-    for canonical, listings in split_by(rows, lambda row: row[0]).items():
-        found.extend(resolve_listings(canonical, [listing for _, listing in listings]))
-    yield from batched(found)
+    yield from batched(found for canonical, listings in split_by(rows, lambda row: row[0]).items()
+                       for found in resolve_listings(canonical, [listing for _, listing in listings]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,8 +424,7 @@ def pass_over_own(batch: Batch, output: OutputFolder, listed: bool):
     manifest line is a record or a row."""
     kept = []
     for candidate in batch:
-        local = local_path(candidate.path)
-        if not output.owns(os.path.realpath(local) if local is not None else candidate.path):
+        if not output.owns(canonical_path(candidate.path)):
             kept.append(candidate)
         elif listed:
             yield reject(candidate.path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))
@@ -531,11 +495,7 @@ def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Fo
     hidden or `__MACOSX` folder the wildcards went into holds no inputs (Python's glob does not
     go into dot folders at all); one the pattern names itself (`~/.datasets/*/*.jpg`) is fine."""
     below = path[len(root):] if path.startswith(root) else posixpath.basename(path)
-    skipped = skipped_folder(posixpath.dirname(below).split("/"))
-    if skipped:
-        return reject(path, skipped)
-    reason = skip_reason(posixpath.basename(path), extensions)
-    return reject(path, SkippedFile(reason)) if reason else Candidate(path, label_from_parent(path))
+    return classify_file(path, posixpath.dirname(below).split("/"), extensions, label_from_parent(path))
 
 
 def glob_candidates(pattern: str, extensions: tuple[str, ...]):

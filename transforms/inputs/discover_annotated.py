@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional
 
 import apache_beam as beam
 import ijson
@@ -23,18 +23,17 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import files
 from transforms.batches import BATCH
-from transforms.inputs.annotations import AnnotatedImage, AnnotationFileProblem, ImageListedTwice
+from transforms.inputs.annotations import AnnotatedImage, AnnotationFileProblem
 from transforms.inputs.coco import (
     AnnotationFileError,
     CocoAnnotation,
     CocoImage,
     coco_category,
-    coco_image_group,
     coco_label_map,
     coco_rows,
-    not_json,
-    one_listing_per_file,
-    orphans,
+    file_listings,
+    image_of_id,
+    open_coco,
 )
 from transforms.inputs.discover import REJECTED
 from transforms.inputs.voc import (
@@ -59,14 +58,9 @@ def coco_categories(path: str, class_names: Optional[tuple[str, ...]] = None) ->
     """The COCO file's label map {name: category id}, read by the driver (only `categories` is
     built; the rest of the file is parsed past). `class_names` keeps those classes, with their
     ids; a name the file lacks is an AnnotationFileError."""
-    try:
-        with files.open_read(path) as handle:
-            categories = [coco_category(element, index)
-                          for index, element in enumerate(ijson.items(handle, "categories.item"))]
-    except ijson.JSONError as exc:
-        raise not_json(path, exc) from None
-    except OSError as exc:
-        raise AnnotationFileError(f"cannot read {path}: {exc}") from None
+    with open_coco(path) as handle:
+        elements = ijson.items(handle, "categories.item")
+        categories = [coco_category(element, index) for index, element in enumerate(elements)]
     label_map = coco_label_map(categories)
     if not class_names:
         return label_map
@@ -77,42 +71,24 @@ def coco_categories(path: str, class_names: Optional[tuple[str, ...]] = None) ->
     return {name: label_map[name] for name in class_names}
 
 
-def voc_labels(names: Iterable[str], class_names: Optional[Sequence[str]]) -> dict[str, int]:
-    """VOC's label map: `class_names` in their order, else the names found, both as ids 1..N."""
-    return {name: i for i, name in enumerate(class_names, start=1)} if class_names else voc_label_map(names)
-
-
-class _ReadCoco(beam.DoFn):
+def read_coco(path: str, images_root: Optional[str], with_masks: bool):
     """The file → annotations keyed by image id (main), images keyed by file ("images"), and the
     rejections of entries that are neither."""
-
-    def __init__(self, images_root: Optional[str], with_masks: bool):
-        self._images_root, self._with_masks = images_root, with_masks
-
-    def process(self, path: str):
-        for row in coco_rows(path, self._images_root, self._with_masks):
-            if isinstance(row, CocoAnnotation):
-                yield row.image_id, row
-            elif isinstance(row, CocoImage):
-                yield beam.pvalue.TaggedOutput("images", (row.path, row))
-            elif isinstance(row, Rejection):
-                yield beam.pvalue.TaggedOutput(REJECTED, row)
-            # categories: read by the driver (coco_categories)
+    for row in coco_rows(path, images_root, with_masks):
+        if isinstance(row, CocoAnnotation):
+            yield row.image_id, row
+        elif isinstance(row, CocoImage):
+            yield beam.pvalue.TaggedOutput("images", (row.path, row))
+        elif isinstance(row, Rejection):
+            yield beam.pvalue.TaggedOutput(REJECTED, row)
+        # categories: read by the driver (coco_categories)
 
 
 def one_file(element: tuple[str, Iterable[CocoImage]]):
-    """One file's listings → (image id, ("image", listing)), or ("refused", listing) per listing
-    of a file listed twice, and their rejections."""
-    _, listings = element
-    listings = list(listings)
-    image, refused = one_listing_per_file(listings)
-    if image is not None:
-        yield image.id, ("image", image)
-        return
-    for rejection in refused:
-        yield beam.pvalue.TaggedOutput(REJECTED, rejection)
-    for listing in listings:
-        yield listing.id, ("refused", listing)
+    """One file's listings keyed by image id (`file_listings`), and their rejections."""
+    keyed, refused = file_listings(element[1])
+    yield from _tagged(refused)
+    yield from keyed
 
 
 def category_names(label_map: Mapping[str, int]) -> dict[int, str]:
@@ -122,17 +98,14 @@ def category_names(label_map: Mapping[str, int]) -> dict[int, str]:
 
 
 def coco_image(element: tuple[int, dict], names: Mapping[int, str], keep_empty: bool):
-    """One image id's listings and annotations → a Candidate and the rejections (coco_image_group);
-    the annotations of an id whose file was refused are dropped as such. `names`: category_names."""
+    """One image id's listings and annotations → a Candidate and the rejections (`image_of_id`).
+    `names`: category_names."""
     _, grouped = element
-    listings = [listing for kind, listing in grouped["listings"] if kind == "image"]
-    annotations = list(grouped["annotations"])
-    if any(kind == "refused" for kind, _ in grouped["listings"]):
-        yield from _tagged(orphans(annotations, ImageListedTwice, "whose file is listed twice"))
-        annotations = []
-        if not listings:
-            return
-    image, rejections = coco_image_group(listings, annotations, names, keep_empty)
+    yield from _found(*image_of_id(grouped["listings"], grouped["annotations"], names, keep_empty))
+
+
+def _found(image: Optional[AnnotatedImage], rejections: Iterable[Rejection]):
+    """An image with its objects, if it is kept, as a Candidate (label text ""), and its rejections."""
     yield from _tagged(rejections)
     if image is not None:
         yield Candidate(image.path, "", image)
@@ -177,10 +150,7 @@ def one_xml_per_image(element: tuple[str, Iterable[tuple[AnnotatedImage, list[st
 
 
 def voc_image(parsed: tuple[AnnotatedImage, list[str]], label_map: dict[str, int], keep_empty: bool):
-    image, rejections = labelled_voc_image(parsed[0], label_map, keep_empty)
-    yield from _tagged(rejections)
-    if image is not None:
-        yield Candidate(image.path, "", image)
+    yield from _found(*labelled_voc_image(parsed[0], label_map, keep_empty))
 
 
 class DiscoverAnnotated(beam.PTransform):
@@ -199,7 +169,7 @@ class DiscoverAnnotated(beam.PTransform):
             label_map = pbegin | "Categories" >> beam.Create([categories])
             rows = (pbegin
                     | "AnnotationFile" >> beam.Create([spec.path])
-                    | "ReadCoco" >> beam.ParDo(_ReadCoco(spec.images_root, self._with_masks)).with_outputs(
+                    | "ReadCoco" >> beam.FlatMap(read_coco, spec.images_root, self._with_masks).with_outputs(
                         REJECTED, "images", main="annotations"))
             listings = (rows.images
                         | "ByFile" >> beam.GroupByKey()
@@ -218,7 +188,7 @@ class DiscoverAnnotated(beam.PTransform):
             label_map = (parsed.parsed
                          | "ClassNames" >> beam.Map(lambda found: found[1])
                          | "DistinctNames" >> beam.CombineGlobally(distinct)
-                         | "VocLabelMap" >> beam.Map(voc_labels, spec.class_names))
+                         | "VocLabelMap" >> beam.Map(voc_label_map, spec.class_names))
             listed = (parsed.parsed
                       | "ByImageFile" >> beam.Map(lambda found: (found[0].path, found))
                       | "ImageFiles" >> beam.GroupByKey()

@@ -16,7 +16,7 @@ import json
 import os
 import posixpath
 import stat
-from typing import BinaryIO, Iterator, Optional, Sequence, Union
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence, Union
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -74,11 +74,6 @@ def csv_row(line: str) -> list[str]:
         raise BadManifestLine(f"unparseable CSV line {excerpt(line)}: {reason}") from None
 
 
-def _looks_like_data(cells: Sequence[str], extensions: tuple[str, ...]) -> bool:
-    """A first line naming an image file is data (a bad line, if it is not `path,label`)."""
-    return bool(cells) and cells[0].lower().endswith(extensions)
-
-
 def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
                extensions: tuple[str, ...]) -> ManifestLayout:
     """The CSV layout from its first non-blank line: a recognised header, or none (path,label)."""
@@ -102,7 +97,7 @@ def csv_layout(first_line: Optional[str], columns: Optional[tuple[str, str]],
     label = next((i for i in (_column(named, name, first_line) for name in LABEL_COLUMNS) if i is not None), None)
     if path is not None and label is not None:
         return ManifestLayout("csv", path, label, header=cells)
-    if not cells or _looks_like_data(cells, extensions):
+    if not cells or cells[0].endswith(extensions):  # a first line naming an image file is data
         return ManifestLayout("csv", 0, 1)
     raise unrecognised_header(first_line)
 
@@ -148,14 +143,28 @@ def jsonl_layout(first_line: Optional[str], columns: Optional[tuple[str, str]] =
     if columns:
         check_columns(columns)
         return ManifestLayout("jsonl", columns[0], columns[1])
+    keys = first_line_names(first_line, "jsonl")
+    return ManifestLayout("jsonl", preferred_name(keys, PATH_COLUMNS) or PATH_COLUMNS[0],
+                          preferred_name(keys, LABEL_COLUMNS) or LABEL_COLUMNS[0])
+
+
+def first_line_names(first_line: Optional[str], kind: str) -> tuple[str, ...]:
+    """The column names (CSV) or keys (JSONL) a manifest's first line gives; none if it cannot
+    be read (a JSONL line that is not JSON is then reported as a bad line, as any other)."""
+    if not first_line:
+        return ()
     try:
-        row = json.loads(first_line.lstrip("\ufeff"), object_pairs_hook=_JsonObject.from_pairs) if first_line else None
-    except (ValueError, RecursionError):  # that line is a bad line, reported as any other
-        row = None
-    keys = row.given if isinstance(row, _JsonObject) else ()
-    path = next((key for name in PATH_COLUMNS for key in keys if same_name(key, name)), PATH_COLUMNS[0])
-    label = next((key for name in LABEL_COLUMNS for key in keys if same_name(key, name)), LABEL_COLUMNS[0])
-    return ManifestLayout("jsonl", path, label)
+        if kind == "csv":
+            return tuple(_cells(first_line.lstrip("\ufeff")))
+        row = _json_row(first_line.lstrip("\ufeff"))
+    except (csv.Error, BadManifestLine):
+        return ()
+    return row.given if isinstance(row, _JsonObject) else ()
+
+
+def preferred_name(names: Sequence[str], preferences: Sequence[str]) -> Optional[str]:
+    """The first of `names` to match the earliest of `preferences` (`same_name`), or None."""
+    return next((name for preferred in preferences for name in names if same_name(name, preferred)), None)
 
 
 def open_manifest(path: str) -> BinaryIO:
@@ -259,6 +268,13 @@ def _pick(row: _JsonObject, key: str) -> object:
     return row[found[0]] if found else None
 
 
+def _json_row(line: str) -> object:
+    try:
+        return json.loads(line, object_pairs_hook=_JsonObject.from_pairs)
+    except (ValueError, RecursionError) as exc:  # also integers over 4300 digits, nesting too deep
+        raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
+
+
 def _is_label(value: object) -> bool:
     """A JSON label is text (not blank) or an integer id; a bool, list, object or float would
     become a made-up class ('True', "['dog']")."""
@@ -276,56 +292,45 @@ def parse_manifest_line(line: str, layout: ManifestLayout, manifest: str) -> Can
 def _single_label_line(line: str, layout: ManifestLayout, manifest: str) -> Candidate:
     if layout.kind == "csv":
         row = csv_row(line)
-        if _names_columns(row, layout):
+        path, label = (row[i].strip() if i < len(row) else "" for i in (layout.path, layout.label))
+        # Both naming columns (this manifest's, or any of the usual names, in either place): a
+        # header, as when manifests are joined with `cat` (`label,path` under `path,label` too).
+        if {path.lower(), label.lower()} <= {*PATH_COLUMNS, *LABEL_COLUMNS, *layout.header} - {""}:
             raise BadManifestLine(f"a header line, {excerpt(line)} (manifests joined with their headers?)")
         width = len(layout.header) or 2
         if any(cell.strip() for cell in row[width:]):  # an unquoted comma: the cells after it moved
             raise BadManifestLine(f"{len(row)} cells where the {'header names' if layout.header else 'layout has'} "
                                   f"{width} (quote a path or label that holds a comma): {excerpt(line)}")
-        wanted = max(layout.path, layout.label) + 1
-        path = row[layout.path].strip() if len(row) >= wanted else ""
-        label = row[layout.label].strip() if len(row) >= wanted else ""
         if not path or not label:
             raise BadManifestLine(f"expected a path and a label, got {excerpt(line)}")
         return listed_candidate(path, label, manifest)
-    try:
-        row = json.loads(line, object_pairs_hook=_JsonObject.from_pairs)
-    except (ValueError, RecursionError) as exc:  # also integers over 4300 digits, nesting too deep
-        raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
-    if not isinstance(row, dict):
-        raise BadManifestLine(f"expected a JSON object, got {excerpt(line)}")
-    path, label = _pick(row, layout.path), _pick(row, layout.label)
-    if not isinstance(path, str) or not path or not _is_label(label):
-        raise BadManifestLine(f"expected {{{json.dumps(layout.path)}: text, {json.dumps(layout.label)}: text or "
-                              f"integer}}, got {excerpt(line)}")
+    path, label = _json_fields(line, layout, _is_label, "text or integer")
     return listed_candidate(path, str(label).strip(), manifest)
 
 
-def _names_columns(row: list[str], layout: ManifestLayout) -> bool:
-    """Whether a CSV data line is a header: its path and label cells both name columns (this
-    manifest's, or any of the usual names, in either place), as when manifests are joined with
-    `cat`: `label,path` under `path,label` too."""
-    names = {*PATH_COLUMNS, *LABEL_COLUMNS, *layout.header} - {""}
-    cells = [row[i].strip().lower() if i < len(row) else "" for i in (layout.path, layout.label)]
-    return all(cell in names for cell in cells)
+def _json_fields(line: str, layout: ManifestLayout, valid: Callable[[object], bool], what: str) -> tuple[str, object]:
+    """A JSONL line's path and label value, refused unless the path is text and `valid` takes the
+    value (`what` says what it must be)."""
+    row = _json_row(line)
+    if not isinstance(row, dict):
+        raise BadManifestLine(f"expected a JSON object, got {excerpt(line)}")
+    path, value = _pick(row, layout.path), _pick(row, layout.label)
+    if not isinstance(path, str) or not path or not valid(value):
+        raise BadManifestLine(f"expected {{{json.dumps(layout.path)}: text, {json.dumps(layout.label)}: {what}}}, "
+                              f"got {excerpt(line)}")
+    return path, value
 
 
 def listed_candidate(path: str, label: str, manifest: str) -> Candidate:
     if "\0" in path:  # no file system has such a name, and os calls refuse it (ValueError)
         raise BadManifestLine(f"the path holds a NUL character: {excerpt(path)}")
-    # JSON's \ud800 escapes decode to lone surrogates, which are no text: no label, no file name.
-    if not _encodes(label, "strict") or not _encodes(path, "surrogateescape"):
-        raise BadManifestLine(f"a lone surrogate escape (not text) in {excerpt(path)}, label {excerpt(label)}")
-    return Candidate(resolve_path(path, manifest), label)
-
-
-def _encodes(text: str, errors: str) -> bool:
-    try:
-        text.encode("utf-8", errors)
+    try:  # JSON's \ud800 escapes decode to lone surrogates, which are no text: no label, no file name.
+        label.encode("utf-8")
+        path.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        return False
-    return True
-
+        raise BadManifestLine(f"a lone surrogate escape (not text) in {excerpt(path)}, "
+                              f"label {excerpt(label)}") from None
+    return Candidate(resolve_path(path, manifest), label)
 
 
 def canonical_path(path: str) -> str:
@@ -345,22 +350,14 @@ def multilabel_layout(first_line: Optional[str], kind: str,
     """The path column as in single-label manifests, the labels column the first of
     MULTI_LABEL_COLUMNS the header (CSV) or first line (JSONL) names; or `columns`
     (--manifest_columns), as in single-label manifests."""
-    if columns:
-        return csv_layout(first_line, columns, ()) if kind == "csv" else jsonl_layout(first_line, columns)
-    try:
-        if kind == "csv":
-            names = _cells(first_line.lstrip("\ufeff")) if first_line else []
-        else:
-            row = json.loads(first_line.lstrip("\ufeff"), object_pairs_hook=_JsonObject.from_pairs) if first_line else 0
-            names = list(row.given) if isinstance(row, _JsonObject) else []
-    except (csv.Error, ValueError, RecursionError):
-        names = []
-    found = [next((name for preferred in preferences for name in names if same_name(name, preferred)), None)
-             for preferences in (PATH_COLUMNS, MULTI_LABEL_COLUMNS)]
-    if None in found:
-        raise ManifestError(f"multi-label manifest's first line {excerpt(first_line or '')} names no path column "
-                            f"({', '.join(PATH_COLUMNS)}) and labels column ({', '.join(MULTI_LABEL_COLUMNS)})")
-    columns = (found[0], found[1])
+    if not columns:
+        names = first_line_names(first_line, kind)
+        path, labels = preferred_name(names, PATH_COLUMNS), preferred_name(names, MULTI_LABEL_COLUMNS)
+        if path is None or labels is None:
+            raise ManifestError(f"multi-label manifest's first line {excerpt(first_line or '')} names no path "
+                                f"column ({', '.join(PATH_COLUMNS)}) and labels column "
+                                f"({', '.join(MULTI_LABEL_COLUMNS)})")
+        columns = (path, labels)
     return csv_layout(first_line, columns, ()) if kind == "csv" else jsonl_layout(first_line, columns)
 
 
@@ -374,17 +371,14 @@ def parse_labels_line(line: str, layout: ManifestLayout, manifest: str) -> tuple
             raise BadManifestLine(f"the labels cell names no label (a JSONL line's [] is an image with none): "
                                   f"{excerpt(line)}")
         return found
-    try:
-        row = json.loads(line, object_pairs_hook=_JsonObject.from_pairs)
-    except (ValueError, RecursionError) as exc:
-        raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
-    path, given = (_pick(row, layout.path), _pick(row, layout.label)) if isinstance(row, dict) else (None, None)
-    if not isinstance(path, str) or not path or not isinstance(given, list) or not all(map(_is_label, given)):
-        raise BadManifestLine(f"expected {{{json.dumps(layout.path)}: text, {json.dumps(layout.label)}: [text or "
-                              f"integer, ...]}}, got {excerpt(line)}")
+    path, given = _json_fields(line, layout, _are_labels, "[text or integer, ...]")
     if any(LABEL_SEPARATOR in str(label) for label in given):
         raise BadManifestLine(f"a label holds {LABEL_SEPARATOR!r}, which joins labels: {excerpt(line)}")
     return _with_labels(listed_candidate(path, LABEL_SEPARATOR.join(map(str, given)), manifest))
+
+
+def _are_labels(value: object) -> bool:
+    return isinstance(value, list) and all(map(_is_label, value))
 
 
 def _with_labels(candidate: Candidate) -> tuple[Candidate, tuple[str, ...]]:

@@ -20,16 +20,11 @@ def describe_source(candidate: Candidate, data: bytes, spec: ImageSpec) -> Sourc
                        candidate.annotations)
 
 
-def read_and_check(candidate: Candidate, spec: ImageSpec, max_file_bytes: int) -> SourceImage:
-    return describe_source(candidate, read_input(candidate.path, max_file_bytes), spec)
-
-
-def read_batch(batch: Batch, spec: ImageSpec,
-               max_file_bytes: int) -> tuple[Batch, tuple[Rejection, ...]]:
+def read_batch(batch: Batch, spec: ImageSpec, max_file_bytes: int) -> tuple[Batch, tuple[Rejection, ...]]:
     images, rejections = [], []
     for candidate in batch:
         try:
-            images.append(read_and_check(candidate, spec, max_file_bytes))
+            images.append(describe_source(candidate, read_input(candidate.path, max_file_bytes), spec))
         except InputRejected as exc:
             rejections.append(Rejection.from_exception(candidate.path, exc))
     return Batch(images), tuple(rejections)

@@ -35,10 +35,10 @@ ANNOTATIONS, IMAGES = "Annotations", "JPEGImages"
 MAX_XML_BYTES = 16 * 2**20  # a VOC file with hundreds of objects is tens of kB
 
 
-def voc_label_map(names: Iterable[str]) -> dict[str, int]:
-    """Class names → 1..N in sorted order (0 is the background class of TF's detectors), the ids
-    of the OD API's pascal_label_map.pbtxt for the 20 VOC classes."""
-    return {name: i for i, name in enumerate(sorted(set(names)), start=1)}
+def voc_label_map(names: Iterable[str], class_names: Optional[Sequence[str]] = None) -> dict[str, int]:
+    """`class_names` in their order, else the class names found, sorted, as ids 1..N (0 is the
+    background class of TF's detectors): the OD API's pascal_label_map.pbtxt's for the 20 VOC classes."""
+    return {name: i for i, name in enumerate(class_names or sorted(set(names)), start=1)}
 
 
 def _text(element: ElementTree.Element, path: str) -> str:
