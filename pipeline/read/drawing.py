@@ -5,7 +5,7 @@ the verification in pipeline/read/verify.py.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 import cv2
 import numpy as np
@@ -82,15 +82,11 @@ def draw_contact_sheet(sections: Sequence[tuple[str, Sequence[np.ndarray], Seque
     widest = max([len(images) for _, images, _ in sections] + [1])
     columns = max(1, min(columns, widest))
     width = 2 * margin + columns * tile + (columns - 1) * gap
-    heights = []
-    for _, images, _ in sections:
-        rows = max(1, -(-len(images) // columns))
-        heights.append(header + rows * (tile + caption) + (rows - 1) * gap + gap)
+    rows = [max(1, -(-len(images) // columns)) for _, images, _ in sections]
+    heights = [header + n * (tile + caption) + (n - 1) * gap + gap for n in rows]
     canvas = np.full((margin + sum(heights) + margin, width, 3), _BACKGROUND, np.uint8)
     top = margin
     for (title, images, captions), block_height in zip(sections, heights):
-        if len(captions) != len(images):
-            raise ValueError(f"section {title!r}: {len(images)} images but {len(captions)} captions")
         _put_text(canvas, _fit_text(title, width - 2 * margin, 0.7, 2), margin, top + 22, 0.7, thickness=2)
         if not images:
             _put_text(canvas, "(no images)", margin, top + header + 20, 0.5, _MUTED)
@@ -114,17 +110,14 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, color: tuple[int, int, int]
     return canvas
 
 
-def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Optional[Sequence[str]] = None,
-                   bar_height: int = 18, bar_width: int = 220,
-                   title: str = "examples per class") -> np.ndarray:
+def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Sequence[str], bar_height: int = 18,
+                   bar_width: int = 220, title: str = "examples per class") -> np.ndarray:
     """Horizontal bars, one panel per split ({split: {class: count}}), one row per class.
 
     Each panel is scaled to its own largest class: splits differ in size by design, and the
     point is to see imbalance between classes within a split. Returns RGB uint8.
     """
     splits = list(counts)
-    if classes is None:
-        classes = sorted({name for per_class in counts.values() for name in per_class})
     margin, gap, header, row = 10, 16, 26, bar_height + 6
     scale = 0.45
     label_width = min(220, max([_text_width(_ascii(c), scale) for c in classes] + [40])) + 8
