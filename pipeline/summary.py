@@ -17,11 +17,10 @@ MAX_CLASSES_NAMED = 10  # in the warning about classes without examples
 def format_header(spec: ConversionSpec, runner: str, config: Optional[str]) -> str:
     image = spec.image
     pixels = "uint8" if image.normalize == "none" else f"float32 ({image.normalize})"
-    size = f"{image.height}x{image.width} {image.resize_mode} ({image.interpolation})" if image.resizes else \
-        "original size (resize_mode none)"
-    return (f"imgrec: {spec.input.path} -> {spec.output.path}\n"
-            f"  {size}, "
-            f"{image.encoding} {pixels}, runner {runner}" + (f", config {config}" if config else ""))
+    size = (f"{image.height}x{image.width} {image.resize_mode} ({image.interpolation})" if image.resizes
+            else "original size (resize_mode none)")
+    return (f"imgrec: {spec.input.path} -> {spec.output.path}\n  {size}, {image.encoding} {pixels}, runner {runner}"
+            + (f", config {config}" if config else ""))
 
 
 def _class_cells(label_counts: dict, classes: list[str]) -> list[str]:

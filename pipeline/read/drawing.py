@@ -66,8 +66,7 @@ def _fit_tile(image: np.ndarray, tile: int) -> np.ndarray:
     height, width = image.shape[:2]
     scale = tile / max(height, width, 1)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
-    resized = cv2.resize(image, size, interpolation=interpolation)
+    resized = cv2.resize(image, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
     out = np.full((tile, tile, 3), _TILE_BACKGROUND, np.uint8)
     top, left = (tile - size[1]) // 2, (tile - size[0]) // 2
     out[top:top + size[1], left:left + size[0]] = resized
@@ -142,7 +141,7 @@ def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Sequence[st
         for i, name in enumerate(classes):
             n = per_class.get(name, 0)
             y = top + i * row
-            length = round(bar_width * n / largest) if n else 0
+            length = round(bar_width * n / largest)
             if length:
                 cv2.rectangle(canvas, (left + 1, y), (left + max(length, 2), y + bar_height), color, cv2.FILLED)
             _put_text(canvas, str(n), left + max(length, 1) + 5, y + bar_height // 2 + 5, scale,

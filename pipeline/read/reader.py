@@ -241,9 +241,9 @@ def image_decoder(encoding: str, pixel_dtype: tf.DType, shape: Shape) -> ImageDe
 
 def _parsed_feature(key: str, described: Mapping) -> Union[tf.io.FixedLenFeature, tf.io.VarLenFeature]:
     """One value per record, or a list per record (`kind: var_len`: a detection record's objects)."""
-    if described.get("dtype") not in _FEATURE_DTYPES:
+    dtype = _FEATURE_DTYPES.get(described.get("dtype"))
+    if dtype is None:
         raise UnsupportedDataset(f"feature {key!r} has unsupported dtype {described.get('dtype')!r}")
-    dtype = _FEATURE_DTYPES[described["dtype"]]
     return tf.io.VarLenFeature(dtype) if described.get("kind") == "var_len" else tf.io.FixedLenFeature([], dtype)
 
 
@@ -339,15 +339,17 @@ def _checked(path: tf.Tensor, published: PublishedRun) -> tf.data.Dataset:
         lambda p: tf.ensure_shape(tf.numpy_function(check, [p], tf.string, stateful=True), []))
 
 
-def _checked_shard(compression_type: str, published: Optional[PublishedRun],
-                   counted: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
-    """(shard path, records it holds) → its records. When `counted`, a shard with more or fewer
-    records (cut at a record boundary, swapped) fails the iteration (`FailedPreconditionError:
-    Input dataset was expected to contain N elements`). With `published`, it is checked against
-    metadata.json just before it is opened (so a replacement is normally caught before any of
-    its records is read) and again after its last record (closing the gap between that check and
-    the open, and covering filesystems such as GCS, where an open file does not keep its old
-    content)."""
+def _read_checked(shards: tf.data.Dataset, compression_type: str, published: Optional[PublishedRun],
+                  counted: bool, num_parallel_reads: Optional[int]) -> tf.data.Dataset:
+    """Records of the (path, length) shards, in exactly the order `tf.data.TFRecordDataset(paths,
+    num_parallel_reads=...)` gives them (it interleaves the same way). When `counted`, a shard with
+    more or fewer records (cut at a record boundary, swapped) fails the iteration
+    (`FailedPreconditionError: Input dataset was expected to contain N elements`). With
+    `published`, each shard is checked against metadata.json just before it is opened (so a
+    replacement is normally caught before any of its records is read) and again after its last
+    record (closing the gap between that check and the open, and covering filesystems such as GCS,
+    where an open file does not keep its old content): one check per shard at each end, not one
+    per record."""
     def records(path: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
         found = tf.data.TFRecordDataset(path, compression_type=compression_type)
         return found.apply(tf.data.experimental.assert_cardinality(length)) if counted else found
@@ -357,15 +359,7 @@ def _checked_shard(compression_type: str, published: Optional[PublishedRun],
             return records(path, length)
         opened = _checked(path, published).flat_map(lambda p: records(p, length))
         return opened.concatenate(_checked(path, published).filter(lambda _: tf.constant(False)))
-    return read
 
-
-def _read_checked(shards: tf.data.Dataset, compression_type: str, published: Optional[PublishedRun],
-                  counted: bool, num_parallel_reads: Optional[int]) -> tf.data.Dataset:
-    """Records of the (path, length) shards, in exactly the order `tf.data.TFRecordDataset(paths,
-    num_parallel_reads=...)` gives them (it interleaves the same way), with one check per shard at
-    each end, not one per record."""
-    read = _checked_shard(compression_type, published, counted)
     if num_parallel_reads is None:
         return shards.flat_map(read)
     if num_parallel_reads == tf.data.AUTOTUNE:

@@ -196,10 +196,9 @@ def _clean(message: str) -> str:
 
 def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> ShardScan:
     """Reads, CRC-checks, parses and decodes every record of one shard."""
-    scan = ShardScan(path)
     if not tf.io.gfile.exists(path):
-        scan.error = "missing: listed in metadata.json but not found"
-        return scan
+        return ShardScan(path, error="missing: listed in metadata.json but not found")
+    scan = ShardScan(path)
     records = tf.data.TFRecordDataset(path, compression_type=tf_compression_type(compression))
     batches = records.map(_scan_fn(layout), num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(_SCAN_BATCH)
     try:
@@ -446,11 +445,12 @@ def accounting_checks(metadata: DatasetMetadata, dead_letters: DeadLetterCounts)
 # Samples and pictures (I/O)
 
 
-def read_samples(files: Sequence[str], metadata: DatasetMetadata, count: int) -> tuple[list[np.ndarray], list[str]]:
-    """Up to `count` display-ready images and label texts from the start of the given shards."""
+def read_samples(files: Sequence[str], metadata: DatasetMetadata, layout: reader.RecordLayout,
+                 count: int) -> tuple[list[np.ndarray], list[str]]:
+    """Up to `count` display-ready images and label texts from the start of the given shards
+    (`layout`: with metadata, for the label texts)."""
     if count <= 0 or not files:
         return [], []
-    layout = reader.layout_from_metadata(metadata, with_metadata=True)
     dataset = reader.build_dataset(files, layout, compression=metadata.compression,
                                    batch_size=None, with_metadata=True, num_parallel_reads=1).take(count)
     image_config = metadata.config.get("image") or {}
@@ -517,7 +517,7 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         checks.extend(split_result)
         counts[name] = _named_counts(sum((scan.labels for scan in scans), collections.Counter()), label_map)
         good = [path for path, scan in zip(paths, scans) if not scan.error]
-        images, captions = read_samples(good, metadata, samples)
+        images, captions = read_samples(good, metadata, layout, samples)
         sections.append((f"{name}: {len(images)} of {info.num_examples} examples", images, captions))
     extra = unlisted_shards(output, metadata)
     if extra:
