@@ -116,13 +116,12 @@ def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Sequence[st
     Each panel is scaled to its own largest class: splits differ in size by design, and the
     point is to see imbalance between classes within a split. Returns RGB uint8.
     """
-    splits = list(counts)
     margin, gap, header, row = 10, 16, 26, bar_height + 6
     scale = 0.45
     label_width = min(220, max([_text_width(_ascii(c), scale) for c in classes] + [40])) + 8
     number_width = _text_width("0000000", scale)
     panel_width = bar_width + number_width
-    width = 2 * margin + label_width + max(1, len(splits)) * (panel_width + gap)
+    width = 2 * margin + label_width + max(1, len(counts)) * (panel_width + gap)
     top = margin + 34 + header
     height = top + max(1, len(classes)) * row + margin
     canvas = np.full((height, width, 3), _BACKGROUND, np.uint8)
@@ -130,16 +129,14 @@ def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Sequence[st
     for i, name in enumerate(classes):
         baseline = top + i * row + bar_height // 2 + 5
         _put_text(canvas, _fit_text(name, label_width - 8, scale), margin, baseline, scale)
-    for s, split in enumerate(splits):
-        per_class = counts[split]
+    for s, (split, per_class) in enumerate(counts.items()):
+        values = [per_class.get(c, 0) for c in classes]
         color = _SPLIT_COLORS[s % len(_SPLIT_COLORS)]
         left = margin + label_width + s * (panel_width + gap)
-        total = sum(per_class.get(c, 0) for c in classes)
-        _put_text(canvas, _fit_text(f"{split} ({total})", panel_width, 0.55, 1), left, top - 10, 0.55, color, 1)
+        _put_text(canvas, _fit_text(f"{split} ({sum(values)})", panel_width, 0.55, 1), left, top - 10, 0.55, color, 1)
         cv2.line(canvas, (left, top - 4), (left, height - margin), _MUTED, 1)
-        largest = max([per_class.get(c, 0) for c in classes] + [1])
-        for i, name in enumerate(classes):
-            n = per_class.get(name, 0)
+        largest = max(values + [1])
+        for i, n in enumerate(values):
             y = top + i * row
             length = round(bar_width * n / largest)
             if length:
