@@ -17,18 +17,16 @@ MAX_CLASSES_NAMED = 10  # in the warning about classes without examples
 def format_header(spec: ConversionSpec, runner: str, config: Optional[str]) -> str:
     image = spec.image
     pixels = "uint8" if image.normalize == "none" else f"float32 ({image.normalize})"
-    size = f"{image.height}x{image.width} {image.resize_mode} ({image.interpolation})" if image.resizes else \
-        "original size (resize_mode none)"
-    return (f"imgrec: {spec.input.path} -> {spec.output.path}\n"
-            f"  {size}, "
-            f"{image.encoding} {pixels}, runner {runner}" + (f", config {config}" if config else ""))
+    size = (f"{image.height}x{image.width} {image.resize_mode} ({image.interpolation})" if image.resizes
+            else "original size (resize_mode none)")
+    return (f"imgrec: {spec.input.path} -> {spec.output.path}\n  {size}, {image.encoding} {pixels}, runner {runner}"
+            + (f", config {config}" if config else ""))
 
 
 def _class_cells(label_counts: dict, classes: list[str]) -> list[str]:
-    if len(classes) <= MAX_CLASS_COLUMNS:
-        return [str(label_counts.get(c, 0)) for c in classes]
     counts = [label_counts.get(c, 0) for c in classes]
-    return [str(sum(1 for n in counts if n)), str(min(counts)), str(max(counts))]
+    cells = counts if len(classes) <= MAX_CLASS_COLUMNS else [sum(1 for n in counts if n), min(counts), max(counts)]
+    return [str(n) for n in cells]
 
 
 def classes_without_examples(metadata: DatasetMetadata) -> list[str]:
@@ -90,9 +88,8 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
     inputs = metadata.inputs
     rows.append(["total", inputs.written, *("" for _ in class_header), "", "", inputs.errors])
     lines = [format_table(header, rows), "", inputs_line(metadata)]
-    for error, n in sorted(inputs.rejected_by_error.items()):
-        if is_error_class(error):
-            lines.append(f"  rejected {error}: {n}")
+    lines.extend(f"  rejected {error}: {n}" for error, n in sorted(inputs.rejected_by_error.items())
+                 if is_error_class(error))
     lines.extend(duplicate_lines(metadata))
     objects = metadata.objects
     if objects is not None:
@@ -102,9 +99,8 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
     if metadata.reuse:
         lines.append(f"reused: {metadata.reuse.reused} images from {metadata.reuse.source}, "
                      f"converted {metadata.reuse.converted}")
-    for name, split in metadata.splits.items():
-        if not split.num_examples:
-            lines.append(f"warning: split {name} has no examples")
+    lines.extend(f"warning: split {name} has no examples" for name, split in metadata.splits.items()
+                 if not split.num_examples)
     empty = classes_without_examples(metadata)
     if empty:
         shown = ", ".join(map(excerpt, empty[:MAX_CLASSES_NAMED])) + (", ..." if len(empty) > MAX_CLASSES_NAMED else "")

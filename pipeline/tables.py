@@ -27,11 +27,11 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[object]], indent
 
 
 def format_bytes(num_bytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if num_bytes < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if num_bytes < 1024:
             return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
         num_bytes /= 1024
-    raise AssertionError("unreachable")
+    return f"{num_bytes:.1f} GiB"
 
 
 def counted(n: int, noun: str) -> str:

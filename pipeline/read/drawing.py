@@ -5,7 +5,7 @@ the verification in pipeline/read/verify.py.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 import cv2
 import numpy as np
@@ -66,8 +66,7 @@ def _fit_tile(image: np.ndarray, tile: int) -> np.ndarray:
     height, width = image.shape[:2]
     scale = tile / max(height, width, 1)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
-    resized = cv2.resize(image, size, interpolation=interpolation)
+    resized = cv2.resize(image, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
     out = np.full((tile, tile, 3), _TILE_BACKGROUND, np.uint8)
     top, left = (tile - size[1]) // 2, (tile - size[0]) // 2
     out[top:top + size[1], left:left + size[0]] = resized
@@ -82,15 +81,11 @@ def draw_contact_sheet(sections: Sequence[tuple[str, Sequence[np.ndarray], Seque
     widest = max([len(images) for _, images, _ in sections] + [1])
     columns = max(1, min(columns, widest))
     width = 2 * margin + columns * tile + (columns - 1) * gap
-    heights = []
-    for _, images, _ in sections:
-        rows = max(1, -(-len(images) // columns))
-        heights.append(header + rows * (tile + caption) + (rows - 1) * gap + gap)
+    rows = [max(1, -(-len(images) // columns)) for _, images, _ in sections]
+    heights = [header + n * (tile + caption) + (n - 1) * gap + gap for n in rows]
     canvas = np.full((margin + sum(heights) + margin, width, 3), _BACKGROUND, np.uint8)
     top = margin
     for (title, images, captions), block_height in zip(sections, heights):
-        if len(captions) != len(images):
-            raise ValueError(f"section {title!r}: {len(images)} images but {len(captions)} captions")
         _put_text(canvas, _fit_text(title, width - 2 * margin, 0.7, 2), margin, top + 22, 0.7, thickness=2)
         if not images:
             _put_text(canvas, "(no images)", margin, top + header + 20, 0.5, _MUTED)
@@ -114,23 +109,19 @@ def draw_boxes(image: np.ndarray, boxes: np.ndarray, color: tuple[int, int, int]
     return canvas
 
 
-def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Optional[Sequence[str]] = None,
-                   bar_height: int = 18, bar_width: int = 220,
-                   title: str = "examples per class") -> np.ndarray:
+def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Sequence[str], bar_height: int = 18,
+                   bar_width: int = 220, title: str = "examples per class") -> np.ndarray:
     """Horizontal bars, one panel per split ({split: {class: count}}), one row per class.
 
     Each panel is scaled to its own largest class: splits differ in size by design, and the
     point is to see imbalance between classes within a split. Returns RGB uint8.
     """
-    splits = list(counts)
-    if classes is None:
-        classes = sorted({name for per_class in counts.values() for name in per_class})
     margin, gap, header, row = 10, 16, 26, bar_height + 6
     scale = 0.45
     label_width = min(220, max([_text_width(_ascii(c), scale) for c in classes] + [40])) + 8
     number_width = _text_width("0000000", scale)
     panel_width = bar_width + number_width
-    width = 2 * margin + label_width + max(1, len(splits)) * (panel_width + gap)
+    width = 2 * margin + label_width + max(1, len(counts)) * (panel_width + gap)
     top = margin + 34 + header
     height = top + max(1, len(classes)) * row + margin
     canvas = np.full((height, width, 3), _BACKGROUND, np.uint8)
@@ -138,18 +129,16 @@ def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Optional[Se
     for i, name in enumerate(classes):
         baseline = top + i * row + bar_height // 2 + 5
         _put_text(canvas, _fit_text(name, label_width - 8, scale), margin, baseline, scale)
-    for s, split in enumerate(splits):
-        per_class = counts[split]
+    for s, (split, per_class) in enumerate(counts.items()):
+        values = [per_class.get(c, 0) for c in classes]
         color = _SPLIT_COLORS[s % len(_SPLIT_COLORS)]
         left = margin + label_width + s * (panel_width + gap)
-        total = sum(per_class.get(c, 0) for c in classes)
-        _put_text(canvas, _fit_text(f"{split} ({total})", panel_width, 0.55, 1), left, top - 10, 0.55, color, 1)
+        _put_text(canvas, _fit_text(f"{split} ({sum(values)})", panel_width, 0.55, 1), left, top - 10, 0.55, color, 1)
         cv2.line(canvas, (left, top - 4), (left, height - margin), _MUTED, 1)
-        largest = max([per_class.get(c, 0) for c in classes] + [1])
-        for i, name in enumerate(classes):
-            n = per_class.get(name, 0)
+        largest = max(values + [1])
+        for i, n in enumerate(values):
             y = top + i * row
-            length = round(bar_width * n / largest) if n else 0
+            length = round(bar_width * n / largest)
             if length:
                 cv2.rectangle(canvas, (left + 1, y), (left + max(length, 2), y + bar_height), color, cv2.FILLED)
             _put_text(canvas, str(n), left + max(length, 1) + 5, y + bar_height // 2 + 5, scale,

@@ -182,8 +182,7 @@ class PublishedRun:
         """Raises `DatasetChanged` unless metadata.json still names this run."""
         try:
             with tf.io.gfile.GFile(metadata_path(self.output_dir), "r") as handle:
-                text = handle.read()
-            now = run_id_of(json.loads(text))
+                now = run_id_of(json.loads(handle.read()))
         except tf.errors.NotFoundError:
             raise DatasetChanged(self._replaced(f"{METADATA_FILE} of run {self.run_id} is gone")) from None
         except ValueError:  # being rewritten, or not JSON any more
@@ -218,13 +217,12 @@ def shard_for_input_pipeline(files: Sequence[str], num_shards: int, index: int, 
 # Layouts: parse spec + image decoder
 
 
-def image_decoder(encoding: str, pixel_dtype: tf.DType, shape: Sequence[Optional[int]]) -> ImageDecoder:
+def image_decoder(encoding: str, pixel_dtype: tf.DType, shape: Shape) -> ImageDecoder:
     """Encoded image bytes → an image tensor with a static, checked shape.
 
     Raw pixels are stored little-endian (transforms/write/example.py); JPEG/PNG are decoded to RGB
     with channels=3, matching how the pipeline encoded them.
     """
-    shape = tuple(None if d is None else int(d) for d in shape)
     if encoding == "raw":
         def decode(data: tf.Tensor) -> tf.Tensor:
             return tf.reshape(tf.io.decode_raw(data, pixel_dtype, little_endian=True), shape)
@@ -241,16 +239,11 @@ def image_decoder(encoding: str, pixel_dtype: tf.DType, shape: Sequence[Optional
     return decode
 
 
-def _feature_dtype(key: str, described: Mapping) -> tf.DType:
-    dtype = described.get("dtype")
-    if dtype not in _FEATURE_DTYPES:
-        raise UnsupportedDataset(f"feature {key!r} has unsupported dtype {dtype!r}")
-    return _FEATURE_DTYPES[dtype]
-
-
 def _parsed_feature(key: str, described: Mapping) -> Union[tf.io.FixedLenFeature, tf.io.VarLenFeature]:
     """One value per record, or a list per record (`kind: var_len`: a detection record's objects)."""
-    dtype = _feature_dtype(key, described)
+    dtype = _FEATURE_DTYPES.get(described.get("dtype"))
+    if dtype is None:
+        raise UnsupportedDataset(f"feature {key!r} has unsupported dtype {described.get('dtype')!r}")
     return tf.io.VarLenFeature(dtype) if described.get("kind") == "var_len" else tf.io.FixedLenFeature([], dtype)
 
 
@@ -287,8 +280,7 @@ def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False)
         pixel_dtype=pixel_dtype, shape=shape, extras=extras, box_keys=box_keys, mask_key=mask_key)
 
 
-def seed_layout(image_key: str = "train/image", label_key: str = "train/label",
-                shape: Sequence[int] = (224, 224, 3), dtype: tf.DType = tf.float32) -> RecordLayout:
+def seed_layout(image_key: str, label_key: str, shape: Sequence[int], dtype: tf.DType) -> RecordLayout:
     """The old seed script's records: raw pixel bytes under `image_key`, int64 `label_key`."""
     shape = tuple(int(d) for d in shape)
     dtype = tf.as_dtype(dtype)
@@ -347,15 +339,17 @@ def _checked(path: tf.Tensor, published: PublishedRun) -> tf.data.Dataset:
         lambda p: tf.ensure_shape(tf.numpy_function(check, [p], tf.string, stateful=True), []))
 
 
-def _checked_shard(compression_type: str, published: Optional[PublishedRun],
-                   counted: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
-    """(shard path, records it holds) → its records. When `counted`, a shard with more or fewer
-    records (cut at a record boundary, swapped) fails the iteration (`FailedPreconditionError:
-    Input dataset was expected to contain N elements`). With `published`, it is checked against
-    metadata.json just before it is opened (so a replacement is normally caught before any of
-    its records is read) and again after its last record (closing the gap between that check and
-    the open, and covering filesystems such as GCS, where an open file does not keep its old
-    content)."""
+def _read_checked(shards: tf.data.Dataset, compression_type: str, published: Optional[PublishedRun],
+                  counted: bool, num_parallel_reads: Optional[int]) -> tf.data.Dataset:
+    """Records of the (path, length) shards, in exactly the order `tf.data.TFRecordDataset(paths,
+    num_parallel_reads=...)` gives them (it interleaves the same way). When `counted`, a shard with
+    more or fewer records (cut at a record boundary, swapped) fails the iteration
+    (`FailedPreconditionError: Input dataset was expected to contain N elements`). With
+    `published`, each shard is checked against metadata.json just before it is opened (so a
+    replacement is normally caught before any of its records is read) and again after its last
+    record (closing the gap between that check and the open, and covering filesystems such as GCS,
+    where an open file does not keep its old content): one check per shard at each end, not one
+    per record."""
     def records(path: tf.Tensor, length: tf.Tensor) -> tf.data.Dataset:
         found = tf.data.TFRecordDataset(path, compression_type=compression_type)
         return found.apply(tf.data.experimental.assert_cardinality(length)) if counted else found
@@ -365,15 +359,7 @@ def _checked_shard(compression_type: str, published: Optional[PublishedRun],
             return records(path, length)
         opened = _checked(path, published).flat_map(lambda p: records(p, length))
         return opened.concatenate(_checked(path, published).filter(lambda _: tf.constant(False)))
-    return read
 
-
-def _read_checked(shards: tf.data.Dataset, compression_type: str, published: Optional[PublishedRun],
-                  counted: bool, num_parallel_reads: Optional[int]) -> tf.data.Dataset:
-    """Records of the (path, length) shards, in exactly the order `tf.data.TFRecordDataset(paths,
-    num_parallel_reads=...)` gives them (it interleaves the same way), with one check per shard at
-    each end, not one per record."""
-    read = _checked_shard(compression_type, published, counted)
     if num_parallel_reads is None:
         return shards.flat_map(read)
     if num_parallel_reads == tf.data.AUTOTUNE:
@@ -420,22 +406,14 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
         raise ValueError(f"batch_size must be positive or None; got {batch_size}")
     if lengths is not None and len(lengths) != len(files):
         raise ValueError(f"{len(files)} files but {len(lengths)} lengths")
-    paths = tf.constant(list(files), dtype=tf.string)
-    compression_type = tf_compression_type(compression or "none")
-    if published is None and lengths is None:
-        file_names = tf.data.Dataset.from_tensor_slices(paths)
-        if shuffle:
-            file_names = file_names.shuffle(max(len(files), 1), seed=seed)
-        records = tf.data.TFRecordDataset(file_names, compression_type=compression_type,
-                                          num_parallel_reads=num_parallel_reads)
-    else:
-        counts = tf.constant(list(lengths) if lengths is not None else [-1] * len(files), dtype=tf.int64)
-        shards = tf.data.Dataset.from_tensor_slices((paths, counts))
-        if shuffle:
-            shards = shards.shuffle(max(len(files), 1), seed=seed)
-        records = _read_checked(shards, compression_type, published, lengths is not None, num_parallel_reads)
-        if lengths is not None:  # a known epoch length: Keras counts its steps, no "ran out of data"
-            records = records.apply(tf.data.experimental.assert_cardinality(sum(lengths)))
+    counts = tf.constant(list(lengths) if lengths is not None else [-1] * len(files), dtype=tf.int64)
+    shards = tf.data.Dataset.from_tensor_slices((tf.constant(list(files), dtype=tf.string), counts))
+    if shuffle:
+        shards = shards.shuffle(max(len(files), 1), seed=seed)
+    records = _read_checked(shards, tf_compression_type(compression or "none"), published, lengths is not None,
+                            num_parallel_reads)
+    if lengths is not None:  # a known epoch length: Keras counts its steps, no "ran out of data"
+        records = records.apply(tf.data.experimental.assert_cardinality(sum(lengths)))
     if shuffle:
         records = records.shuffle(shuffle_buffer, seed=seed)
     dataset = records.map(_record_fn(layout, normalize, mean, std, with_metadata),

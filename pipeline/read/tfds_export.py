@@ -91,13 +91,10 @@ def _tfds() -> Any:
 def class_names(label_map: Mapping[str, int]) -> Optional[list[str]]:
     """Names ordered by id if `ClassLabel` keeps them as they are (its ids are positions, its
     names one stripped line each), else None."""
-    by_id = sorted(label_map.items(), key=lambda item: item[1])
-    if [label_id for _, label_id in by_id] != list(range(len(by_id))):
+    names = sorted(label_map, key=label_map.__getitem__)
+    if sorted(label_map.values()) != list(range(len(names))):
         return None
-    names = [name for name, _ in by_id]
-    if any(not name or name != name.strip() or len(name.splitlines()) != 1 for name in names):
-        return None
-    return names
+    return None if any(not name or name != name.strip() or len(name.splitlines()) != 1 for name in names) else names
 
 
 def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
@@ -181,17 +178,17 @@ def default_name(output_dir: str) -> str:
     return candidate if _DATASET_NAME.fullmatch(candidate) else "imgrec"
 
 
-def export(output_dir: str, name: Optional[str] = None, check_data: bool = True) -> dict[str, Any]:
-    """Writes TFDS metadata into `output_dir` next to our shards, everything checked first;
-    returns a summary. `check_data`: TFDS reads a record back, so a wrong mapping fails here, not
-    in training. The output's lock is held: a run replacing the dataset meanwhile would have its
-    metadata.json overwritten by this export's copy of the old one."""
+def export(output_dir: str, name: Optional[str] = None) -> dict[str, Any]:
+    """Writes TFDS metadata into `output_dir` next to our shards, everything checked first (TFDS
+    reads a record back, so a wrong mapping fails here, not in training); returns a summary. The
+    output's lock is held: a run replacing the dataset meanwhile would have its metadata.json
+    overwritten by this export's copy of the old one."""
     read_metadata(output_dir)  # not a dataset (a missing folder, a file): refused before the lock is taken
     with OutputLock(output_dir, f"export-{uuid.uuid4().hex}"):
-        return _export(output_dir, name, check_data)
+        return _export(output_dir, name)
 
 
-def _export(output_dir: str, name: Optional[str], check_data: bool) -> dict[str, Any]:
+def _export(output_dir: str, name: Optional[str]) -> dict[str, Any]:
     metadata = read_metadata(output_dir)
     if metadata.compression != "none":
         raise NotExportable(f"shards are {metadata.compression}-compressed; TFDS reads TFRecords without a "
@@ -213,7 +210,7 @@ def _export(output_dir: str, name: Optional[str], check_data: bool) -> dict[str,
         # Never pass `metadata=` here: TFDS would write it to OUTPUT/metadata.json, replacing ours.
         tfds.folder_dataset.write_metadata(
             data_dir=output_dir, features=tfds.features.FeaturesDict(features), split_infos=infos,
-            filename_template=template, check_data=check_data,
+            filename_template=template, check_data=True,
             supervised_keys=(by_role["image"], by_role["label"]) if "label" in by_role else None,
             description=f"Written by imgrec; see metadata.json (input fingerprint {metadata.fingerprint}).")
     except Exception as exc:
@@ -239,14 +236,12 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipeline.r
     except (UsageError, OutputLocked, NotExportable, NotAnImgrecDataset, UnsupportedDataset, DatasetDamaged) as error:
         say(f"imgrec: error: {error}")
         return getattr(error, "exit_code", 2)  # 2: not a dataset TFDS can read as written; 1: damaged
-    say(f"TFDS metadata written to {args.output} as {summary['name']!r}:", sys.stdout)
-    for key, feature in summary["features"].items():
-        say(f"  {key}: {feature}", sys.stdout)
-    for split, count in summary["splits"].items():
-        say(f"  split {split}: {count} examples", sys.stdout)
-    if summary["skipped_empty_splits"]:
-        say(f"  left out (no shards): {', '.join(summary['skipped_empty_splits'])}", sys.stdout)
-    say(f"Load with: tfds.builder_from_directory({args.output!r}).as_dataset(split=...)", sys.stdout)
+    empty = summary["skipped_empty_splits"]
+    say("\n".join([f"TFDS metadata written to {args.output} as {summary['name']!r}:",
+                   *(f"  {key}: {feature}" for key, feature in summary["features"].items()),
+                   *(f"  split {split}: {count} examples" for split, count in summary["splits"].items()),
+                   *([f"  left out (no shards): {', '.join(empty)}"] if empty else []),
+                   f"Load with: tfds.builder_from_directory({args.output!r}).as_dataset(split=...)"]), sys.stdout)
     return 0
 
 

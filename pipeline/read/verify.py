@@ -18,7 +18,6 @@ if __name__ == "__main__":
 
 quiet_tensorflow()
 
-import argparse
 import collections
 import contextlib
 import dataclasses
@@ -81,17 +80,13 @@ class ShardScan:
     """What reading one shard found."""
 
     path: str
-    records: int = 0
-    record_bytes: int = 0
+    # records, bytes, and what is wrong: non_finite images, wrong_size records (height/width/channels
+    # features not the decoded image's shape); detection: bad_boxes (outside [0, 1] or min > max),
+    # bad_lengths (records whose per-object lists differ in length), masks decoded and bad_masks
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # per object in detection
     # (label id, label text) pairs, to check the text agrees with label_map.
     label_pairs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    non_finite: int = 0
-    wrong_size: int = 0  # records whose height/width/channels features are not the decoded image's shape
-    bad_boxes: int = 0  # detection: objects whose box is outside [0, 1] or has min > max
-    bad_lengths: int = 0  # detection: records whose per-object lists differ in length
-    masks: int = 0  # detection with masks: instance masks decoded
-    bad_masks: int = 0
     mask_problems: list = dataclasses.field(default_factory=list)  # the first few bad masks, and why
     error: Optional[str] = None
 
@@ -102,8 +97,13 @@ def _size_keys(layout: reader.RecordLayout) -> dict[str, int]:
     return {layout.extras[role]: axis for axis, role in enumerate(_SIZE_ROLES) if role in layout.extras}
 
 
+def _failed(ok: tf.Tensor) -> tf.Tensor:
+    """A record's failed check as a count, summed by `scan_shard`."""
+    return tf.cast(~ok, tf.int64)
+
+
 def _object_values(parsed: Mapping[str, tf.Tensor], layout: reader.RecordLayout) -> dict[str, tf.Tensor]:
-    """A detection record's per-object checks: whether every per-object list has one value per
+    """A detection record's per-object checks: whether some per-object list has not one value per
     object, and how many boxes are not 0 <= min <= max <= 1 (NaN included)."""
     count = tf.size(parsed[layout.label_key])
     lists = [key for key, feature in layout.parse_spec.items() if isinstance(feature, tf.io.VarLenFeature)]
@@ -112,9 +112,10 @@ def _object_values(parsed: Mapping[str, tf.Tensor], layout: reader.RecordLayout)
     def bad_boxes() -> tf.Tensor:
         ymin, xmin, ymax, xmax = tf.unstack(layout.label(parsed)["boxes"], 4, axis=-1)
         ok = (0 <= xmin) & (xmin <= xmax) & (xmax <= 1) & (0 <= ymin) & (ymin <= ymax) & (ymax <= 1)
-        return tf.reduce_sum(tf.cast(~ok, tf.int64))
-    # boxes of unequal lists cannot be paired up: such a record is reported by lengths_ok
-    return {"lengths_ok": lengths_ok, "bad_boxes": tf.cond(lengths_ok, bad_boxes, lambda: tf.constant(0, tf.int64))}
+        return tf.reduce_sum(_failed(ok))
+    # boxes of unequal lists cannot be paired up: such a record is counted in bad_lengths
+    return {"bad_lengths": _failed(lengths_ok),
+            "bad_boxes": tf.cond(lengths_ok, bad_boxes, lambda: tf.constant(0, tf.int64))}
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -142,14 +143,14 @@ _SHOWN_PROBLEMS = 3  # a check's detail names the first few; the count covers th
 
 def _scan_masks(scan: ShardScan, pngs: tf.RaggedTensor, sizes: tf.Tensor) -> None:
     """Checks a scan batch's masks (per record) against its images' sizes (height, width); the
-    batch's records follow the `scan.records` already counted."""
+    batch's records follow the records already counted."""
     for number, (masks, (height, width)) in enumerate(zip(pngs.to_list(), sizes.numpy().tolist()),
-                                                      scan.records + 1):
-        scan.masks += len(masks)
+                                                      scan.counts["records"] + 1):
+        scan.counts["masks"] += len(masks)
         for i, png in enumerate(masks, 1):
             why = mask_problem(png, height, width)
             if why:
-                scan.bad_masks += 1
+                scan.counts["bad_masks"] += 1
                 if len(scan.mask_problems) < _SHOWN_PROBLEMS:
                     scan.mask_problems.append(f"{posixpath.basename(scan.path)} record {number} mask {i} {why}")
 
@@ -165,13 +166,13 @@ def _scan_fn(layout: reader.RecordLayout):
         image = layout.decode_image(parsed[layout.image_key])
         values = {"bytes": tf.strings.length(record, unit="BYTE"),
                   "label": tf.reshape(parsed[layout.label_key], [-1]),
-                  "finite": tf.reduce_all(tf.math.is_finite(tf.cast(image, tf.float32)))}
+                  "non_finite": _failed(tf.reduce_all(tf.math.is_finite(tf.cast(image, tf.float32))))}
         if text_key:
             values["label_text"] = tf.reshape(parsed[text_key], [-1])
         if sizes:
             shape = tf.shape(image, out_type=tf.int64)
-            values["size_ok"] = tf.reduce_all(tf.stack([tf.equal(parsed[key], shape[axis])
-                                                        for key, axis in sizes.items()]))
+            values["wrong_size"] = _failed(tf.reduce_all(tf.stack([tf.equal(parsed[key], shape[axis])
+                                                                   for key, axis in sizes.items()])))
         if layout.box_keys:
             values.update(_object_values(parsed, layout))
         if layout.mask_key:  # decoded by `mask_problem`, one at a time
@@ -195,10 +196,9 @@ def _clean(message: str) -> str:
 
 def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> ShardScan:
     """Reads, CRC-checks, parses and decodes every record of one shard."""
-    scan = ShardScan(path)
     if not tf.io.gfile.exists(path):
-        scan.error = "missing: listed in metadata.json but not found"
-        return scan
+        return ShardScan(path, error="missing: listed in metadata.json but not found")
+    scan = ShardScan(path)
     records = tf.data.TFRecordDataset(path, compression_type=tf_compression_type(compression))
     batches = records.map(_scan_fn(layout), num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(_SCAN_BATCH)
     try:
@@ -206,18 +206,12 @@ def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> Shar
             if "masks" in batch:
                 _scan_masks(scan, batch.pop("masks"), batch.pop("image_size"))
             batch = _numpy(batch)
-            labels = batch["label"].tolist()
-            scan.records += len(batch["bytes"])
-            scan.record_bytes += int(batch["bytes"].sum())
+            labels, texts = batch.pop("label").tolist(), batch.pop("label_text", None)
             scan.labels.update(labels)
-            scan.non_finite += int((~batch["finite"]).sum())
-            if "size_ok" in batch:
-                scan.wrong_size += int((~batch["size_ok"]).sum())
-            if "lengths_ok" in batch:
-                scan.bad_lengths += int((~batch["lengths_ok"]).sum())
-                scan.bad_boxes += int(batch["bad_boxes"].sum())
-            if "label_text" in batch and len(batch["label_text"]) == len(labels):
-                scan.label_pairs.update(zip(labels, (t.decode("utf-8", "replace") for t in batch["label_text"])))
+            if texts is not None and len(texts) == len(labels):
+                scan.label_pairs.update(zip(labels, (text.decode("utf-8", "replace") for text in texts)))
+            scan.counts["records"] += len(batch["bytes"])
+            scan.counts.update({key: int(values.sum()) for key, values in batch.items()})
     except tf.errors.DataLossError as exc:
         scan.error = f"DataLossError: {_clean(exc.message)} (bad CRC or truncated: the file is damaged)"
     except tf.errors.OpError as exc:
@@ -225,75 +219,71 @@ def scan_shard(path: str, compression: str, layout: reader.RecordLayout) -> Shar
     return scan
 
 
-def _diff(found: Mapping[str, int], expected: Mapping[str, int]) -> str:
-    names = sorted(set(found) | set(expected))
-    return ", ".join(f"{n} {found.get(n, 0)} (metadata {expected.get(n, 0)})"
-                     for n in names if found.get(n, 0) != expected.get(n, 0))
+def _same_counts(name: str, found: Mapping[str, int], expected: Mapping[str, int]) -> Check:
+    """A check that two {name: count} are equal; its detail lists the names whose counts differ."""
+    differ = sorted(n for n in set(found) | set(expected) if found.get(n, 0) != expected.get(n, 0))
+    return Check(dict(found) == dict(expected), name,
+                 ", ".join(f"{n} {found.get(n, 0)} (metadata {expected.get(n, 0)})" for n in differ))
+
+
+def _named_counts(labels: Mapping[int, int], label_map: Mapping[str, int]) -> dict[str, int]:
+    """{class name: count}; an id label_map lacks as `<id N>`."""
+    id_to_name = {i: n for n, i in label_map.items()}
+    return {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
 
 
 def split_checks(name: str, info: SplitInfo, scans: Sequence[ShardScan], label_map: Mapping[str, int],
                  layout: reader.RecordLayout) -> list[Check]:
     """Checks one split's shards against metadata; pure, given the scans."""
-    checks = []
-    files, lengths = list(info.files), list(info.shard_lengths)
     detection = bool(layout.box_keys)  # label_counts count objects, not records
     unit = "objects" if detection else "records"
+    lengths = info.shard_lengths
     counted = layout.label_lists or sum(info.label_counts.values()) == info.num_examples
-    consistent = sum(lengths) == info.num_examples and counted
-    checks.append(Check.of(consistent, f"{name}: metadata is self-consistent",
-                           f"sum(shard_lengths) {sum(lengths)}, label_counts sum {sum(info.label_counts.values())}, "
-                           f"num_examples {info.num_examples}"))
-    for scan, file, expected in zip(scans, files, lengths):
-        if scan.error:
-            checks.append(Check(False, file, scan.error))
-        else:
-            checks.append(Check(scan.records == expected, file,
-                                f"{scan.records} records" + ("" if scan.records == expected
-                                                              else f", metadata says {expected}")))
-    if any(scan.error for scan in scans):
-        bad = sum(1 for scan in scans if scan.error)
-        checks.append(Check(False, f"{name}: totals", f"not compared, {bad} shard(s) unreadable"))
-        return checks
-    total = sum(scan.records for scan in scans)
-    checks.append(Check.of(total == info.num_examples, f"{name}: {total} records",
+    checks = [Check.of(sum(lengths) == info.num_examples and counted, f"{name}: metadata is self-consistent",
+                       f"sum(shard_lengths) {sum(lengths)}, label_counts sum {sum(info.label_counts.values())}, "
+                       f"num_examples {info.num_examples}")]
+    for scan, file, expected in zip(scans, info.files, lengths):
+        records = scan.counts["records"]
+        checks.append(Check(False, file, scan.error) if scan.error else
+                      Check(records == expected, file,
+                            f"{records} records" + ("" if records == expected else f", metadata says {expected}")))
+    unreadable = sum(1 for scan in scans if scan.error)
+    if unreadable:
+        return [*checks, Check(False, f"{name}: totals", f"not compared, {unreadable} shard(s) unreadable")]
+    totals = sum((scan.counts for scan in scans), collections.Counter())
+    checks.append(Check.of(totals["records"] == info.num_examples, f"{name}: {totals['records']} records",
                            f"metadata num_examples {info.num_examples}"))
-    id_to_name = {i: n for n, i in label_map.items()}
     labels = sum((scan.labels for scan in scans), collections.Counter())
-    out_of_range = sum(n for label, n in labels.items() if label not in id_to_name)
+    out_of_range = sum(n for label, n in labels.items() if label not in label_map.values())
     checks.append(Check.of(out_of_range == 0, f"{name}: label ids in label_map",
                            f"{out_of_range} {unit} with unknown label ids"))
-    found = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
-    expected = dict(info.label_counts)
-    checks.append(Check(found == expected, f"{name}: {'object' if detection else 'label'} counts",
-                        _diff(found, expected)))
+    checks.append(_same_counts(f"{name}: {'object' if detection else 'label'} counts",
+                               _named_counts(labels, label_map), info.label_counts))
     pairs = sum((scan.label_pairs for scan in scans), collections.Counter())
     if pairs:
         wrong = sum(n for (label, text), n in pairs.items() if label_map.get(text) != label)
         checks.append(Check.of(wrong == 0, f"{name}: label text agrees with label ids", f"{wrong} {unit} disagree"))
     if detection:  # one value per object in every list; boxes inside the image with min <= max
-        bad_lengths, bad_boxes = sum(scan.bad_lengths for scan in scans), sum(scan.bad_boxes for scan in scans)
-        checks.append(Check.of(bad_lengths == 0, f"{name}: per-object lists have one value per object",
-                               f"{bad_lengths} records disagree"))
-        checks.append(Check.of(bad_boxes == 0, f"{name}: boxes in [0, 1] with xmin <= xmax, ymin <= ymax",
-                               f"{bad_boxes} boxes are not"))
+        checks.append(Check.of(not totals["bad_lengths"], f"{name}: per-object lists have one value per object",
+                               f"{totals['bad_lengths']} records disagree"))
+        checks.append(Check.of(not totals["bad_boxes"], f"{name}: boxes in [0, 1] with xmin <= xmax, ymin <= ymax",
+                               f"{totals['bad_boxes']} boxes are not"))
     if layout.mask_key:
-        bad_masks = sum(scan.bad_masks for scan in scans)
         shown = [problem for scan in scans for problem in scan.mask_problems][:_SHOWN_PROBLEMS]
-        checks.append(Check.of(not bad_masks, f"{name}: {sum(scan.masks for scan in scans)} instance masks decode "
-                               "to one channel at their image's size", f"{bad_masks} do not: " + "; ".join(shown)))
-    record_bytes = sum(scan.record_bytes for scan in scans)
-    checks.append(Check.of(record_bytes == info.num_bytes, f"{name}: record bytes",
-                           f"{record_bytes} read, metadata num_bytes {info.num_bytes}"))
+        checks.append(Check.of(not totals["bad_masks"], f"{name}: {totals['masks']} instance masks decode "
+                               "to one channel at their image's size",
+                               f"{totals['bad_masks']} do not: " + "; ".join(shown)))
+    checks.append(Check.of(totals["bytes"] == info.num_bytes, f"{name}: record bytes",
+                           f"{totals['bytes']} read, metadata num_bytes {info.num_bytes}"))
     sizes = _size_keys(layout)
     if sizes:
-        wrong_size = sum(scan.wrong_size for scan in scans)
         shape = ("the parse spec's shape " + "x".join(map(str, layout.shape)) if None not in layout.shape
                  else "each decoded image")
-        checks.append(Check.of(wrong_size == 0, f"{name}: {', '.join(sizes)} agree with {shape}",
-                               f"{wrong_size} records disagree"))
+        checks.append(Check.of(not totals["wrong_size"], f"{name}: {', '.join(sizes)} agree with {shape}",
+                               f"{totals['wrong_size']} records disagree"))
     if layout.pixel_dtype != tf.uint8:
-        non_finite = sum(scan.non_finite for scan in scans)
-        checks.append(Check.of(non_finite == 0, f"{name}: pixels finite", f"{non_finite} images with NaN/inf"))
+        checks.append(Check.of(not totals["non_finite"], f"{name}: pixels finite",
+                               f"{totals['non_finite']} images with NaN/inf"))
     return checks
 
 
@@ -394,17 +384,16 @@ class DeadLetterCounts:
 def dead_letter_counts(output: str, metadata: DatasetMetadata) -> DeadLetterCounts:
     """What the dead-letter files metadata lists hold, and what is wrong with them."""
     counts = DeadLetterCounts()
-    problems = counts.problems
     for name in metadata.error_files:
         path = posixpath.join(output.rstrip("/"), name)
         if not tf.io.gfile.exists(path):
-            problems.append(f"{name} is listed in metadata.json but missing")
+            counts.problems.append(f"{name} is listed in metadata.json but missing")
             continue
         with tf.io.gfile.GFile(path, "rb") as handle:  # bytes: a line that is not UTF-8 is a bad row, not a crash
             previous = b""
             for number, line in enumerate(handle, 1):
                 if line < previous:
-                    problems.append(f"{name} line {number} is out of order (imgrec writes the rows sorted)")
+                    counts.problems.append(f"{name} line {number} is out of order (imgrec writes the rows sorted)")
                 previous = line
                 try:
                     row = json.loads(line.decode("utf-8"))
@@ -414,27 +403,14 @@ def dead_letter_counts(output: str, metadata: DatasetMetadata) -> DeadLetterCoun
                         counts.by_split[row.get("split")] += 1
                         counts.by_error[row["error"]] += 1
                 except (ValueError, KeyError, AttributeError):
-                    problems.append(f"{name} line {number} is not a dead-letter row")
+                    counts.problems.append(f"{name} line {number} is not a dead-letter row")
     return counts
 
 
-def object_accounting_checks(metadata: DatasetMetadata, dropped: Mapping[str, int]) -> list[Check]:
-    """A detection dataset's objects: written = the splits' object counts (each checked against
-    the records), dropped = the dead letters of stage "object", per error class."""
-    if metadata.objects is None:
-        return []
-    in_splits = sum((collections.Counter(info.label_counts) for info in metadata.splits.values()),
-                    collections.Counter())
-    written, expected = dict(metadata.objects.written), {k: v for k, v in in_splits.items() if v}
-    return [Check.of(written == expected, f"objects: {sum(written.values())} written = objects in the splits",
-                     _diff(written, expected)),
-            Check.of(dict(dropped) == dict(metadata.objects.dropped),
-                     f"objects: {sum(metadata.objects.dropped.values())} dropped = object dead-letter rows",
-                     _diff(dict(dropped), dict(metadata.objects.dropped)))]
-
-
 def accounting_checks(metadata: DatasetMetadata, dead_letters: DeadLetterCounts) -> list[Check]:
-    """Every input was written or rejected, and the dead letters say which and why."""
+    """Every input was written or rejected, and the dead letters say which and why; a detection
+    dataset's objects were written (the splits' object counts, each checked against the records)
+    or dropped (the dead letters of stage "object"), per error class."""
     by_split, by_error, problems = dead_letters.by_split, dead_letters.by_error, dead_letters.problems
     inputs = metadata.inputs
     written = sum(info.num_examples for info in metadata.splits.values())
@@ -446,8 +422,7 @@ def accounting_checks(metadata: DatasetMetadata, dead_letters: DeadLetterCounts)
         Check.of(not problems, "dead letters are readable and sorted", "; ".join(problems[:3])),
         Check.of(sum(by_error.values()) == inputs.rejected, f"inputs: {inputs.rejected} rejected = dead-letter rows",
                  f"{sum(by_error.values())} rows"),
-        Check.of(dict(by_error) == dict(inputs.rejected_by_error), "rejected_by_error matches the dead letters",
-                 _diff(dict(by_error), dict(inputs.rejected_by_error))),
+        _same_counts("rejected_by_error matches the dead letters", by_error, inputs.rejected_by_error),
         Check.of(sum(inputs.rejected_by_error.values()) == inputs.rejected, "rejected_by_error sums to rejected",
                  f"{sum(inputs.rejected_by_error.values())} != {inputs.rejected}"),
     ]
@@ -455,18 +430,27 @@ def accounting_checks(metadata: DatasetMetadata, dead_letters: DeadLetterCounts)
         checks.append(Check.of(by_split.get(name, 0) == info.rejected,
                                f"{name}: {info.rejected} rejected = dead letters",
                                f"{by_split.get(name, 0)} rows name split {name}"))
-    return checks + object_accounting_checks(metadata, dead_letters.objects)
+    objects = metadata.objects
+    if objects is None:
+        return checks
+    in_splits = sum((collections.Counter(info.label_counts) for info in metadata.splits.values()),
+                    collections.Counter())  # + keeps positive counts only
+    return [*checks, _same_counts(f"objects: {sum(objects.written.values())} written = objects in the splits",
+                                  objects.written, in_splits),
+            _same_counts(f"objects: {sum(objects.dropped.values())} dropped = object dead-letter rows",
+                         dead_letters.objects, objects.dropped)]
 
 
 # --------------------------------------------------------------------------------------------
 # Samples and pictures (I/O)
 
 
-def read_samples(files: Sequence[str], metadata: DatasetMetadata, count: int) -> tuple[list[np.ndarray], list[str]]:
-    """Up to `count` display-ready images and label texts from the start of the given shards."""
+def read_samples(files: Sequence[str], metadata: DatasetMetadata, layout: reader.RecordLayout,
+                 count: int) -> tuple[list[np.ndarray], list[str]]:
+    """Up to `count` display-ready images and label texts from the start of the given shards
+    (`layout`: with metadata, for the label texts)."""
     if count <= 0 or not files:
         return [], []
-    layout = reader.layout_from_metadata(metadata, with_metadata=True)
     dataset = reader.build_dataset(files, layout, compression=metadata.compression,
                                    batch_size=None, with_metadata=True, num_parallel_reads=1).take(count)
     image_config = metadata.config.get("image") or {}
@@ -493,10 +477,6 @@ def read_samples(files: Sequence[str], metadata: DatasetMetadata, count: int) ->
     return images, captions
 
 
-def write_png(path: str, rgb: np.ndarray) -> None:
-    tf.io.write_file(path, tf.io.encode_png(rgb))
-
-
 def _counts_table(counts: Mapping[str, Mapping[str, int]], classes: Sequence[str]) -> str:
     splits = list(counts)
     rows = [[c, *(counts[s].get(c, 0) for s in splits)] for c in classes]
@@ -521,11 +501,9 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         f"{len(classes)} classes", stream)
     checks = [label_map_check(label_map), description_check(metadata)]
     checks.extend(accounting_checks(metadata, dead_letter_counts(output, metadata)))
-    for check in checks:
-        say(check.line(), stream)
+    say("\n".join(check.line() for check in checks), stream)
     counts: dict[str, dict[str, int]] = {}
     sections = []
-    id_to_name = {i: n for n, i in label_map.items()}
     for name, info in metadata.splits.items():
         say(f"\nsplit {name}: {info.num_examples} examples in {info.num_shards} shard(s)", stream)
         paths = reader.shard_paths(output, metadata, name)
@@ -535,13 +513,11 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
             roles = metadata.role_keys()
             split_result.append(index_check(output, name, info, metadata.compression,
                                             roles["image"] if "content_hash" in roles else None))
-        for check in split_result:
-            say(check.line(), stream)
+        say("\n".join(check.line() for check in split_result), stream)
         checks.extend(split_result)
-        labels = sum((scan.labels for scan in scans), collections.Counter())
-        counts[name] = {id_to_name.get(label, f"<id {label}>"): n for label, n in labels.items()}
+        counts[name] = _named_counts(sum((scan.labels for scan in scans), collections.Counter()), label_map)
         good = [path for path, scan in zip(paths, scans) if not scan.error]
-        images, captions = read_samples(good, metadata, samples)
+        images, captions = read_samples(good, metadata, layout, samples)
         sections.append((f"{name}: {len(images)} of {info.num_examples} examples", images, captions))
     extra = unlisted_shards(output, metadata)
     if extra:
@@ -551,14 +527,12 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     say(_counts_table(counts, classes + sorted(set().union(*counts.values()) - set(classes))), stream)
     out_dir = out_dir or output
     tf.io.gfile.makedirs(out_dir)
-    written = []
-    if samples > 0:
-        written.append(posixpath.join(out_dir, CONTACT_SHEET))
-        write_png(written[-1], draw_contact_sheet(sections))
-    written.append(posixpath.join(out_dir, CLASS_COUNTS))
+    pictures = {CONTACT_SHEET: draw_contact_sheet(sections)} if samples > 0 else {}
     unit = "objects" if metadata.objects is not None else "examples"
-    write_png(written[-1], draw_bar_chart(counts, classes, title=f"{unit} per class: {output}"))
-    say(f"\nwrote {', '.join(written)}", stream)
+    pictures[CLASS_COUNTS] = draw_bar_chart(counts, classes, title=f"{unit} per class: {output}")
+    for file_name, rgb in pictures.items():
+        tf.io.write_file(posixpath.join(out_dir, file_name), tf.io.encode_png(rgb))
+    say(f"\nwrote {', '.join(posixpath.join(out_dir, file_name) for file_name in pictures)}", stream)
     try:
         published.check()
     except reader.DatasetChanged:  # what failed may be the new dataset's files, checked against the old
@@ -566,9 +540,7 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
                                       f"{METADATA_FILE} no longer names run {published.run_id}): verify it again"))
     failed = [check for check in checks if not check.ok]
     if failed:
-        say(f"FAILED: {len(failed)} of {len(checks)} checks failed:", stream)
-        for check in failed:
-            say(check.line(), stream)
+        say("\n".join([f"FAILED: {len(failed)} of {len(checks)} checks failed:", *(c.line() for c in failed)]), stream)
     else:
         say(f"OK: all {len(checks)} checks passed", stream)
     return not failed
@@ -588,21 +560,17 @@ def check_out_dir(out_dir: Optional[str]) -> None:
         raise UsageError(f"--out={out_dir}: {path} is a file, not a folder for the PNGs")
 
 
-def parse_args(argv: Optional[Sequence[str]], prog: str) -> argparse.Namespace:
-    parser = CommandLineParser(prog=prog, description=__doc__.split("\n")[0])
-    parser.add_argument("output", help="A finished imgrec dataset folder (any TF filesystem, e.g. gs://).")
-    parser.add_argument("--samples", type=int, default=8,
-                        help="Sample images per split in the contact sheet (0: none).")
-    parser.add_argument("--out", default=None, help="Where to write the PNGs (default: OUTPUT).")
-    return parser.parse_args(argv)
-
-
 def main(argv: Optional[Sequence[str]] = None, stream: Optional[TextIO] = None,
          prog: str = "python -m pipeline.read.verify") -> int:
     """0: every check passed; 1: some check failed; 2: bad usage or not a readable imgrec dataset."""
     stream = stream or sys.stdout
+    parser = CommandLineParser(prog=prog, description=__doc__.split("\n")[0])
+    parser.add_argument("output", help="A finished imgrec dataset folder (any TF filesystem, e.g. gs://).")
+    parser.add_argument("--samples", type=int, default=8,
+                        help="Sample images per split in the contact sheet (0: none).")
+    parser.add_argument("--out", help="Where to write the PNGs (default: OUTPUT).")
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv, prog)
+        args = parser.parse_args(argv)
         if args.samples < 0:
             raise UsageError(f"--samples={args.samples}: must be 0 or more")
         check_out_dir(args.out)
