@@ -28,10 +28,6 @@ INPUT, REJECTION, SHARD, PLANNED, DUPLICATE, LABEL_MAP, FINGERPRINT, DEAD_LETTER
     "input", "rejection", "shard", "planned", "duplicate", "label_map", "fingerprint", "dead_letter_run")
 
 
-def rejection_key(rejection: Rejection) -> RejectionKey:
-    return rejection.split, rejection.stage, rejection.error, rejection.counts_as_error
-
-
 @dataclasses.dataclass
 class Gathered:
     """The combined facts of one run (the accumulator of `TotalsFn` and its output)."""
@@ -58,7 +54,8 @@ class Gathered:
         elif kind == REJECTION and value.stage == OBJECT_STAGE:
             self.objects_dropped[value.error] += 1
         elif kind == REJECTION:
-            self.rejections[rejection_key(value)] += 1
+            key: RejectionKey = (value.split, value.stage, value.error, value.counts_as_error)
+            self.rejections[key] += 1
             self.retries = add_hashes(self.retries, retry_hash(value))
         elif kind == DEAD_LETTER_RUN:
             self.dead_letter_runs.append(value)
@@ -75,8 +72,6 @@ class Gathered:
             self.label_map.update(value)
         elif kind == FINGERPRINT:
             self.fingerprint = value
-        else:
-            raise ValueError(f"unknown fact {kind!r}")
 
     def _keep_examples(self, groups: Iterable[DuplicateGroup]) -> None:
         merged = sorted([*self.duplicate_examples, *groups], key=lambda g: g.content_hash)
@@ -119,9 +114,8 @@ class TotalsFn(beam.CombineFn):
         return accumulator
 
     def merge_accumulators(self, accumulators: Iterable[Gathered]) -> Gathered:
-        accumulators = iter(accumulators)
-        merged = next(accumulators)
-        for other in accumulators:
+        merged, *others = accumulators
+        for other in others:
             merged.merge(other)
         return merged
 
