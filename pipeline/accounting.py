@@ -20,12 +20,12 @@ from transforms.dataset_format import DuplicateSummary
 from transforms.inputs.annotations import OBJECT_STAGE
 from transforms.plan.assign import DuplicateGroup
 from transforms.plan.fingerprint import add_hashes, recorded_fingerprint, retry_hash
-from transforms.rejections import Rejection
 
 DUPLICATE_EXAMPLES = 100  # duplicate groups listed in metadata.json
 
+# The kinds of facts: the names of GatherTotals' inputs.
 INPUT, REJECTION, SHARD, PLANNED, DUPLICATE, LABEL_MAP, FINGERPRINT, DEAD_LETTER_RUN = (
-    "input", "rejection", "shard", "planned", "duplicate", "label_map", "fingerprint", "dead_letter_run")
+    "inputs", "rejected", "shards", "planned_counts", "duplicates", "label_map", "fingerprint", "dead_letter_runs")
 
 
 @dataclasses.dataclass
@@ -123,9 +123,10 @@ class TotalsFn(beam.CombineFn):
         return accumulator
 
 
-def _count_rejection(rejection: Rejection) -> tuple[str, Rejection]:
-    Metrics.counter("imgrec", f"rejected_{rejection.error}").inc()
-    return REJECTION, rejection
+def _tagged(fact: object, kind: str) -> tuple[str, object]:
+    if kind == REJECTION:  # Beam's metrics show rejections by error class while the job runs
+        Metrics.counter("imgrec", f"rejected_{fact.error}").inc()
+    return kind, fact
 
 
 class GatherTotals(beam.PTransform):
@@ -134,10 +135,6 @@ class GatherTotals(beam.PTransform):
     "fingerprint": str, "dead_letter_runs": path} → one Gathered."""
 
     def expand(self, facts) -> beam.PCollection:
-        tags = {"inputs": INPUT, "shards": SHARD, "planned_counts": PLANNED, "duplicates": DUPLICATE,
-                "label_map": LABEL_MAP, "fingerprint": FINGERPRINT, "dead_letter_runs": DEAD_LETTER_RUN}
-        tagged = [facts["rejected"] | "TagRejected" >> beam.Map(_count_rejection)]
-        for name, kind in tags.items():
-            tagged.append(facts[name] | f"Tag{kind.title().replace('_', '')}" >> beam.Map(
-                lambda v, kind=kind: (kind, v)))
+        tagged = [facts_of_kind | f"Tag{kind.title().replace('_', '')}" >> beam.Map(_tagged, kind)
+                  for kind, facts_of_kind in facts.items()]
         return tagged | "AllFacts" >> beam.Flatten() | "Combine" >> beam.CombineGlobally(TotalsFn())

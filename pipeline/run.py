@@ -293,11 +293,9 @@ def _cleanup(output: str, this_run: str, keep_run: bool, keep_parts: bool = True
     restart) and, when the error message points at them, its dead letters."""
     if not keep_run and files.present(this_run):
         files.delete([this_run])
-    parts = parts_dir(output)
-    if files.present(parts) and not (keep_parts and list_names(parts)):
-        files.delete([parts])
-    if files.present(staging_dir(output)) and not list_names(staging_dir(output)):
-        files.delete([staging_dir(output)])
+    if not keep_parts and files.present(parts_dir(output)):
+        files.delete([parts_dir(output)])
+    _remove_if_empty([parts_dir(output), staging_dir(output)])
 
 
 def convert(argv: Sequence[str]) -> Conversion:
