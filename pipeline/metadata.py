@@ -39,7 +39,7 @@ class CountMismatch(RuntimeError):
 
 
 class TooManyErrors(RunFailed):
-    pass
+    """More errors than --max_error_fraction allows; the run keeps its dead letters for the user."""
 
 
 def versions() -> dict[str, str]:
