@@ -20,14 +20,12 @@ from typing import Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
 from pipeline.flags import help_requested
-from pipeline.standard_streams import open_closed_standard_streams, say
+from pipeline.standard_streams import say
 
-if __name__ == "__main__":
-    open_closed_standard_streams()
-    if help_requested(sys.argv[1:]):  # before Beam's imports, which take a second or more
-        print(help_requested(sys.argv[1:]), end="")
-        sys.exit(0)
-    interrupts.exit_until_handled()
+if __name__ == "__main__":  # `imgrec run`, which answers --help and fields signals before Beam's imports
+    from pipeline.cli import entry_point
+
+    entry_point(["run", *sys.argv[1:]])
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
@@ -530,7 +528,3 @@ def _convert_and_report(argv: Sequence[str]) -> int:
     else:
         say(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine), sys.stdout)
     return 0
-
-
-if __name__ == "__main__":
-    interrupts.exit_quietly(main())
