@@ -20,16 +20,12 @@ from transforms.dataset_format import DuplicateSummary
 from transforms.inputs.annotations import OBJECT_STAGE
 from transforms.plan.assign import DuplicateGroup
 from transforms.plan.fingerprint import add_hashes, recorded_fingerprint, retry_hash
-from transforms.rejections import Rejection
 
 DUPLICATE_EXAMPLES = 100  # duplicate groups listed in metadata.json
 
+# The kinds of facts: the names of GatherTotals' inputs.
 INPUT, REJECTION, SHARD, PLANNED, DUPLICATE, LABEL_MAP, FINGERPRINT, DEAD_LETTER_RUN = (
-    "input", "rejection", "shard", "planned", "duplicate", "label_map", "fingerprint", "dead_letter_run")
-
-
-def rejection_key(rejection: Rejection) -> RejectionKey:
-    return rejection.split, rejection.stage, rejection.error, rejection.counts_as_error
+    "inputs", "rejected", "shards", "planned_counts", "duplicates", "label_map", "fingerprint", "dead_letter_runs")
 
 
 @dataclasses.dataclass
@@ -58,7 +54,8 @@ class Gathered:
         elif kind == REJECTION and value.stage == OBJECT_STAGE:
             self.objects_dropped[value.error] += 1
         elif kind == REJECTION:
-            self.rejections[rejection_key(value)] += 1
+            key: RejectionKey = (value.split, value.stage, value.error, value.counts_as_error)
+            self.rejections[key] += 1
             self.retries = add_hashes(self.retries, retry_hash(value))
         elif kind == DEAD_LETTER_RUN:
             self.dead_letter_runs.append(value)
@@ -75,8 +72,6 @@ class Gathered:
             self.label_map.update(value)
         elif kind == FINGERPRINT:
             self.fingerprint = value
-        else:
-            raise ValueError(f"unknown fact {kind!r}")
 
     def _keep_examples(self, groups: Iterable[DuplicateGroup]) -> None:
         merged = sorted([*self.duplicate_examples, *groups], key=lambda g: g.content_hash)
@@ -119,9 +114,8 @@ class TotalsFn(beam.CombineFn):
         return accumulator
 
     def merge_accumulators(self, accumulators: Iterable[Gathered]) -> Gathered:
-        accumulators = iter(accumulators)
-        merged = next(accumulators)
-        for other in accumulators:
+        merged, *others = accumulators
+        for other in others:
             merged.merge(other)
         return merged
 
@@ -129,9 +123,10 @@ class TotalsFn(beam.CombineFn):
         return accumulator
 
 
-def _count_rejection(rejection: Rejection) -> tuple[str, Rejection]:
-    Metrics.counter("imgrec", f"rejected_{rejection.error}").inc()
-    return REJECTION, rejection
+def _tagged(fact: object, kind: str) -> tuple[str, object]:
+    if kind == REJECTION:  # Beam's metrics show rejections by error class while the job runs
+        Metrics.counter("imgrec", f"rejected_{fact.error}").inc()
+    return kind, fact
 
 
 class GatherTotals(beam.PTransform):
@@ -140,10 +135,6 @@ class GatherTotals(beam.PTransform):
     "fingerprint": str, "dead_letter_runs": path} → one Gathered."""
 
     def expand(self, facts) -> beam.PCollection:
-        tags = {"inputs": INPUT, "shards": SHARD, "planned_counts": PLANNED, "duplicates": DUPLICATE,
-                "label_map": LABEL_MAP, "fingerprint": FINGERPRINT, "dead_letter_runs": DEAD_LETTER_RUN}
-        tagged = [facts["rejected"] | "TagRejected" >> beam.Map(_count_rejection)]
-        for name, kind in tags.items():
-            tagged.append(facts[name] | f"Tag{kind.title().replace('_', '')}" >> beam.Map(
-                lambda v, kind=kind: (kind, v)))
+        tagged = [facts_of_kind | f"Tag{kind.title().replace('_', '')}" >> beam.Map(_tagged, kind)
+                  for kind, facts_of_kind in facts.items()]
         return tagged | "AllFacts" >> beam.Flatten() | "Combine" >> beam.CombineGlobally(TotalsFn())

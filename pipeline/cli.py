@@ -62,10 +62,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return COMMANDS[command](rest)
 
 
-def entry_point() -> None:
-    """The `imgrec` console script."""
+def entry_point(argv: Optional[Sequence[str]] = None) -> None:
+    """The `imgrec` console script (and `python -m pipeline.run`, with argv ["run", ...])."""
     open_closed_standard_streams()
-    exit_quietly(main())
+    exit_quietly(main(argv))
 
 
 if __name__ == "__main__":

@@ -126,11 +126,9 @@ class ConvertToTFRecords(beam.PTransform):
         candidates = discovered["candidates"]
         if not context.in_one_process:  # one process spreads the work on its own pool
             candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()
-        read = (candidates
-                | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(
-                    spec.image, spec.input.max_file_bytes, context.writer.local_processes,
-                    context.writer.converter)).with_outputs(
-                    REJECTED, main="images"))
+        read = candidates | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(
+            spec.image, spec.input.max_file_bytes, context.writer.local_processes, context.writer.converter
+        )).with_outputs(REJECTED, main="images")
         early_rejections = (discovered[REJECTED], read[REJECTED]) | "EarlyRejections" >> beam.Flatten()
         fingerprint = ((read.images, early_rejections, label_map)
                        | "Fingerprint" >> InputFingerprint(spec, context.library_versions))

@@ -19,14 +19,10 @@ class ImgrecError(Exception):
 class RunFailed(ImgrecError):
     """The run did its work but must not publish: too many errors, no images, counts off."""
 
-    exit_code = 1
-
 
 class OutOfSpace(ImgrecError):
     """The output's filesystem is full or over quota: the machine's state, not a bug, so one
     line and no traceback."""
-
-    exit_code = 1
 
 
 class UsageError(ImgrecError):

@@ -186,14 +186,14 @@ def add_imgrec_flags(parser: argparse.ArgumentParser, everyday_only: bool = Fals
     """imgrec's flags on `parser` (into `groups`' argument groups by section, when given)."""
     defaults = flag_defaults()
     groups = groups or {}
-    parser_of = lambda section: groups.get(section, parser)  # noqa: E731
-    parser_of("runner").add_argument(
+    runner = groups.get("runner", parser)
+    runner.add_argument(
         "--config", default=None, metavar="CONFIG",
         help=f"YAML config: a file, or a shipped one by name ({', '.join(sorted(shipped_configs()))}).")
     for flag in FLAGS:
         if everyday_only and not flag.everyday:
             continue
-        target = parser_of(flag.section)
+        target = groups.get(flag.section, parser)
         shown = f" (default: {defaults[flag.name]})" if flag.name in defaults else ""
         if flag.type is None:
             target.add_argument(f"--{flag.name}", action="store_true", default=None, help=flag.help + shown)
@@ -204,7 +204,6 @@ def add_imgrec_flags(parser: argparse.ArgumentParser, everyday_only: bool = Fals
         else:
             target.add_argument(f"--{flag.name}", type=flag.type, default=None, help=flag.help + shown,
                                 metavar=_metavar(flag))
-    runner = parser_of("runner")
     if not everyday_only:
         runner.add_argument("--convert_processes", type=processes, default=None,
                             metavar="N", help="Processes converting images inside each worker: auto (every "
@@ -226,10 +225,8 @@ EPILOG = ("Every other flag is a Beam pipeline option and passes straight to Bea
 
 def help_requested(argv: list[str]) -> Optional[str]:
     """The help text when argv asks for it (-h, --help, --help-all), else None."""
-    if "--help-all" in argv:
-        return help_text(all_flags=True)
-    if "-h" in argv or "--help" in argv:
-        return help_text(all_flags=False)
+    if "--help-all" in argv or "-h" in argv or "--help" in argv:
+        return help_text(all_flags="--help-all" in argv)
     return None
 
 

@@ -39,7 +39,7 @@ class CountMismatch(RuntimeError):
 
 
 class TooManyErrors(RunFailed):
-    pass
+    """More errors than --max_error_fraction allows; the run keeps its dead letters for the user."""
 
 
 def versions() -> dict[str, str]:
@@ -140,9 +140,9 @@ def build_metadata(spec: ConversionSpec, totals: RunTotals, *, run: Mapping[str,
 
 def rejections_by_error(inputs: InputAccounting, errors_only: bool = False) -> str:
     """`ImageTooSmall: 60, CorruptImage: 2`, most frequent first: what a refusal names."""
-    counted = {e: n for e, n in inputs.rejected_by_error.items() if is_error_class(e) or not errors_only}
-    by_count = sorted(counted.items(), key=lambda item: -item[1])
-    return ", ".join(f"{error}: {n}" for error, n in by_count)
+    counted = collections.Counter({e: n for e, n in inputs.rejected_by_error.items()
+                                   if is_error_class(e) or not errors_only})
+    return ", ".join(f"{error}: {n}" for error, n in counted.most_common())
 
 
 def _budget_that_passes(fraction: float) -> str:

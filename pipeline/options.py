@@ -183,22 +183,21 @@ def build_spec(config: dict, options: ImgrecOptions) -> ConversionSpec:
             values[flag.section][flag.field] = given[flag.name]
     if given.get("skip_unchanged") is False and given.get("compare_to") is None:
         values["output"].pop("compare_to", None)  # --no_skip_unchanged: the config's compare_to goes with it
-    for section, flag in (("input", "--input"), ("output", "--output")):
+    for section in ("input", "output"):
         if not values[section].get("path"):
-            raise UsageError(f"{flag} (or {section}.path in the config) is required")
+            raise UsageError(f"--{section} (or {section}.path in the config) is required")
     for section, field in PATH_FIELDS:
-        if isinstance(values[section].get(field), str):  # anything else is refused by `coerce`
-            values[section][field] = files.beam_path(values[section][field])
-    for field in ("path", "images_root"):  # the same folder spelled two ways gives the same records
-        if isinstance(values["input"].get(field), str):
-            values["input"][field] = files.absolute(values["input"][field])
+        path = values[section].get(field)
+        if isinstance(path, str):  # anything else is refused by `coerce`
+            path = files.beam_path(path)
+            # The same input folder spelled two ways gives the same records.
+            values[section][field] = files.absolute(path) if section == "input" else path
     specs = {}
     for section, cls in SECTIONS.items():
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        hints = typing.get_type_hints(cls)  # the dataclass's fields: it declares no other annotations
         for key in values[section]:
-            if key not in fields:
-                raise UsageError(f"unknown {section} setting {key!r}{_closest(str(key), fields)}")
-        hints = typing.get_type_hints(cls)
+            if key not in hints:
+                raise UsageError(f"unknown {section} setting {key!r}{_closest(str(key), hints)}")
         try:
             specs[section] = cls(**{k: coerce(v, hints[k], f"{section}.{k}") for k, v in values[section].items()})
         except (TypeError, ValueError) as exc:
@@ -255,13 +254,6 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
     return converted
 
 
-def parse_config_flag(argv: Sequence[str]) -> Optional[str]:
-    parser = CommandLineParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--config", default=None)
-    known, _ = parser.parse_known_args(argv)
-    return known.config
-
-
 @dataclasses.dataclass(frozen=True)
 class ParsedArguments:
     spec: ConversionSpec
@@ -271,7 +263,9 @@ class ParsedArguments:
 
 def parse_arguments(argv: Sequence[str]) -> ParsedArguments:
     """argv → validated spec and Beam options; every problem is a UsageError."""
-    config_file = parse_config_flag(argv)
+    parser = CommandLineParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--config", default=None)
+    config_file = parser.parse_known_args(argv)[0].config
     config = read_config(config_file)
     beam_flags = beam_args_from_config(config)
     check_flags(beam_flags, f"config's beam: section ({config_file})")

@@ -289,13 +289,12 @@ def resolve_dataset(reference: Optional[str], template: str) -> Optional[str]:
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """The dataset --skip_unchanged compares with, and its input + config fingerprint: None when it
-    cannot be kept as it is (files missing, shards not whole, no image without --allow_empty)."""
+    cannot be kept as it is (files missing, shards not whole, no image without --allow_empty), and
+    then `why_not` says so."""
 
     dataset: str
     fingerprint: Optional[str]
-    missing: tuple[str, ...] = ()
-    not_whole: tuple[str, ...] = ()  # shards or record indexes that are not what metadata.json says
-    empty_not_allowed: bool = False  # no image written, and this run has no --allow_empty
+    why_not: Optional[str] = None
 
 
 def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[Comparison]:
@@ -316,8 +315,16 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
     # allow_empty is no part of the fingerprint, so a dataset published empty with it matches.
     splits = (previous.get("splits") or {}).values()
     empty = not spec.allow_empty and not any(split.get("num_examples") for split in splits)
-    fingerprint = None if missing or damaged or empty else previous.get("fingerprint")
-    return Comparison(dataset, fingerprint, missing, damaged, empty)
+    if missing:
+        why_not = f"{dataset} is missing {len(missing)} of its files ({', '.join(missing[:3])})"
+    elif damaged:
+        why_not = (f"{dataset} has shards or record indexes that do not match its {METADATA_FILE} "
+                   f"({', '.join(damaged[:3])}): cut short or appended to")
+    elif empty:
+        why_not = f"{dataset} holds no image, which only --allow_empty accepts"
+    else:
+        return Comparison(dataset, previous.get("fingerprint"))
+    return Comparison(dataset, None, why_not)
 
 
 def _compared_to(reference: str, template: str) -> Optional[tuple[str, dict]]:

@@ -20,14 +20,12 @@ from typing import Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
 from pipeline.flags import help_requested
-from pipeline.standard_streams import open_closed_standard_streams, say
+from pipeline.standard_streams import say
 
-if __name__ == "__main__":
-    open_closed_standard_streams()
-    if help_requested(sys.argv[1:]):  # before Beam's imports, which take a second or more
-        print(help_requested(sys.argv[1:]), end="")
-        sys.exit(0)
-    interrupts.exit_until_handled()
+if __name__ == "__main__":  # `imgrec run`, which answers --help and fields signals before Beam's imports
+    from pipeline.cli import entry_point
+
+    entry_point(["run", *sys.argv[1:]])
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
@@ -116,17 +114,8 @@ def runs_in_one_process(options) -> bool:
 
 
 def convert_processes(options) -> int:
-    chosen = options.view_as(ImgrecOptions).convert_processes
-    if chosen:
-        return chosen
-    return (os.cpu_count() or 1) if runs_in_one_process(options) else 0
-
-
-def check_runner(runner: str) -> None:
-    """An unknown --runner (a typo) is a usage error, found before anything starts."""
-    error = runner_error(runner)
-    if error:
-        raise UsageError(f"--runner={runner}: {error}")
+    automatic = (os.cpu_count() or 1) if runs_in_one_process(options) else 0
+    return options.view_as(ImgrecOptions).convert_processes or automatic
 
 
 # The runners that submit to --job_endpoint when it is given (Beam's PortableRunner and its subclasses).
@@ -134,20 +123,27 @@ JOB_SERVICE_RUNNERS = ("PortableRunner", "FlinkRunner", "SparkRunner", "PrismRun
 
 
 def check_runner_options(options) -> None:
-    """Runner settings Beam would only trip over later: a job service nobody answers at (Beam
-    waits --job_server_timeout, 5 minutes, then fails with an empty message), a negative worker
-    count (an IndexError deep in the FnApiRunner)."""
+    """Runner settings Beam would only trip over later, found before anything starts: an unknown
+    or unsupported --runner, a job service nobody answers at (Beam waits --job_server_timeout,
+    5 minutes, then fails with an empty message), a negative worker count (an IndexError deep in
+    the FnApiRunner)."""
+    runner = runner_name(options)
+    if runner in UNSUPPORTED_RUNNERS:
+        raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
+    error = runner_error(runner)
+    if error:
+        raise UsageError(f"--runner={runner}: {error}")
     if (options.view_as(DirectOptions).direct_num_workers or 0) < 0:
         raise UsageError("--direct_num_workers must be 0 (one per core) or more")
     endpoint = options.view_as(PortableOptions).job_endpoint
     host, _, port = (endpoint or "").rpartition(":")
-    if host and port.isdigit() and runner_name(options).rsplit(".", 1)[-1] in JOB_SERVICE_RUNNERS:
+    if host and port.isdigit() and runner.rsplit(".", 1)[-1] in JOB_SERVICE_RUNNERS:
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
         except OSError as exc:
             raise UsageError(f"--job_endpoint={endpoint}: cannot connect ({exc.strerror or exc}); is the job "
                              "service running there?") from None
-    if runner_name(options) == "DataflowRunner":
+    if runner == "DataflowRunner":
         check_dataflow_options(options)
 
 
@@ -212,9 +208,9 @@ def check_input(spec: ConversionSpec) -> None:
         if kind == "jsonl" and path.lower().endswith(".json") and looks_like_coco(path):
             raise UsageError(f"--input={path} is a COCO file, which --input_kind=auto recognises on local disks "
                              "only: pass --input_kind=coco")
+    if kind in ("coco", "csv", "jsonl") and not reachable("--input", path):
+        raise UsageError(f"--input={path}: no such {'annotation file' if kind == 'coco' else 'manifest'}")
     if kind == "coco":
-        if not reachable("--input", path):
-            raise UsageError(f"--input={path}: no such annotation file")
         try:
             coco_categories(path, spec.input.class_names)
         except AnnotationFileError as exc:
@@ -227,8 +223,6 @@ def check_input(spec: ConversionSpec) -> None:
     if kind == "voc" and not reachable("--input", join(path, "Annotations"), folder=True):
         raise UsageError(f"--input={path}: no Annotations folder (Pascal VOC: Annotations/*.xml, JPEGImages/)")
     if kind in ("csv", "jsonl"):
-        if not reachable("--input", path):
-            raise UsageError(f"--input={path}: no such manifest")
         try:
             manifest_layout(spec.input, kind)
         except ManifestError as exc:
@@ -276,10 +270,6 @@ def _remove_if_empty(folders: Sequence[str]) -> None:
             files.delete([folder])
 
 
-def _dry_run(options) -> bool:
-    return bool(options.view_as(TestOptions).dry_run) and runner_name(options) == "DataflowRunner"
-
-
 def last_line(exc: BaseException) -> str:
     """The innermost message of an error Beam wrapped (its last line); for a gRPC error (a job
     endpoint that is not a Beam job service, say) its status and details, which its text ends
@@ -301,11 +291,9 @@ def _cleanup(output: str, this_run: str, keep_run: bool, keep_parts: bool = True
     restart) and, when the error message points at them, its dead letters."""
     if not keep_run and files.present(this_run):
         files.delete([this_run])
-    parts = parts_dir(output)
-    if files.present(parts) and not (keep_parts and list_names(parts)):
-        files.delete([parts])
-    if files.present(staging_dir(output)) and not list_names(staging_dir(output)):
-        files.delete([staging_dir(output)])
+    if not keep_parts and files.present(parts_dir(output)):
+        files.delete([parts_dir(output)])
+    _remove_if_empty([parts_dir(output), staging_dir(output)])
 
 
 def convert(argv: Sequence[str]) -> Conversion:
@@ -314,9 +302,6 @@ def convert(argv: Sequence[str]) -> Conversion:
     options = parsed.options
     filesystems = stores.use_filesystem_options(options)
     runner = runner_name(options)
-    if runner in UNSUPPORTED_RUNNERS:
-        raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
-    check_runner(runner)
     check_runner_options(options)
     started = datetime.datetime.now(datetime.timezone.utc)
     template = parsed.spec.output.path
@@ -338,7 +323,8 @@ def convert(argv: Sequence[str]) -> Conversion:
                             source_root=source_root, objects=spec.annotations,
                             voc_fields=spec.input.resolved_kind == "voc", keep_empty=spec.input.keep_empty_images)
     run_info = {"run_id": run_id, "started": started.isoformat(timespec="seconds"), "runner": runner}
-    if _dry_run(options):  # DataflowRunner --dry_run=True only builds the job: leave the output alone
+    # DataflowRunner --dry_run=True only builds the job: leave the output alone.
+    if runner == "DataflowRunner" and options.view_as(TestOptions).dry_run:
         context = RunContext(run_info, output, this_run, writer, library_versions)
         pipeline = beam.Pipeline(options=options)
         _ = pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(spec, context)
@@ -371,14 +357,8 @@ def convert(argv: Sequence[str]) -> Conversion:
         if spec.output.compare_to == LATEST and compared is None:
             say(f"imgrec: --compare_to=latest: no finished dataset in the folders {template} names yet (a first "
                 "run, or the template changed); converting everything")
-        elif compared and compared.missing:
-            say(f"imgrec: {compared.dataset} is missing {len(compared.missing)} of its files "
-                f"({', '.join(compared.missing[:3])}); converting again")
-        elif compared and compared.not_whole:
-            say(f"imgrec: {compared.dataset} has shards or record indexes that do not match its {METADATA_FILE} "
-                f"({', '.join(compared.not_whole[:3])}): cut short or appended to; converting again")
-        elif compared and compared.empty_not_allowed:
-            say(f"imgrec: {compared.dataset} holds no image, which only --allow_empty accepts; converting again")
+        elif compared and compared.why_not:
+            say(f"imgrec: {compared.why_not}; converting again")
         reuse = reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions), output, state)
         if reuse.note:
             say(f"imgrec: --reuse_from={spec.output.reuse_from}: {reuse.note}; converting every image")
@@ -479,10 +459,8 @@ def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult
     try:
         result = pipeline.run()
         result.wait_until_finish()
-    except Exception:
+    finally:  # a refusal fails the job on Dataflow: its reason, not Beam's error, is what the run says
         _check_verdict(this_run)
-        raise
-    _check_verdict(this_run)
     if result.state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {result.state}; nothing was published")
     return result
@@ -550,7 +528,3 @@ def _convert_and_report(argv: Sequence[str]) -> int:
     else:
         say(format_summary(conversion.metadata, output, conversion.elapsed, conversion.engine), sys.stdout)
     return 0
-
-
-if __name__ == "__main__":
-    interrupts.exit_quietly(main())

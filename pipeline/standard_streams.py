@@ -20,11 +20,9 @@ _STREAMS = ((0, "stdin", os.O_RDONLY, "r"), (1, "stdout", os.O_WRONLY, "w"), (2,
 def open_closed_standard_streams() -> None:
     """Opens /dev/null on each of descriptors 0-2 that is closed, and gives Python a stream for it."""
     for descriptor, name, flags, mode in _STREAMS:
-        try:
+        with contextlib.suppress(OSError):  # open: nothing to do
             os.fstat(descriptor)
             continue
-        except OSError:
-            pass
         null = os.open(os.devnull, flags)
         if null != descriptor:
             os.dup2(null, descriptor)

@@ -12,8 +12,6 @@ worker (Beam's SDK harness gives them to its FileSystems) on every runner. Where
 """
 from __future__ import annotations
 
-from typing import Any
-
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import (
     AzureOptions,
@@ -31,22 +29,12 @@ FILESYSTEM_OPTIONS = tuple(cls for cls in (getattr(pipeline_options, "AwsOptions
                                            GoogleCloudOptions, AzureOptions, HadoopFileSystemOptions) if cls)
 
 
-def _option_names() -> set[str]:
-    """The filesystem options' names, as Beam's option classes declare them."""
-    options = PipelineOptions([])
-    return {name for cls in FILESYSTEM_OPTIONS for name in options.view_as(cls).get_all_options(current_only=True)}
-
-
-def filesystem_values(options: PipelineOptions) -> dict[str, Any]:
-    """The filesystem options a user set (flags or config), by option name."""
-    names = _option_names()
-    return {name: value for name, value in options.get_all_options(drop_default=True).items() if name in names}
-
-
 def use_filesystem_options(options: PipelineOptions) -> files.FilesystemOptions:
-    """This process opens remote paths with `options`' filesystem options; returns them as the
-    value that carries them to converter processes."""
-    values = filesystem_values(options)
+    """This process opens remote paths with the filesystem options a user set (flags or config);
+    returns them as the value that carries them to converter processes."""
+    declared = PipelineOptions([])
+    names = {name for cls in FILESYSTEM_OPTIONS for name in declared.view_as(cls).get_all_options(current_only=True)}
+    values = {name: value for name, value in options.get_all_options(drop_default=True).items() if name in names}
     files.use_filesystem_options(values)
     return files.FilesystemOptions.of(values)
 
