@@ -31,7 +31,13 @@ from typing import Iterable, Iterator, Optional, Union
 import apache_beam as beam
 
 from transforms.batches import GroupInBuckets, batched, split_by
-from transforms.dataset_format import METADATA_FILE, dataset_names, is_dataset_metadata, is_temporary_metadata
+from transforms.dataset_format import (
+    INDEX_DIR,
+    METADATA_FILE,
+    dataset_names,
+    is_dataset_metadata,
+    is_temporary_metadata,
+)
 from transforms.files import local_path
 from transforms.inputs.manifests import (
     MAX_LINE_BYTES,
@@ -534,11 +540,14 @@ def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) ->
     local = local_path(path)
     if local is None:
         return False
-    folder = os.path.dirname(local) or "."
-    if folder not in datasets:
-        datasets[folder] = imgrec_dataset(folder)
-    dataset = datasets[folder]
-    return dataset is not None and dataset.owns(os.path.join(dataset.path, os.path.basename(local)))
+    parent = os.path.dirname(local) or "."
+    for folder in (parent, os.path.dirname(parent)) if os.path.basename(parent) == INDEX_DIR else (parent,):
+        if folder not in datasets:  # a file directly beside the dataset, or in its index/
+            datasets[folder] = imgrec_dataset(folder or ".")
+        dataset = datasets[folder]
+        if dataset is not None and dataset.owns(os.path.join(dataset.path, os.path.relpath(local, folder or "."))):
+            return True
+    return False
 
 
 class DiscoverImages(beam.PTransform):
