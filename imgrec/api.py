@@ -29,8 +29,11 @@ def convert(input: str, output: str, *, config: Optional[str] = None, **settings
     published dataset in `output`, as `imgrec run` does; returns the `Conversion` (its `metadata`
     is the published metadata.json, None when the dataset was kept unchanged). Raises a
     `UsageError` or `RunFailed` (`ImgrecError`s) where the command would exit with 2 or 1."""
+    from pipeline.run import configure_logging
     from pipeline.run import convert as run_conversion
 
+    if settings.pop("verbose", None):  # `-v`/`--verbose`, which `imgrec run` reads before parsing
+        configure_logging(verbose=True)
     argv = [f"--input={input}", f"--output={output}", *([f"--config={config}"] if config else []),
             *as_flags(settings)]
     return run_conversion(argv)

@@ -33,6 +33,17 @@ def test_convert_load_and_verify_through_the_public_api(tmp_path):
         imgrec.convert(str(SAMPLE), str(out), runner="DirectRunner")
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("verbose", [True, False])
+def test_convert_takes_verbose_as_the_command_takes_v(tmp_path, verbose):
+    """`verbose=True` (the command's `-v`) was refused as "unknown option --verbose", and
+    `verbose=False` as "--no_verbose"; the run now gets as far as its input."""
+    import imgrec
+
+    with pytest.raises(imgrec.UsageError, match="no_such_folder"):
+        imgrec.convert(str(tmp_path / "no_such_folder"), str(tmp_path / "out"), verbose=verbose)
+
+
 @pytest.mark.e2e
 def test_python_dash_m_imgrec_is_the_imgrec_command(tmp_path):
     done = subprocess.run([sys.executable, "-m", "imgrec", "run", f"--input={SAMPLE}", f"--output={tmp_path}/o",

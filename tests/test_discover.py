@@ -665,6 +665,21 @@ def test_a_glob_passes_over_what_imgrec_wrote_beside_an_earlier_dataset(tmp_path
     assert not rejected
 
 
+def test_a_glob_passes_over_the_record_index_of_an_earlier_dataset(tmp_path):
+    """`IN/**/*` with a schedule's `--output=IN/{timestamp}`: the earlier datasets' index/*.idx
+    were SkippedFile inputs, one dataset's more each run, so `--skip_unchanged` never matched."""
+    metadata = {"format_version": 2, "versions": {"imgrec": "1"},
+                "splits": {"train": {"files": ["train-00000-of-00001.tfrecord"]}}}
+    write_text(tmp_path / "20261204T000000" / "metadata.json", json.dumps(metadata))
+    write_text(tmp_path / "20261204T000000" / "train-00000-of-00001.tfrecord", "")
+    write_text(tmp_path / "20261204T000000" / "index" / "train-00000-of-00001.tfrecord.idx", "")
+    write_image(tmp_path / "cat" / "a.png")
+    batches = list(glob_candidates(f"{tmp_path}/**/*", EXTENSIONS))
+    found, rejected = split_found(x for item in batches for x in (item if isinstance(item, tuple) else [item]))
+    assert [c.path for c in found] == [f"{tmp_path}/cat/a.png"]
+    assert not rejected
+
+
 @pytest.mark.parametrize("target", ["..", "../..", "/"])
 def test_a_glob_does_not_follow_a_symlink_out_to_a_folder_above_its_root(tmp_path, target):
     """`IN/cat/up -> ../..` leads above IN: walked, `IN/**` would match files outside IN."""

@@ -101,6 +101,9 @@ def test_discover_passes_over_what_imgrec_wrote_into_an_output_inside_the_input(
     output = class_folders / "cat" / "out"
     write_image(output / "contact_sheet.png")
     write_image(output / "index" / "x.png")
+    write_text(output / "index" / "train-00000-of-00001.tfrecord.idx", "0 10 ab 0 1\n")  # no row either:
+    write_text(output / ".imgrec.lock", "{}")  # a glob reaching them once counted them as SkippedFile inputs
+    write_text(output / ".imgrec-staging" / "parts" / "p.tfrecord", "")
     write_image(output / "mine.jpg")  # the user's: discovered
     spec = InputSpec(root) if kind == "folders" else InputSpec(f"{root}/cat/**", kind="glob")
     folders = kind == "folders"  # labels: the class folder, or (globs) the file's own folder
@@ -112,7 +115,7 @@ def test_discover_passes_over_what_imgrec_wrote_into_an_output_inside_the_input(
         found.append((f"{root}/dog/c.bmp", "dog"))
         skipped += [(f"{root}/{name}", "discover", "SkippedFile")
                     for name in ("dog/notes.txt", "README.md", "dog_images_notes.txt")]
-    imgrecs = frozenset({"contact_sheet.png", "index"})
+    imgrecs = frozenset({"contact_sheet.png", "index", ".imgrec.lock", ".imgrec-staging"})
     discover(spec, found, skipped, output=OutputFolder(os.path.realpath(output), imgrecs))
 
 

@@ -31,7 +31,13 @@ from typing import Iterable, Iterator, Optional, Union
 import apache_beam as beam
 
 from transforms.batches import GroupInBuckets, batched, split_by
-from transforms.dataset_format import METADATA_FILE, dataset_names, is_dataset_metadata, is_temporary_metadata
+from transforms.dataset_format import (
+    INDEX_DIR,
+    METADATA_FILE,
+    dataset_names,
+    is_dataset_metadata,
+    is_temporary_metadata,
+)
 from transforms.files import local_path
 from transforms.inputs.manifests import (
     MAX_LINE_BYTES,
@@ -498,11 +504,14 @@ def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Fo
     return classify_file(path, posixpath.dirname(below).split("/"), extensions, label_from_parent(path))
 
 
-def glob_candidates(pattern: str, extensions: tuple[str, ...]):
+def glob_candidates(pattern: str, extensions: tuple[str, ...], output: Optional[OutputFolder] = None):
+    """The glob's matches as candidates and rejections; what imgrec wrote into `output` (its lock,
+    staging, `index/`, ...) is passed over before it is classified, so never a SkippedFile row."""
     root = glob_root(pattern)
     datasets: dict[str, Optional[OutputFolder]] = {}  # folder → the dataset it holds
     yield from batched(unambiguous(classify_glob_match(root, path, extensions) for path in match_glob(pattern)
-                                   if not written_by_imgrec(path, datasets)))
+                                   if not (output is not None and output.owns(canonical_path(path)))
+                                   and not written_by_imgrec(path, datasets)))
 
 
 def unambiguous(matches: Iterable[Found]) -> Iterator[Found]:
@@ -531,11 +540,14 @@ def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) ->
     local = local_path(path)
     if local is None:
         return False
-    folder = os.path.dirname(local) or "."
-    if folder not in datasets:
-        datasets[folder] = imgrec_dataset(folder)
-    dataset = datasets[folder]
-    return dataset is not None and dataset.owns(os.path.join(dataset.path, os.path.basename(local)))
+    parent = os.path.dirname(local) or "."
+    for folder in (parent, os.path.dirname(parent)) if os.path.basename(parent) == INDEX_DIR else (parent,):
+        if folder not in datasets:  # a file directly beside the dataset, or in its index/
+            datasets[folder] = imgrec_dataset(folder or ".")
+        dataset = datasets[folder]
+        if dataset is not None and dataset.owns(os.path.join(dataset.path, os.path.relpath(local, folder or "."))):
+            return True
+    return False
 
 
 class DiscoverImages(beam.PTransform):
@@ -566,7 +578,7 @@ class DiscoverImages(beam.PTransform):
         elif kind == "glob":
             parsed = (pbegin
                       | "Pattern" >> beam.Create([spec.path])
-                      | "MatchFiles" >> beam.FlatMap(glob_candidates, extensions).with_outputs(
+                      | "MatchFiles" >> beam.FlatMap(glob_candidates, extensions, self._output).with_outputs(
                           REJECTED, main="candidates"))
             candidates, rejected = parsed.candidates, parsed[REJECTED]
         else:
@@ -581,9 +593,9 @@ class DiscoverImages(beam.PTransform):
             candidates = resolved.candidates
             rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
         if kind != "folders":
-            if self._output:
+            if self._output and kind != "glob":  # a glob passed over them as it matched
                 kept = candidates | "PassOverOwnFiles" >> beam.FlatMap(
-                    pass_over_own, self._output, listed=kind != "glob").with_outputs(REJECTED, main="candidates")
+                    pass_over_own, self._output, listed=True).with_outputs(REJECTED, main="candidates")
                 candidates = kept.candidates
                 rejected = (rejected, kept[REJECTED]) | "OwnFileRejections" >> beam.Flatten()
             labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
