@@ -72,6 +72,8 @@ class Gathered:
             self.label_map.update(value)
         elif kind == FINGERPRINT:
             self.fingerprint = value
+        else:
+            raise ValueError(f"unknown fact {kind!r}")
 
     def _keep_examples(self, groups: Iterable[DuplicateGroup]) -> None:
         merged = sorted([*self.duplicate_examples, *groups], key=lambda g: g.content_hash)

@@ -459,8 +459,10 @@ def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult
     try:
         result = pipeline.run()
         result.wait_until_finish()
-    finally:  # a refusal fails the job on Dataflow: its reason, not Beam's error, is what the run says
+    except Exception:  # a refusal fails the job on Dataflow: its reason, not Beam's error, is what the run says
         _check_verdict(this_run)
+        raise
+    _check_verdict(this_run)
     if result.state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {result.state}; nothing was published")
     return result
