@@ -103,9 +103,9 @@ class PartOutcome:
     resumed: int = 0  # records of a part an earlier run finished, taken as they are (not stored)
 
     def to_json(self) -> str:
-        value = {**dataclasses.asdict(self), "index": [entry.to_line() for entry in self.index]}
-        del value["resumed"]
-        return json.dumps(value)
+        value = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "resumed"}
+        return json.dumps({**value, "rejections": [dataclasses.asdict(r) for r in self.rejections],
+                           "index": [entry.to_line() for entry in self.index]})
 
     @classmethod
     def from_json(cls, text: str) -> "PartOutcome":
