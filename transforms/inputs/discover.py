@@ -251,9 +251,10 @@ def ambiguous_names(folders: Iterable[tuple[str, str]]) -> dict[str, str]:
     that is not UTF-8 and reads as the label another name reads as too (`a` + byte 0xFF and a
     folder named `a\\xff`): its files are rejected, not merged into the other class."""
     folders = list(folders)
-    by_label = split_by(folders, lambda folder: label_text(folder[0]))
-    return {name: next(path for other, path in by_label[label_text(name)] if other != name)
-            for name, _ in folders if label_text(name) != name and len(by_label[label_text(name)]) > 1}
+    labels = {name: label_text(name) for name, _ in folders}
+    by_label = split_by(folders, lambda folder: labels[folder[0]])
+    return {name: next(path for other, path in by_label[label] if other != name)
+            for name, label in labels.items() if label != name and len(by_label[label]) > 1}
 
 
 def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
@@ -424,15 +425,14 @@ def resolve_bucket(element: tuple[int, Batch]):
 # --------------------------------------------------------------------------------------------
 
 
-def pass_over_own(batch: Batch, output: OutputFolder, listed: bool):
-    """The batch without the files imgrec wrote into its output. A glob matching them passes
-    over them as a folder walk does; a manifest listing them gets a row for each, since every
-    manifest line is a record or a row."""
+def pass_over_own(batch: Batch, output: OutputFolder):
+    """The batch without the files imgrec wrote into its output, each with a row, since every
+    manifest line is a record or a row (a glob passes over them as it matches: glob_candidates)."""
     kept = []
     for candidate in batch:
         if not output.owns(canonical_path(candidate.path)):
             kept.append(candidate)
-        elif listed:
+        else:
             yield reject(candidate.path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))
     yield Batch(kept)
 
@@ -595,7 +595,7 @@ class DiscoverImages(beam.PTransform):
         if kind != "folders":
             if self._output and kind != "glob":  # a glob passed over them as it matched
                 kept = candidates | "PassOverOwnFiles" >> beam.FlatMap(
-                    pass_over_own, self._output, listed=True).with_outputs(REJECTED, main="candidates")
+                    pass_over_own, self._output).with_outputs(REJECTED, main="candidates")
                 candidates = kept.candidates
                 rejected = (rejected, kept[REJECTED]) | "OwnFileRejections" >> beam.Flatten()
             labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
