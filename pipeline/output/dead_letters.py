@@ -58,7 +58,7 @@ def _merge(runs: list[str], destination: str) -> str:
 def write_dead_letters(runs: Sequence[str], directory: str) -> str:
     """The run's dead-letter file in `directory`, from its runs (then removed); its name."""
     merge_runs(runs, join(directory, DEAD_LETTERS_FILE), directory)
-    if files.exists(join(directory, RUNS_DIR)):
+    if files.present(join(directory, RUNS_DIR)):  # on a store, a prefix
         files.delete([join(directory, RUNS_DIR)])
     return DEAD_LETTERS_FILE
 

@@ -295,6 +295,22 @@ def test_a_lock_from_another_host_is_taken_only_once_its_heartbeat_is_stale(stor
 
 
 # ------------------------------------------------------------------------------------------
+# Dead letters, through pipeline/output/dead_letters.py itself
+
+
+def test_the_merged_dead_letter_runs_are_removed_from_a_store(store, store_output):
+    """A store has no folder to find: the runs are removed by their prefix (before, they stayed
+    beside the dead letters of a refused run, whose staging is kept for the user)."""
+    from pipeline.output.dead_letters import write_dead_letters, write_run
+
+    run_dir = store.url(store_output)
+    runs = [write_run(['{"path": "b"}', '{"path": "a"}'], run_dir), write_run(['{"path": "c"}'], run_dir)]
+    name = write_dead_letters(runs, run_dir)
+    assert store.keys(store_output) == [f"{store_output}/{name}"]
+    assert store.get(f"{store_output}/{name}") == b'{"path": "a"}\n{"path": "b"}\n{"path": "c"}\n'
+
+
+# ------------------------------------------------------------------------------------------
 # An S3 endpoint that goes away during a run (Beam retries each S3 request for ~10 minutes)
 
 
