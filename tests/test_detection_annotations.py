@@ -84,7 +84,7 @@ def test_every_annotation_problem_is_a_rejection_with_its_reason(tmp_path):
         ("ImageListedTwice", "image id 5 is listed 2 times (5.jpg, x.jpg)"),
         ("ImageListedTwice", "image id 5 is listed 2 times (5.jpg, x.jpg)"),
         ("MissingImage", "annotation 14 refers to image id 9, which the file does not list"),
-        ("UnknownCategory", "annotation 13: category id 2 is not one of the file's 2 categories"),
+        ("UnknownCategory", "annotation 13: category id 2 is not one of the label map's 2 categories"),
     ]
     paths = {r.path for r in rejections if r.error == "MissingImage"}
     assert paths == {str(tmp_path / "ann" / "instances.json#annotations[4]")}
@@ -119,6 +119,18 @@ def test_coco_images_take_the_category_names_made_once_for_every_image():
     rejection, candidate = coco_image((7, {"listings": [("image", listing)], "annotations": objects}), names, True)
     assert [obj.text for obj in candidate.annotations.objects] == ["dog"]
     assert rejection.value.error == "UnknownCategory"
+
+
+def test_an_object_of_a_category_class_names_left_out_is_not_said_to_be_missing_from_the_file(tmp_path):
+    """--class_names=dog on a file of 2 categories: a cat is not in the label map, which the file's
+    categories are not the whole of."""
+    from transforms.inputs.discover_annotated import category_names, coco_categories
+
+    names = category_names(coco_categories(write_coco(tmp_path, [], []), ("dog",)))
+    _, refused = coco.coco_image_group([coco.CocoImage(7, "a.jpg", 100, 80, "/d/a.jpg")], [coco.CocoAnnotation(
+        7, "f#annotations[0]", ObjectAnnotation("annotation 3", (1, 1, 9, 9), 1, ""))], names)
+    assert reasons(refused) == [("UnknownCategory", "annotation 3: category id 1 is not one of the label map's 1 "
+                                                    "categories")]
 
 
 def test_file_names_resolve_against_the_file_or_the_images_root(tmp_path):

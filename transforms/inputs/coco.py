@@ -295,7 +295,7 @@ def coco_image_group(listings: Iterable[CocoImage], annotations: Iterable[CocoAn
 
     return finished_image(AnnotatedImage(image.path, str(image.id), image.file_name, image.width, image.height, ()),
                           (a.obj for a in annotations), labelled,
-                          lambda obj: f"category id {obj.label} is not one of the file's {len(names)} categories",
+                          lambda obj: f"category id {obj.label} is not one of the label map's {len(names)} categories",
                           keep_empty)
 
 
