@@ -424,8 +424,9 @@ def convert(argv: Sequence[str]) -> Conversion:
 def _apply_retention(template: str, keep_last: int) -> None:
     """--keep_last: the older datasets of a dated output go once this run succeeded."""
     for folder in datasets_to_remove(template, keep_last):
-        if remove_dataset(folder):
-            say(f"imgrec: removed {folder} (--keep_last={keep_last})")
+        removed = remove_dataset(folder)
+        if removed:
+            say(f"imgrec: {removed} (--keep_last={keep_last})")
         else:
             say(f"imgrec: warning: {folder} is locked by a run; not removed (--keep_last={keep_last})")
 

@@ -375,8 +375,9 @@ def test_keep_last_removes_the_pictures_verify_drew_beside_a_dataset(tmp_path):
         for picture in ("contact_sheet.png", "class_counts.png"):
             (root / day / picture).write_bytes(b"\x89PNG")
     (root / "2026-01-01" / "notes.txt").write_text("mine")
-    for folder in datasets_to_remove(f"{root}/{{date}}", 1):
-        assert remove_dataset(folder)
+    said = [remove_dataset(folder) for folder in datasets_to_remove(f"{root}/{{date}}", 1)]
+    assert said == [f"removed the dataset in {root / '2026-01-01'}, not the folder: it holds files imgrec did not "
+                    "write", f"removed {root / '2026-01-02'}"]  # not "removed" a folder that is there
     assert sorted(p.name for p in root.iterdir()) == ["2026-01-01", "2026-01-03"]
     assert sorted(p.name for p in (root / "2026-01-01").iterdir()) == ["notes.txt"]
 

@@ -10,6 +10,7 @@ else is left in it.
 from __future__ import annotations
 
 import uuid
+from typing import Optional
 
 from pipeline.errors import OutputLocked, UsageError
 from pipeline.output.lock import OutputLock
@@ -39,16 +40,17 @@ def datasets_to_remove(template: str, keep_last: int) -> list[str]:
     return list(reversed(list(finished_siblings(template))[keep_last:]))
 
 
-def remove_dataset(folder: str) -> bool:
-    """Removes what imgrec wrote in `folder`; False when a live run holds its lock (left as is)."""
+def remove_dataset(folder: str) -> Optional[str]:
+    """Removes what imgrec wrote in `folder`, and says what went; None when a live run holds its
+    lock (left as is)."""
     try:
         lock = OutputLock(folder, uuid.uuid4().hex).acquire()
     except OutputLocked:
-        return False
+        return None
     try:
         metadata = read_json(join(folder, METADATA_FILE))
         if not is_dataset_metadata(metadata):
-            return False
+            return None
         files.delete([join(folder, METADATA_FILE)])
         names = [*listed_files(metadata), CONTACT_SHEET, CLASS_COUNTS]  # and what `imgrec verify` drew beside it
         files.delete([path for path in (join(folder, name) for name in names) if files.exists(path)])
@@ -56,6 +58,7 @@ def remove_dataset(folder: str) -> bool:
             files.delete([join(folder, INDEX_DIR)])
     finally:
         lock.release()
-    if not files.list_names(folder):
-        files.delete([folder])
-    return True
+    if files.list_names(folder):
+        return f"removed the dataset in {folder}, not the folder: it holds files imgrec did not write"
+    files.delete([folder])
+    return f"removed {folder}"
