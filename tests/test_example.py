@@ -43,7 +43,7 @@ def parse(record: bytes, spec: ImageSpec, keys: FeatureKeys = DEFAULT_KEYS) -> d
 
 def record_for(image: np.ndarray, spec: ImageSpec, fields: RecordFields = FIELDS,
                keys: FeatureKeys = DEFAULT_KEYS) -> bytes:
-    return build_example(encode_pixels(image, spec), fields, spec, keys).data
+    return build_example(encode_pixels(image, spec), fields, spec, keys, size=(image.shape[1], image.shape[0])).data
 
 
 @pytest.mark.parametrize("spec,dtype", [
@@ -119,7 +119,7 @@ def pure_python_deterministic(records: list[bytes]) -> list[bytes]:
 
 def test_records_are_protobuf_deterministic_serializations():
     records = [record_for(random_image(), SMALL, fields) for fields in FIELD_CASES.values()]
-    records.append(build_example(b"px", FIELDS, SMALL, FeatureKeys(label_text="", source_path="")).data)
+    records.append(build_example(b"px", FIELDS, SMALL, FeatureKeys(label_text="", source_path=""), size=(7, 5)).data)
     assert pure_python_deterministic(records) == records
 
 
@@ -155,7 +155,7 @@ def test_empty_feature_keys_are_omitted():
 @pytest.mark.parametrize("spec", [ImageSpec(normalize="none"), ImageSpec(normalize="unit", encoding="raw"),
                                   ImageSpec(normalize="none", encoding="png")], ids=["uint8", "float32", "png"])
 def test_feature_spec_matches_what_build_example_writes(spec):
-    record = build_example(b"pixels", FIELDS, spec, FeatureKeys()).data
+    record = build_example(b"pixels", FIELDS, spec, FeatureKeys(), size=(224, 224)).data
     feature = tf.train.Example.FromString(record).features.feature
     described = feature_spec(spec, FeatureKeys())
     assert set(described) == set(feature)
@@ -163,6 +163,17 @@ def test_feature_spec_matches_what_build_example_writes(spec):
     assert {k: kinds[d["dtype"]] for k, d in described.items()} == {k: f.WhichOneof("kind") for k, f in feature.items()}
     image = described["image"]
     assert (image["encoding"], image["pixel_dtype"], image["shape"]) == (spec.encoding, spec.dtype, [224, 224, 3])
+
+
+def test_the_image_size_is_required_whether_the_spec_resizes_or_not():
+    """resize_mode=none records store the image's size; a call without it failed only with such a
+    spec, unpacking None, and went unnoticed with the others."""
+    for spec in (SMALL, ImageSpec(resize_mode="none", encoding="png")):
+        with pytest.raises(TypeError, match="size"):
+            build_example(b"px", FIELDS, spec, FeatureKeys())
+    record = build_example(b"px", FIELDS, ImageSpec(resize_mode="none", encoding="png"), FeatureKeys(), size=(9, 4))
+    feature = tf.train.Example.FromString(record.data).features.feature
+    assert (feature["image/width"].int64_list.value, feature["image/height"].int64_list.value) == ([9], [4])
 
 
 # ----------------------------------------------------------------------------- image location
@@ -182,7 +193,7 @@ def test_image_offset_and_length_locate_the_pixels(keys, fields):
     """The record index stores where the image bytes sit, so an incremental run can copy them."""
     spec = ImageSpec(height=5, width=7, normalize="unit", encoding="raw")
     pixels = encode_pixels(normalize_image(random_image(), spec), spec)
-    record = build_example(pixels, fields, spec, keys)
+    record = build_example(pixels, fields, spec, keys, size=(7, 5))
     assert isinstance(record, EncodedRecord)
     assert record.image_length == len(pixels) == 5 * 7 * 3 * 4
     assert record.data[record.image_offset:record.image_offset + record.image_length] == pixels
@@ -190,14 +201,14 @@ def test_image_offset_and_length_locate_the_pixels(keys, fields):
     assert parsed == pixels
     # Rebuilding the record around the located bytes gives the same record (what reuse does).
     located = record.data[record.image_offset:record.image_offset + record.image_length]
-    assert build_example(located, fields, spec, keys) == record
+    assert build_example(located, fields, spec, keys, size=(7, 5)) == record
 
 
 @pytest.mark.parametrize("keys", KEY_LAYOUTS.values(), ids=KEY_LAYOUTS.keys())
 def test_a_record_index_entry_is_checked_against_the_record(keys):
     """What an incremental run and `verify` check before trusting an index line."""
     spec = ImageSpec(height=5, width=7, normalize="none")
-    record = build_example(encode_pixels(random_image(), spec), FIELDS, spec, keys)
+    record = build_example(encode_pixels(random_image(), spec), FIELDS, spec, keys, size=(7, 5))
     offset, length, digest = record.image_offset, record.image_length, FIELDS.content_hash
     image_key = keys.image
     if not keys.content_hash:  # no hash stored: nothing can be checked, so reuse refuses such datasets
@@ -220,7 +231,7 @@ def test_image_location_with_a_large_image():
     """Length prefixes of 1-3 varint bytes shift the offset; 224x224 float32 needs 3."""
     spec = ImageSpec(normalize="unit", encoding="raw")
     pixels = np.random.default_rng(2).random(spec.shape, dtype=np.float32).tobytes()
-    record = build_example(memoryview(pixels), FIELDS, spec, FeatureKeys())
+    record = build_example(memoryview(pixels), FIELDS, spec, FeatureKeys(), size=(224, 224))
     assert record.data[record.image_offset:record.image_offset + record.image_length] == pixels
 
 

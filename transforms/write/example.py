@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Mapping, Optional, Union
+from typing import Mapping, Union
 
 import cv2
 import numpy as np
@@ -191,8 +191,8 @@ class EncodedRecord:
     image_length: int
 
 
-def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys,
-                  size: Optional[tuple[int, int]] = None) -> EncodedRecord:
+def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: FeatureKeys, *,
+                  size: tuple[int, int]) -> EncodedRecord:
     """The serialized record for one image; features whose key is empty are left out. `size`
     (width, height) is the image's own, which resize_mode=none records store in place of the spec's."""
     height, width, channels = spec.shape
