@@ -311,8 +311,7 @@ def append_file(destination: BinaryIO, source: str, chunk: int = 8 * 2**20) -> N
                 remaining -= copied
         return
     with open_read(source) as handle:
-        while data := handle.read(chunk):
-            destination.write(data)
+        shutil.copyfileobj(handle, destination, chunk)
 
 
 def read_bytes(path: str) -> bytes:
@@ -362,24 +361,19 @@ def _read_local(path: str, max_bytes: int) -> bytes:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _read_capped(path: str, max_bytes: int, chunk: int = 8 * 2**20) -> bytes:
-    """At most max_bytes + 1 bytes, in chunks, so a huge object is never buffered whole."""
-    pieces, size = [], 0
-    with open_read(path) as handle:
-        while size <= max_bytes and (piece := handle.read(chunk)):
-            pieces.append(piece)
-            size += len(piece)
-    return b"".join(pieces)
-
-
 def read_input(path: str, max_bytes: int) -> bytes:
     """All bytes of an input file, at most `max_bytes`; anything else is an InputRejected."""
     local = local_path(path)
     if local is not None:
         data = _read_local(local, max_bytes)
     else:
-        try:
-            data = _read_capped(path, max_bytes)
+        pieces, size = [], 0
+        try:  # at most max_bytes + 1 bytes, in chunks, so a huge object is never buffered whole
+            with open_read(path) as handle:
+                while size <= max_bytes and (piece := handle.read(8 * 2**20)):
+                    pieces.append(piece)
+                    size += len(piece)
+            data = b"".join(pieces)
         except Exception as exc:  # each filesystem raises its own error types
             fault = _object_stores().store_fault(exc)
             if fault:  # the store, not this object: a setup fault fails the run
