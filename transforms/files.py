@@ -166,9 +166,7 @@ def open_read(path: str) -> BinaryIO:
 
 
 class NotARegularFile(OSError):
-    def __init__(self, path: str, kind: str):
-        super().__init__(errno.EINVAL, f"{kind}, not a regular file", path)
-        self.kind = kind
+    """strerror: `a FIFO, not a regular file` and the like."""
 
 
 def _open_regular(path: str) -> BinaryIO:
@@ -179,7 +177,7 @@ def _open_regular(path: str) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotARegularFile(path, file_kind(mode))
+            raise NotARegularFile(errno.EINVAL, f"{file_kind(mode)}, not a regular file", path)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -356,7 +354,7 @@ def _read_local(path: str, max_bytes: int) -> bytes:
             # shows a file that grew past the limit since.
             return handle.read(size + 1)
     except NotARegularFile as exc:
-        raise UnreadableFile(f"{path} is {exc.kind}, not a regular file") from None
+        raise UnreadableFile(f"{path} is {exc.strerror}") from None
     except OSError as exc:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
 
