@@ -29,9 +29,7 @@ LOCK_FILE = ".imgrec.lock"
 STAGING_DIR = ".imgrec-staging"
 RUN_DIR_PREFIX = "run-"  # a run's folder in the staging folder
 INDEX_DIR = "index"
-ERRORS_PREFIX = "errors"
-ERRORS_SUFFIX = ".jsonl"
-DEAD_LETTERS_FILE = f"{ERRORS_PREFIX}-00000-of-00001{ERRORS_SUFFIX}"  # one file: sorted rows, any runner
+DEAD_LETTERS_FILE = "errors-00000-of-00001.jsonl"  # one file: sorted rows, any runner
 # Drawn into the dataset folder by `imgrec verify` (by default): imgrec's, though not listed.
 CONTACT_SHEET = "contact_sheet.png"
 # A detection dataset's label map as the OD API (StringIntLabelMap text) and Model Garden (id,name) read it.
@@ -237,9 +235,8 @@ class InputAccounting:
 
     @classmethod
     def from_json(cls, value: Mapping, where: str = "inputs") -> "InputAccounting":
-        return cls(total=_require(value, "total", int, where), written=_require(value, "written", int, where),
-                   rejected=_require(value, "rejected", int, where), errors=_require(value, "errors", int, where),
-                   rejected_by_error=_counts(value, "rejected_by_error", where),
+        totals = {key: _require(value, key, int, where) for key in ("total", "written", "rejected", "errors")}
+        return cls(**totals, rejected_by_error=_counts(value, "rejected_by_error", where),
                    rejected_by_stage=_counts(value, "rejected_by_stage", where))
 
 

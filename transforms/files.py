@@ -166,9 +166,7 @@ def open_read(path: str) -> BinaryIO:
 
 
 class NotARegularFile(OSError):
-    def __init__(self, path: str, kind: str):
-        super().__init__(errno.EINVAL, f"{kind}, not a regular file", path)
-        self.kind = kind
+    """strerror: `a FIFO, not a regular file` and the like."""
 
 
 def _open_regular(path: str) -> BinaryIO:
@@ -179,7 +177,7 @@ def _open_regular(path: str) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotARegularFile(path, file_kind(mode))
+            raise NotARegularFile(errno.EINVAL, f"{file_kind(mode)}, not a regular file", path)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -311,8 +309,7 @@ def append_file(destination: BinaryIO, source: str, chunk: int = 8 * 2**20) -> N
                 remaining -= copied
         return
     with open_read(source) as handle:
-        while data := handle.read(chunk):
-            destination.write(data)
+        shutil.copyfileobj(handle, destination, chunk)
 
 
 def read_bytes(path: str) -> bytes:
@@ -357,19 +354,9 @@ def _read_local(path: str, max_bytes: int) -> bytes:
             # shows a file that grew past the limit since.
             return handle.read(size + 1)
     except NotARegularFile as exc:
-        raise UnreadableFile(f"{path} is {exc.kind}, not a regular file") from None
+        raise UnreadableFile(f"{path} is {exc.strerror}") from None
     except OSError as exc:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def _read_capped(path: str, max_bytes: int, chunk: int = 8 * 2**20) -> bytes:
-    """At most max_bytes + 1 bytes, in chunks, so a huge object is never buffered whole."""
-    pieces, size = [], 0
-    with open_read(path) as handle:
-        while size <= max_bytes and (piece := handle.read(chunk)):
-            pieces.append(piece)
-            size += len(piece)
-    return b"".join(pieces)
 
 
 def read_input(path: str, max_bytes: int) -> bytes:
@@ -378,8 +365,13 @@ def read_input(path: str, max_bytes: int) -> bytes:
     if local is not None:
         data = _read_local(local, max_bytes)
     else:
-        try:
-            data = _read_capped(path, max_bytes)
+        pieces, size = [], 0
+        try:  # at most max_bytes + 1 bytes, in chunks, so a huge object is never buffered whole
+            with open_read(path) as handle:
+                while size <= max_bytes and (piece := handle.read(8 * 2**20)):
+                    pieces.append(piece)
+                    size += len(piece)
+            data = b"".join(pieces)
         except Exception as exc:  # each filesystem raises its own error types
             fault = _object_stores().store_fault(exc)
             if fault:  # the store, not this object: a setup fault fails the run

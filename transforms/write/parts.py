@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import uuid
-from typing import BinaryIO, Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 import cv2
 
@@ -30,7 +30,7 @@ from transforms.images import limits
 from transforms.images.decode import decoded_size
 from transforms.images.geometry import GeometryError
 from transforms.images.process import image_to_record
-from transforms.images.process_detection import Detection, detection_from_previous, detection_to_record
+from transforms.images.process_detection import detection_from_previous, detection_to_record
 from transforms.inputs.annotations import annotation_digest, emptied_image
 from transforms.inputs.labels import label_list
 from transforms.plan.split import num_shards_for, order_in_shard
@@ -191,11 +191,10 @@ def part_size(shard: ShardKey, images: int, total: int, settings: WriterSettings
     (12-megapixel photos) still spread over every process, and at most `part_images`: copying
     a split of one shard costs less than an idle core. Elsewhere (a cluster) parts of
     `part_images`."""
-    _, _, num_shards = shard
     processes = settings.local_processes
     if not processes:
         return settings.part_images
-    if num_shards > 1 and images * 2 * processes <= total:
+    if shard[2] > 1 and images * 2 * processes <= total:
         return max(images, 1)
     return max(1, min(settings.part_images, -(-total // (8 * processes))))
 
@@ -247,10 +246,6 @@ def still_published(dataset: str, run_id: str) -> bool:
         return False
 
 
-def without_reuse(task: PartTask) -> PartTask:
-    return dataclasses.replace(task, images=tuple(dataclasses.replace(image, reuse=None) for image in task.images))
-
-
 @dataclasses.dataclass(frozen=True)
 class Converted:
     """One image's record; `labels`: the class of each thing it counts (the image's label, or
@@ -263,40 +258,29 @@ class Converted:
     dropped: tuple[Rejection, ...] = ()
 
 
-def detection_converted(make: Callable[..., Detection], data: bytes, image: PlannedImage, fields: RecordFields,
-                        settings: WriterSettings, reused: bool) -> Converted:
-    """An annotated image's record by `make` (detection_to_record from the file's bytes, or
-    detection_from_previous from a previous record's image), with imgrec's own features."""
-    source, keys = image.source, settings.keys
-    own = ((keys.source_path, fields.source_path.encode("utf-8", "surrogateescape")),
-           (keys.content_hash, source.content_hash.encode("ascii")))
-    record, objects, dropped = make(data, source.header, source.annotations, settings.image, settings.objects,
-                                    settings.voc_fields, {key: value for key, value in own if key})
-    skipped = emptied_image(source.annotations, len(objects), dropped, settings.keep_empty)
-    if skipped is not None:
-        return Converted(None, reused, (), (*dropped, skipped))
-    return Converted(record, reused, tuple(obj.text for obj in objects), dropped)
-
-
-def counted_labels(image: PlannedImage) -> tuple[str, ...]:
-    """What an image adds to its split's label_counts: its label, or each of a multi-label image's."""
-    return label_list(image.source.label) if isinstance(image.label_id, tuple) else (image.source.label,)
-
-
 def record_of(image: PlannedImage, data: bytes, fields: RecordFields, settings: WriterSettings,
               reused: bool) -> Converted:
     """The record of the image file's `data`, or (`reused`) rebuilt around a previous dataset's
     image bytes of the same content; an annotated image's objects are placed afresh either way,
-    so changed annotations are honoured."""
-    if image.source.annotations is not None:
+    so changed annotations are honoured; imgrec's own features are added to an annotated
+    image's. `labels`: its label, or each of a multi-label image's, or each object's class."""
+    source, keys = image.source, settings.keys
+    if source.annotations is not None:
         make = detection_from_previous if reused else detection_to_record
-        return detection_converted(make, data, image, fields, settings, reused)
+        own = ((keys.source_path, fields.source_path.encode("utf-8", "surrogateescape")),
+               (keys.content_hash, source.content_hash.encode("ascii")))
+        record, objects, dropped = make(data, source.header, source.annotations, settings.image, settings.objects,
+                                        settings.voc_fields, {key: value for key, value in own if key})
+        skipped = emptied_image(source.annotations, len(objects), dropped, settings.keep_empty)
+        if skipped is not None:
+            return Converted(None, reused, (), (*dropped, skipped))
+        return Converted(record, reused, tuple(obj.text for obj in objects), dropped)
     if reused:
-        record = build_example(data, fields, settings.image, settings.keys,
-                               size=decoded_size(image.source.header, settings.image))
+        record = build_example(data, fields, settings.image, keys, size=decoded_size(source.header, settings.image))
     else:
-        record = image_to_record(data, image.source.header, fields, settings.image, settings.keys)
-    return Converted(record, reused, counted_labels(image))
+        record = image_to_record(data, source.header, fields, settings.image, keys)
+    labels = label_list(source.label) if isinstance(image.label_id, tuple) else (source.label,)
+    return Converted(record, reused, labels)
 
 
 def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
@@ -369,7 +353,8 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
             reused += converted.reused
     if not all(still_published(dataset, run_id) for dataset, run_id in copied_from):
         files.delete([temporary])
-        return convert_part(without_reuse(task), settings, refused)
+        unreused = tuple(dataclasses.replace(image, reuse=None) for image in task.images)
+        return convert_part(dataclasses.replace(task, images=unreused), settings, refused)
     files.rename(temporary, records_path)
     num_bytes = offset - len(index) * tfrecord.framed_length(0)  # the records' own bytes, without framing
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
@@ -408,21 +393,14 @@ def finished_outcome(task: PartTask, settings: WriterSettings) -> Optional[PartO
         if outcome.digest != task.digest or files.size(records) != sum(e.length for e in outcome.index):
             return None
         with files.open_read(records) as handle:
-            if not all(_intact(handle, entry, settings.keys.image) for entry in outcome.index):
-                return None
-    except (OSError, ValueError, KeyError, TypeError):  # damaged JSON, a line that is no entry
+            for entry in outcome.index:  # checksums valid, the image where the entry says, with its hash
+                data = tfrecord.read_record_at(handle, entry.offset, entry.length)
+                if not locates_image(data, entry.image_offset, entry.image_length, entry.sha256, settings.keys.image):
+                    return None
+    # damaged JSON, a line that is no entry, a torn record (CorruptRecord is a ValueError)
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     return outcome
-
-
-def _intact(records: BinaryIO, entry: IndexEntry, image_key: str) -> bool:
-    """Whether the record at `entry` in `records` has valid checksums and its image bytes where
-    the entry says, hashing to the entry's content hash."""
-    try:
-        data = tfrecord.read_record_at(records, entry.offset, entry.length)
-    except (tfrecord.CorruptRecord, OSError):
-        return False
-    return locates_image(data, entry.image_offset, entry.image_length, entry.sha256, image_key)
 
 
 def _read_outcome(settings: WriterSettings, digest: str) -> PartOutcome:
