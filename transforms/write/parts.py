@@ -191,10 +191,11 @@ def part_size(shard: ShardKey, images: int, total: int, settings: WriterSettings
     (12-megapixel photos) still spread over every process, and at most `part_images`: copying
     a split of one shard costs less than an idle core. Elsewhere (a cluster) parts of
     `part_images`."""
+    _, _, num_shards = shard
     processes = settings.local_processes
     if not processes:
         return settings.part_images
-    if shard[2] > 1 and images * 2 * processes <= total:
+    if num_shards > 1 and images * 2 * processes <= total:
         return max(images, 1)
     return max(1, min(settings.part_images, -(-total // (8 * processes))))
 
