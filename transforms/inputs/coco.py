@@ -263,40 +263,30 @@ def file_listings(listings: Iterable[CocoImage]) -> tuple[list[tuple[int, tuple[
 
 def image_of_id(listings: Iterable[tuple[str, CocoImage]], annotations: Iterable[CocoAnnotation],
                 names: Mapping[int, str], keep_empty: bool) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
-    """One image id's `file_listings` and annotations → `coco_image_group`; the annotations of an
-    id whose file was refused are dropped as such."""
+    """One image id's `file_listings` and annotations → the image with its objects (or None), and
+    the rejections: the image listed twice, annotations without an image (or whose file was
+    refused), unknown categories, boxes that do not fit the image."""
     listings, annotations = list(listings), list(annotations)
-    if all(kind == "image" for kind, _ in listings):
-        return coco_image_group([listing for _, listing in listings], annotations, names, keep_empty)
-    dropped = orphans(annotations, ImageListedTwice, "whose file is listed twice")
-    kept = [listing for kind, listing in listings if kind == "image"]
-    if not kept:
-        return None, dropped
-    image, rejections = coco_image_group(kept, (), names, keep_empty)
-    return image, (*dropped, *rejections)
-
-
-def coco_image_group(listings: Iterable[CocoImage], annotations: Iterable[CocoAnnotation],
-                     names: Mapping[int, str], keep_empty: bool = True
-                     ) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
-    """One image id's listings and annotations → the image with its objects (or None), and
-    the rejections: the image listed twice, annotations without an image, unknown categories,
-    boxes that do not fit the image."""
-    listings, annotations = list(listings), sorted(annotations, key=lambda a: a.index)
-    if not listings:
-        return None, orphans(annotations, MissingImage, "which the file does not list")
-    if len(listings) > 1:
-        _, refused = one_listing_per_file(listings)
-        return None, (*refused, *orphans(annotations, ImageListedTwice, "which is listed twice"))
-    (image,) = listings
+    images = [listing for kind, listing in listings if kind == "image"]
+    dropped: tuple[Rejection, ...] = ()
+    if len(images) < len(listings):  # a file of this id is listed twice: its annotations are dropped as such
+        dropped, annotations = orphans(annotations, ImageListedTwice, "whose file is listed twice"), []
+    annotations.sort(key=lambda a: a.index)
+    if not images:
+        return None, (*dropped, *orphans(annotations, MissingImage, "which the file does not list"))
+    if len(images) > 1:
+        _, refused = one_listing_per_file(images)
+        return None, (*dropped, *refused, *orphans(annotations, ImageListedTwice, "which is listed twice"))
+    (image,) = images
 
     def labelled(obj: ObjectAnnotation) -> Optional[ObjectAnnotation]:
         return dataclasses.replace(obj, text=names[obj.label]) if obj.label in names else None
 
-    return finished_image(AnnotatedImage(image.path, str(image.id), image.file_name, image.width, image.height, ()),
-                          (a.obj for a in annotations), labelled,
-                          lambda obj: f"category id {obj.label} is not one of the file's {len(names)} categories",
-                          keep_empty)
+    found, rejections = finished_image(
+        AnnotatedImage(image.path, str(image.id), image.file_name, image.width, image.height, ()),
+        (a.obj for a in annotations), labelled,
+        lambda obj: f"category id {obj.label} is not one of the file's {len(names)} categories", keep_empty)
+    return found, (*dropped, *rejections)
 
 
 def annotated_images(path: str, images_root: Optional[str] = None, with_masks: bool = False,

@@ -550,53 +550,49 @@ def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) ->
     return False
 
 
-class DiscoverImages(beam.PTransform):
+@beam.ptransform_fn
+def DiscoverImages(pbegin: beam.pvalue.PBegin, spec: InputSpec, output: Optional[OutputFolder] = None,
+                   spread: bool = True):
     """PBegin → {"candidates": batches of Candidate, "rejected": Rejection, "labels": tuples of
     label names}: every class folder's (even an empty one's) for folders, the candidates' labels
     otherwise. Files imgrec wrote into its `output` are not inputs. `spread` reshuffles the class
     folders so that workers walk them in parallel (pointless when one process runs every step)."""
-
-    def __init__(self, spec: InputSpec, output: Optional[OutputFolder] = None, spread: bool = True):
-        super().__init__()
-        self._spec, self._output, self._spread = spec, output, spread
-
-    def expand(self, pbegin: beam.pvalue.PBegin):
-        spec, kind = self._spec, self._spec.resolved_kind
-        extensions = tuple(e.lower() for e in spec.extensions)
-        if kind == "folders":
-            listed = (pbegin
-                      | "InputRoot" >> beam.Create([spec.path])
-                      | "ListClassFolders" >> beam.FlatMap(list_root, extensions, self._output).with_outputs(
-                          REJECTED, LABELS, "remote", main="folders"))
-            folders = (listed.folders | "SpreadFolders" >> beam.Reshuffle()) if self._spread else listed.folders
-            walked = (folders
-                      | "WalkClassFolders" >> beam.FlatMap(walk_folder, extensions, self._output).with_outputs(
-                          REJECTED, main="candidates"))
-            candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
-            rejected = (listed[REJECTED], walked[REJECTED]) | "FolderRejections" >> beam.Flatten()
-            labels = listed[LABELS]
-        elif kind == "glob":
-            parsed = (pbegin
-                      | "Pattern" >> beam.Create([spec.path])
-                      | "MatchFiles" >> beam.FlatMap(glob_candidates, extensions, self._output).with_outputs(
-                          REJECTED, main="candidates"))
-            candidates, rejected = parsed.candidates, parsed[REJECTED]
-        else:
-            layout = manifest_layout(spec, kind)
-            rows = (pbegin
-                    | "Manifest" >> beam.Create([spec.path])
-                    | "ReadManifest" >> beam.FlatMap(read_manifest, layout).with_outputs(REJECTED, main="rows"))
-            resolved = (rows.rows
-                        | "ByFile" >> GroupInBuckets(lambda row: row[0])
-                        | "ResolveListings" >> beam.FlatMap(resolve_bucket).with_outputs(
-                            REJECTED, main="candidates"))
-            candidates = resolved.candidates
-            rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
-        if kind != "folders":
-            if self._output and kind != "glob":  # a glob passed over them as it matched
-                kept = candidates | "PassOverOwnFiles" >> beam.FlatMap(
-                    pass_over_own, self._output).with_outputs(REJECTED, main="candidates")
-                candidates = kept.candidates
-                rejected = (rejected, kept[REJECTED]) | "OwnFileRejections" >> beam.Flatten()
-            labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
-        return {"candidates": candidates, REJECTED: rejected, LABELS: labels}
+    kind = spec.resolved_kind
+    extensions = tuple(e.lower() for e in spec.extensions)
+    if kind == "folders":
+        listed = (pbegin
+                  | "InputRoot" >> beam.Create([spec.path])
+                  | "ListClassFolders" >> beam.FlatMap(list_root, extensions, output).with_outputs(
+                      REJECTED, LABELS, "remote", main="folders"))
+        folders = (listed.folders | "SpreadFolders" >> beam.Reshuffle()) if spread else listed.folders
+        walked = (folders
+                  | "WalkClassFolders" >> beam.FlatMap(walk_folder, extensions, output).with_outputs(
+                      REJECTED, main="candidates"))
+        candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
+        rejected = (listed[REJECTED], walked[REJECTED]) | "FolderRejections" >> beam.Flatten()
+        labels = listed[LABELS]
+    elif kind == "glob":
+        parsed = (pbegin
+                  | "Pattern" >> beam.Create([spec.path])
+                  | "MatchFiles" >> beam.FlatMap(glob_candidates, extensions, output).with_outputs(
+                      REJECTED, main="candidates"))
+        candidates, rejected = parsed.candidates, parsed[REJECTED]
+    else:
+        layout = manifest_layout(spec, kind)
+        rows = (pbegin
+                | "Manifest" >> beam.Create([spec.path])
+                | "ReadManifest" >> beam.FlatMap(read_manifest, layout).with_outputs(REJECTED, main="rows"))
+        resolved = (rows.rows
+                    | "ByFile" >> GroupInBuckets(lambda row: row[0])
+                    | "ResolveListings" >> beam.FlatMap(resolve_bucket).with_outputs(
+                        REJECTED, main="candidates"))
+        candidates = resolved.candidates
+        rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
+    if kind != "folders":
+        if output and kind != "glob":  # a glob passed over them as it matched
+            kept = candidates | "PassOverOwnFiles" >> beam.FlatMap(
+                pass_over_own, output).with_outputs(REJECTED, main="candidates")
+            candidates = kept.candidates
+            rejected = (rejected, kept[REJECTED]) | "OwnFileRejections" >> beam.Flatten()
+        labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
+    return {"candidates": candidates, REJECTED: rejected, LABELS: labels}
