@@ -194,19 +194,15 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
         except OSError as exc:
             yield reject(entry.path, UnreadableFile(_unreadable(entry, exc)))
             continue
-        if stat.S_ISDIR(info.st_mode):
-            if folder_skip_reason(entry.name):
-                yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not walked"))
-            elif (info.st_dev, info.st_ino) in ancestors:
-                yield reject(entry.path, SkippedFile(LOOP))
-            else:
-                yield _walk_local(entry.path, label, extensions, output, ancestors | {(info.st_dev, info.st_ino)})
-            continue
-        reason = skip_reason(entry.name, extensions)
-        if reason:
-            yield reject(entry.path, SkippedFile(reason))
+        if not stat.S_ISDIR(info.st_mode):
+            reason = skip_reason(entry.name, extensions)  # FIFOs and devices are refused when read
+            yield reject(entry.path, SkippedFile(reason)) if reason else Candidate(entry.path, label)
+        elif reason := folder_skip_reason(entry.name):
+            yield reject(entry.path, SkippedFile(f"{reason}, not walked"))
+        elif (info.st_dev, info.st_ino) in ancestors:
+            yield reject(entry.path, SkippedFile(LOOP))
         else:
-            yield Candidate(entry.path, label)  # FIFOs and devices are refused when read
+            yield _walk_local(entry.path, label, extensions, output, ancestors | {(info.st_dev, info.st_ino)})
 
 
 def _unreadable(entry: os.DirEntry, exc: OSError) -> str:
@@ -296,8 +292,8 @@ def list_local_root(root: str,
             continue
         elif (dataset := imgrec_dataset(entry.path)) and not dataset.holds_inputs(entry.path):
             continue
-        elif folder_skip_reason(entry.name):
-            yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
+        elif reason := folder_skip_reason(entry.name):
+            yield reject(entry.path, SkippedFile(f"{reason}, not a class"))
         else:
             folders.append((entry.name, entry.path))
     ambiguous = ambiguous_names(folders)
@@ -392,9 +388,12 @@ def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout,
         yield canonical_path(candidate.path), (candidate.label, number, candidate.path)
 
 
-def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) -> Iterator[Found]:
+def resolve_listings(canonical: str, listings: Iterable[tuple[str, int, str]],
+                     output: Optional[OutputFolder] = None) -> Iterator[Found]:
     """One file's manifest lines → one candidate, or a ConflictingLabels rejection per line when
-    they disagree on the label; repeats with the same label are reported, not written twice."""
+    they disagree on the label; repeats with the same label are reported, not written twice. A
+    file imgrec wrote into its `output` is a rejection, since every manifest line is a record or
+    a row (a glob passes over them as it matches: glob_candidates)."""
     listings = sorted(listings, key=lambda listing: listing[1])
     if len({label for label, _, _ in listings}) > 1:
         where = ", ".join(f"line {n}: {excerpt(label)}" for label, n, _ in listings[:LISTINGS_QUOTED])
@@ -404,7 +403,10 @@ def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) 
             yield reject(path, ConflictingLabels(f"listed with different labels ({where})"))
         return
     (label, first, path), *repeats = listings
-    yield Candidate(path, label)
+    if output is not None and output.owns(canonical):
+        yield reject(path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))
+    else:
+        yield Candidate(path, label)
     for _, number, repeated in repeats:
         yield reject(repeated, DuplicateListing(f"listed again on line {number} (first on line {first})"))
 
@@ -415,26 +417,14 @@ def read_manifest(manifest: str, layout: ManifestLayout):
         yield from batched(manifest_rows(manifest_lines(handle), layout, manifest))
 
 
-def resolve_bucket(element: tuple[int, Batch]):
+def resolve_bucket(element: tuple[int, Batch], output: Optional[OutputFolder]):
     """One bucket's manifest rows → batches of candidates (`resolve_listings` per file)."""
     _, rows = element
     yield from batched(found for canonical, listings in split_by(rows, lambda row: row[0]).items()
-                       for found in resolve_listings(canonical, [listing for _, listing in listings]))
+                       for found in resolve_listings(canonical, [listing for _, listing in listings], output))
 
 
 # --------------------------------------------------------------------------------------------
-
-
-def pass_over_own(batch: Batch, output: OutputFolder):
-    """The batch without the files imgrec wrote into its output, each with a row, since every
-    manifest line is a record or a row (a glob passes over them as it matches: glob_candidates)."""
-    kept = []
-    for candidate in batch:
-        if not output.owns(canonical_path(candidate.path)):
-            kept.append(candidate)
-        else:
-            yield reject(candidate.path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))
-    yield Batch(kept)
 
 
 def glob_matches(pattern: str, path: str) -> bool:
@@ -482,18 +472,14 @@ def match_glob(pattern: str) -> Iterator[str]:
     if local_path(pattern) is None:
         from transforms import object_stores  # through imgrec's S3 client: a store gone away fails at once
 
-        listed = iter(object_stores.objects_named_from(re.match(r"[^[*?]*", pattern).group(0)))
+        listed = object_stores.objects_named_from(re.match(r"[^[*?]*", pattern).group(0))
+    elif root and not os.path.isdir(root):
+        listed = [root]  # a pattern without wildcards names one file
     else:
-        listed = _local_listing(root, pattern)
+        segments = pattern.split("/")
+        depth = None if "**" in segments else len(segments) - (len(root.split("/")) if root else 0)
+        listed = depth_first(_local_files(root, depth, folders_holding(root or ".")))
     return (path for path in listed if glob_matches(pattern, path))
-
-
-def _local_listing(root: str, pattern: str) -> Iterator[str]:
-    if root and not os.path.isdir(root):
-        return iter([root])  # a pattern without wildcards names one file
-    segments = pattern.split("/")
-    depth = None if "**" in segments else len(segments) - (len(root.split("/")) if root else 0)
-    return depth_first(_local_files(root, depth, folders_holding(root or ".")))
 
 
 def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Found:
@@ -584,15 +570,10 @@ def DiscoverImages(pbegin: beam.pvalue.PBegin, spec: InputSpec, output: Optional
                 | "ReadManifest" >> beam.FlatMap(read_manifest, layout).with_outputs(REJECTED, main="rows"))
         resolved = (rows.rows
                     | "ByFile" >> GroupInBuckets(lambda row: row[0])
-                    | "ResolveListings" >> beam.FlatMap(resolve_bucket).with_outputs(
+                    | "ResolveListings" >> beam.FlatMap(resolve_bucket, output).with_outputs(
                         REJECTED, main="candidates"))
         candidates = resolved.candidates
         rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
     if kind != "folders":
-        if output and kind != "glob":  # a glob passed over them as it matched
-            kept = candidates | "PassOverOwnFiles" >> beam.FlatMap(
-                pass_over_own, output).with_outputs(REJECTED, main="candidates")
-            candidates = kept.candidates
-            rejected = (rejected, kept[REJECTED]) | "OwnFileRejections" >> beam.Flatten()
         labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
     return {"candidates": candidates, REJECTED: rejected, LABELS: labels}

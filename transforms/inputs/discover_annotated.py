@@ -18,7 +18,6 @@ import posixpath
 from typing import Iterable, Mapping, Optional
 
 import apache_beam as beam
-import ijson
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import files
@@ -28,12 +27,10 @@ from transforms.inputs.coco import (
     AnnotationFileError,
     CocoAnnotation,
     CocoImage,
-    coco_category,
     coco_label_map,
     coco_rows,
     file_listings,
     image_of_id,
-    open_coco,
 )
 from transforms.inputs.discover import REJECTED
 from transforms.inputs.voc import (
@@ -58,10 +55,7 @@ def coco_categories(path: str, class_names: Optional[tuple[str, ...]] = None) ->
     """The COCO file's label map {name: category id}, read by the driver (only `categories` is
     built; the rest of the file is parsed past). `class_names` keeps those classes, with their
     ids; a name the file lacks is an AnnotationFileError."""
-    with open_coco(path) as handle:
-        elements = ijson.items(handle, "categories.item")
-        categories = [coco_category(element, index) for index, element in enumerate(elements)]
-    label_map = coco_label_map(categories)
+    label_map = coco_label_map(path)
     if not class_names:
         return label_map
     missing = [name for name in class_names if name not in label_map]
@@ -81,7 +75,6 @@ def read_coco(path: str, images_root: Optional[str], with_masks: bool):
             yield beam.pvalue.TaggedOutput("images", (row.path, row))
         elif isinstance(row, Rejection):
             yield beam.pvalue.TaggedOutput(REJECTED, row)
-        # categories: read by the driver (coco_categories)
 
 
 def one_file(element: tuple[str, Iterable[CocoImage]]):
