@@ -213,13 +213,17 @@ def _unreadable(entry: os.DirEntry, exc: OSError) -> str:
     return f"cannot read {entry.path}: {exc.strerror or exc}"
 
 
-def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
-                      output: Optional[OutputFolder] = None) -> Iterator[Found]:
-    """Every file under a local class folder, recursively, as a candidate or a rejection. A
-    symlink inside it to the class folder, the root or a folder above is a loop: walked, it would
-    give this class the files of every other class."""
+def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder] = None,
+                      same_label_as: Optional[str] = None) -> Iterator[Found]:
+    """Every file under a local class folder, recursively, as a candidate or a rejection; all
+    rejected if its label is ambiguous (`same_label_as`: ClassFolder). A symlink inside it to the
+    class folder, the root or a folder above is a loop: walked, it would give this class the
+    files of every other class."""
     ancestors = folders_holding(folder) | folders_holding(os.path.dirname(folder))
-    yield from depth_first(_walk_local(folder, label, extensions, output, ancestors))
+    for found in depth_first(_walk_local(folder, label, extensions, output, ancestors)):
+        if same_label_as and isinstance(found, Candidate):
+            found = reject(found.path, ambiguous_label(label, same_label_as))
+        yield found
 
 
 def folders_holding(folder: str) -> frozenset:
@@ -251,16 +255,6 @@ def ambiguous_names(folders: Iterable[tuple[str, str]]) -> dict[str, str]:
     by_label = split_by(folders, lambda folder: labels[folder[0]])
     return {name: next(path for other, path in by_label[label] if other != name)
             for name, label in labels.items() if label != name and len(by_label[label]) > 1}
-
-
-def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
-                            output: Optional[OutputFolder] = None) -> Iterator[Found]:
-    """Every file of a class folder as a candidate or a rejection; all rejected if its label is
-    ambiguous."""
-    for found in walk_class_folder(folder.path, folder.label, extensions, output):
-        if folder.same_label_as and isinstance(found, Candidate):
-            found = reject(found.path, ambiguous_label(folder.label, folder.same_label_as))
-        yield found
 
 
 def ambiguous_label(label: str, other_folder: str) -> AmbiguousLabel:
@@ -348,7 +342,7 @@ def list_root(root: str, extensions: tuple[str, ...], output: Optional[OutputFol
 
 
 def walk_folder(folder: ClassFolder, extensions: tuple[str, ...], output: Optional[OutputFolder]) -> Iterator:
-    return batched(walk_class_folder_files(folder, extensions, output))
+    return batched(walk_class_folder(folder.path, folder.label, extensions, output, folder.same_label_as))
 
 
 # --------------------------------------------------------------------------------------------
@@ -556,8 +550,8 @@ def DiscoverImages(pbegin: beam.pvalue.PBegin, spec: InputSpec, output: Optional
                       REJECTED, main="candidates"))
         candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
         rejected = (listed[REJECTED], walked[REJECTED]) | "FolderRejections" >> beam.Flatten()
-        labels = listed[LABELS]
-    elif kind == "glob":
+        return {"candidates": candidates, REJECTED: rejected, LABELS: listed[LABELS]}
+    if kind == "glob":
         parsed = (pbegin
                   | "Pattern" >> beam.Create([spec.path])
                   | "MatchFiles" >> beam.FlatMap(glob_candidates, extensions, output).with_outputs(
@@ -574,6 +568,5 @@ def DiscoverImages(pbegin: beam.pvalue.PBegin, spec: InputSpec, output: Optional
                         REJECTED, main="candidates"))
         candidates = resolved.candidates
         rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
-    if kind != "folders":
-        labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
+    labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
     return {"candidates": candidates, REJECTED: rejected, LABELS: labels}
