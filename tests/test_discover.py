@@ -31,7 +31,6 @@ from transforms.inputs.discover import (
     resolve_listings,
     skip_reason,
     walk_class_folder,
-    walk_class_folder_files,
 )
 from transforms.inputs.manifests import (
     LABEL_COLUMNS,
@@ -739,7 +738,8 @@ def test_a_folder_name_that_is_not_utf8_never_merges_into_another_class(tmp_path
     undecodable = os.fsdecode(os.fsencode(tmp_path) + b"/a\xff")
     assert classes == [ClassFolder("a\\xff", f"{tmp_path}/a\\xff"),
                        ClassFolder("a\\xff", undecodable, same_label_as=f"{tmp_path}/a\\xff")] and not rejected
-    walked = [split_found(walk_class_folder_files(c, EXTENSIONS)) for c in classes]
+    walked = [split_found(walk_class_folder(c.path, c.label, EXTENSIONS, same_label_as=c.same_label_as))
+              for c in classes]
     assert walked[0] == ([Candidate(f"{tmp_path}/a\\xff/x.png", "a\\xff")], [])
     [], [(path, error, message)] = walked[1]
     assert (path, error) == (f"{undecodable}/x.png", "AmbiguousLabel")

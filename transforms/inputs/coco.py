@@ -39,7 +39,7 @@ from transforms.inputs.annotations import (
 from transforms.inputs.manifests import resolve_path
 from transforms.rejections import InputRejected, Rejection
 
-_ITEMS = {f"{name}.item": name for name in ("categories", "images", "annotations")}
+_ITEMS = {f"{name}.item": name for name in ("images", "annotations")}  # categories: coco_label_map
 _STARTS, _ENDS = ("start_map", "start_array"), ("end_map", "end_array")
 # Numbers and strings in one element: a crowd's uncompressed RLE of a 4000x3000 photo has at
 # most 12 M runs, real ones a few thousand; 4 M values take ~200 MB as Python objects.
@@ -75,11 +75,11 @@ class CocoAnnotation:
     index: int = 0
 
 
-CocoRow = Union[tuple[int, str], CocoImage, CocoAnnotation, Rejection]
+CocoRow = Union[CocoImage, CocoAnnotation, Rejection]
 
 
 def coco_elements(path: str) -> Iterator[tuple[str, int, object]]:
-    """(array name, index, element) for each element of the three arrays, in file order; an
+    """(array name, index, element) for each element of `images` and `annotations`, in file order; an
     element over the size limit comes as an ElementTooLarge instead."""
     counts: collections.Counter = collections.Counter()
     with open_coco(path) as handle:
@@ -136,8 +136,12 @@ def coco_category(element: object, index: int) -> tuple[int, str]:
     return element["id"], element["name"].strip()
 
 
-def coco_label_map(categories: Iterable[tuple[int, str]]) -> dict[str, int]:
-    """Category name → id, refusing what would make names and ids ambiguous."""
+def coco_label_map(path: str) -> dict[str, int]:
+    """The file's categories as {name: id}, refusing what would make names and ids ambiguous.
+    Only `categories` is built; the rest of the file is parsed past."""
+    with open_coco(path) as handle:
+        categories = [coco_category(element, index)
+                      for index, element in enumerate(ijson.items(handle, "categories.item"))]
     by_id: dict[int, str] = {}
     by_name: dict[str, int] = {}
     for category_id, name in categories:
@@ -150,12 +154,6 @@ def coco_label_map(categories: Iterable[tuple[int, str]]) -> dict[str, int]:
     return by_name
 
 
-def image_path(file_name: str, annotation_file: str, images_root: Optional[str]) -> str:
-    """A file_name resolves against the annotation file's folder, or `images_root` if given."""
-    # resolve_path takes a file whose folder relative names are resolved against.
-    return resolve_path(file_name, annotation_file if images_root is None else posixpath.join(images_root, ""))
-
-
 def coco_image(element: dict, place: str, annotation_file: str, images_root: Optional[str]) -> CocoImage:
     image_id, file_name = element.get("id"), element.get("file_name")
     width, height = element.get("width"), element.get("height")
@@ -164,7 +162,10 @@ def coco_image(element: dict, place: str, annotation_file: str, images_root: Opt
     if not (_integer(width) and _integer(height) and width > 0 and height > 0):
         raise AnnotationFileProblem(f"{place} (id {image_id}) needs a positive integer width and height; "
                                     f"got {width!r} x {height!r}")
-    return CocoImage(image_id, file_name, width, height, image_path(file_name, annotation_file, images_root))
+    # A file_name resolves against the annotation file's folder, or `images_root` if given
+    # (resolve_path takes a file whose folder relative names are resolved against).
+    relative_to = annotation_file if images_root is None else posixpath.join(images_root, "")
+    return CocoImage(image_id, file_name, width, height, resolve_path(file_name, relative_to))
 
 
 def coco_segmentation(value: object) -> Optional[Segmentation]:
@@ -206,25 +207,20 @@ def coco_annotation(element: dict, place: str, with_masks: bool, index: int) -> 
 
 
 def coco_rows(path: str, images_root: Optional[str] = None, with_masks: bool = False) -> Iterator[CocoRow]:
-    """Every element of the file as a category (id, name), a CocoImage, a CocoAnnotation, or the
-    Rejection of an entry that is none of these. A bad category raises AnnotationFileError."""
+    """Every image and annotation entry of the file as a CocoImage, a CocoAnnotation, or the
+    Rejection of an entry that is neither (categories are `coco_label_map`'s)."""
     for array, index, element in coco_elements(path):
         place = f"{path}#{array}[{index}]"
         try:
             if isinstance(element, InputRejected):
                 raise element
-            if array == "categories":
-                yield coco_category(element, index)
-            elif not isinstance(element, dict):
+            if not isinstance(element, dict):
                 raise AnnotationFileProblem(f"{place} is not an object: {element!r:.200}")
             elif array == "images":
                 yield coco_image(element, place, path, images_root)
             else:
                 yield coco_annotation(element, place, with_masks, index)
-        except InputRejected as exc:
-            if array == "categories":
-                raise AnnotationFileError(f"categories[{index}]: {exc}") from None
-            # An annotation entry is an object dropped, an image entry an input refused.
+        except InputRejected as exc:  # an annotation entry is an object dropped, an image entry an input refused.
             yield (object_row if array == "annotations" else Rejection.from_exception)(place, exc)
 
 
@@ -263,48 +259,39 @@ def file_listings(listings: Iterable[CocoImage]) -> tuple[list[tuple[int, tuple[
 
 def image_of_id(listings: Iterable[tuple[str, CocoImage]], annotations: Iterable[CocoAnnotation],
                 names: Mapping[int, str], keep_empty: bool) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
-    """One image id's `file_listings` and annotations → `coco_image_group`; the annotations of an
-    id whose file was refused are dropped as such."""
+    """One image id's `file_listings` and annotations → the image with its objects (or None), and
+    the rejections: the image listed twice, annotations without an image (or whose file was
+    refused), unknown categories, boxes that do not fit the image."""
     listings, annotations = list(listings), list(annotations)
-    if all(kind == "image" for kind, _ in listings):
-        return coco_image_group([listing for _, listing in listings], annotations, names, keep_empty)
-    dropped = orphans(annotations, ImageListedTwice, "whose file is listed twice")
-    kept = [listing for kind, listing in listings if kind == "image"]
-    if not kept:
-        return None, dropped
-    image, rejections = coco_image_group(kept, (), names, keep_empty)
-    return image, (*dropped, *rejections)
-
-
-def coco_image_group(listings: Iterable[CocoImage], annotations: Iterable[CocoAnnotation],
-                     names: Mapping[int, str], keep_empty: bool = True
-                     ) -> tuple[Optional[AnnotatedImage], tuple[Rejection, ...]]:
-    """One image id's listings and annotations → the image with its objects (or None), and
-    the rejections: the image listed twice, annotations without an image, unknown categories,
-    boxes that do not fit the image."""
-    listings, annotations = list(listings), sorted(annotations, key=lambda a: a.index)
-    if not listings:
-        return None, orphans(annotations, MissingImage, "which the file does not list")
-    if len(listings) > 1:
-        _, refused = one_listing_per_file(listings)
-        return None, (*refused, *orphans(annotations, ImageListedTwice, "which is listed twice"))
-    (image,) = listings
+    images = [listing for kind, listing in listings if kind == "image"]
+    dropped: tuple[Rejection, ...] = ()
+    if len(images) < len(listings):  # a file of this id is listed twice: its annotations are dropped as such
+        dropped, annotations = orphans(annotations, ImageListedTwice, "whose file is listed twice"), []
+    annotations.sort(key=lambda a: a.index)
+    if not images:
+        return None, (*dropped, *orphans(annotations, MissingImage, "which the file does not list"))
+    if len(images) > 1:
+        _, refused = one_listing_per_file(images)
+        return None, (*dropped, *refused, *orphans(annotations, ImageListedTwice, "which is listed twice"))
+    (image,) = images
 
     def labelled(obj: ObjectAnnotation) -> Optional[ObjectAnnotation]:
         return dataclasses.replace(obj, text=names[obj.label]) if obj.label in names else None
 
-    return finished_image(AnnotatedImage(image.path, str(image.id), image.file_name, image.width, image.height, ()),
-                          (a.obj for a in annotations), labelled,
-                          lambda obj: f"category id {obj.label} is not one of the label map's {len(names)} categories",
-                          keep_empty)
+    found, rejections = finished_image(
+        AnnotatedImage(image.path, str(image.id), image.file_name, image.width, image.height, ()),
+        (a.obj for a in annotations), labelled,
+        lambda obj: f"category id {obj.label} is not one of the label map's {len(names)} categories",
+        keep_empty)
+    return found, (*dropped, *rejections)
 
 
 def annotated_images(path: str, images_root: Optional[str] = None, with_masks: bool = False,
                      keep_empty: bool = True) -> tuple[dict[str, int], list[AnnotatedImage], list[Rejection]]:
     """The whole file grouped in memory: (label map, images, rejections), for small files (tests,
     the sample); the pipeline groups `coco_rows` by image id instead."""
+    label_map = coco_label_map(path)
     rows = list(coco_rows(path, images_root, with_masks))
-    label_map = coco_label_map(row for row in rows if isinstance(row, tuple))
     rejections = [row for row in rows if isinstance(row, Rejection)]
     annotations = split_by((row for row in rows if isinstance(row, CocoAnnotation)), lambda row: row.image_id)
     by_id = collections.defaultdict(list)

@@ -194,19 +194,15 @@ def _walk_local(folder: str, label: str, extensions: tuple[str, ...], output: Op
         except OSError as exc:
             yield reject(entry.path, UnreadableFile(_unreadable(entry, exc)))
             continue
-        if stat.S_ISDIR(info.st_mode):
-            if folder_skip_reason(entry.name):
-                yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not walked"))
-            elif (info.st_dev, info.st_ino) in ancestors:
-                yield reject(entry.path, SkippedFile(LOOP))
-            else:
-                yield _walk_local(entry.path, label, extensions, output, ancestors | {(info.st_dev, info.st_ino)})
-            continue
-        reason = skip_reason(entry.name, extensions)
-        if reason:
-            yield reject(entry.path, SkippedFile(reason))
+        if not stat.S_ISDIR(info.st_mode):
+            reason = skip_reason(entry.name, extensions)  # FIFOs and devices are refused when read
+            yield reject(entry.path, SkippedFile(reason)) if reason else Candidate(entry.path, label)
+        elif reason := folder_skip_reason(entry.name):
+            yield reject(entry.path, SkippedFile(f"{reason}, not walked"))
+        elif (info.st_dev, info.st_ino) in ancestors:
+            yield reject(entry.path, SkippedFile(LOOP))
         else:
-            yield Candidate(entry.path, label)  # FIFOs and devices are refused when read
+            yield _walk_local(entry.path, label, extensions, output, ancestors | {(info.st_dev, info.st_ino)})
 
 
 def _unreadable(entry: os.DirEntry, exc: OSError) -> str:
@@ -217,13 +213,17 @@ def _unreadable(entry: os.DirEntry, exc: OSError) -> str:
     return f"cannot read {entry.path}: {exc.strerror or exc}"
 
 
-def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...],
-                      output: Optional[OutputFolder] = None) -> Iterator[Found]:
-    """Every file under a local class folder, recursively, as a candidate or a rejection. A
-    symlink inside it to the class folder, the root or a folder above is a loop: walked, it would
-    give this class the files of every other class."""
+def walk_class_folder(folder: str, label: str, extensions: tuple[str, ...], output: Optional[OutputFolder] = None,
+                      same_label_as: Optional[str] = None) -> Iterator[Found]:
+    """Every file under a local class folder, recursively, as a candidate or a rejection; all
+    rejected if its label is ambiguous (`same_label_as`: ClassFolder). A symlink inside it to the
+    class folder, the root or a folder above is a loop: walked, it would give this class the
+    files of every other class."""
     ancestors = folders_holding(folder) | folders_holding(os.path.dirname(folder))
-    yield from depth_first(_walk_local(folder, label, extensions, output, ancestors))
+    for found in depth_first(_walk_local(folder, label, extensions, output, ancestors)):
+        if same_label_as and isinstance(found, Candidate):
+            found = reject(found.path, ambiguous_label(label, same_label_as))
+        yield found
 
 
 def folders_holding(folder: str) -> frozenset:
@@ -257,16 +257,6 @@ def ambiguous_names(folders: Iterable[tuple[str, str]]) -> dict[str, str]:
             for name, label in labels.items() if label != name and len(by_label[label]) > 1}
 
 
-def walk_class_folder_files(folder: ClassFolder, extensions: tuple[str, ...],
-                            output: Optional[OutputFolder] = None) -> Iterator[Found]:
-    """Every file of a class folder as a candidate or a rejection; all rejected if its label is
-    ambiguous."""
-    for found in walk_class_folder(folder.path, folder.label, extensions, output):
-        if folder.same_label_as and isinstance(found, Candidate):
-            found = reject(found.path, ambiguous_label(folder.label, folder.same_label_as))
-        yield found
-
-
 def ambiguous_label(label: str, other_folder: str) -> AmbiguousLabel:
     return AmbiguousLabel(f"the folder name is not UTF-8 and reads as label {label!r}, as folder "
                           f"{other_folder} does; rename one")
@@ -296,8 +286,8 @@ def list_local_root(root: str,
             continue
         elif (dataset := imgrec_dataset(entry.path)) and not dataset.holds_inputs(entry.path):
             continue
-        elif folder_skip_reason(entry.name):
-            yield reject(entry.path, SkippedFile(f"{folder_skip_reason(entry.name)}, not a class"))
+        elif reason := folder_skip_reason(entry.name):
+            yield reject(entry.path, SkippedFile(f"{reason}, not a class"))
         else:
             folders.append((entry.name, entry.path))
     ambiguous = ambiguous_names(folders)
@@ -352,7 +342,7 @@ def list_root(root: str, extensions: tuple[str, ...], output: Optional[OutputFol
 
 
 def walk_folder(folder: ClassFolder, extensions: tuple[str, ...], output: Optional[OutputFolder]) -> Iterator:
-    return batched(walk_class_folder_files(folder, extensions, output))
+    return batched(walk_class_folder(folder.path, folder.label, extensions, output, folder.same_label_as))
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,9 +382,12 @@ def manifest_rows(lines: Iterable[bytes], layout: ManifestLayout,
         yield canonical_path(candidate.path), (candidate.label, number, candidate.path)
 
 
-def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) -> Iterator[Found]:
+def resolve_listings(canonical: str, listings: Iterable[tuple[str, int, str]],
+                     output: Optional[OutputFolder] = None) -> Iterator[Found]:
     """One file's manifest lines → one candidate, or a ConflictingLabels rejection per line when
-    they disagree on the label; repeats with the same label are reported, not written twice."""
+    they disagree on the label; repeats with the same label are reported, not written twice. A
+    file imgrec wrote into its `output` is a rejection, since every manifest line is a record or
+    a row (a glob passes over them as it matches: glob_candidates)."""
     listings = sorted(listings, key=lambda listing: listing[1])
     if len({label for label, _, _ in listings}) > 1:
         where = ", ".join(f"line {n}: {excerpt(label)}" for label, n, _ in listings[:LISTINGS_QUOTED])
@@ -404,7 +397,10 @@ def resolve_listings(_canonical: str, listings: Iterable[tuple[str, int, str]]) 
             yield reject(path, ConflictingLabels(f"listed with different labels ({where})"))
         return
     (label, first, path), *repeats = listings
-    yield Candidate(path, label)
+    if output is not None and output.owns(canonical):
+        yield reject(path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))
+    else:
+        yield Candidate(path, label)
     for _, number, repeated in repeats:
         yield reject(repeated, DuplicateListing(f"listed again on line {number} (first on line {first})"))
 
@@ -415,26 +411,14 @@ def read_manifest(manifest: str, layout: ManifestLayout):
         yield from batched(manifest_rows(manifest_lines(handle), layout, manifest))
 
 
-def resolve_bucket(element: tuple[int, Batch]):
+def resolve_bucket(element: tuple[int, Batch], output: Optional[OutputFolder]):
     """One bucket's manifest rows → batches of candidates (`resolve_listings` per file)."""
     _, rows = element
     yield from batched(found for canonical, listings in split_by(rows, lambda row: row[0]).items()
-                       for found in resolve_listings(canonical, [listing for _, listing in listings]))
+                       for found in resolve_listings(canonical, [listing for _, listing in listings], output))
 
 
 # --------------------------------------------------------------------------------------------
-
-
-def pass_over_own(batch: Batch, output: OutputFolder):
-    """The batch without the files imgrec wrote into its output, each with a row, since every
-    manifest line is a record or a row (a glob passes over them as it matches: glob_candidates)."""
-    kept = []
-    for candidate in batch:
-        if not output.owns(canonical_path(candidate.path)):
-            kept.append(candidate)
-        else:
-            yield reject(candidate.path, SkippedFile(f"imgrec wrote it into the output {output.path}: not an input"))
-    yield Batch(kept)
 
 
 def glob_matches(pattern: str, path: str) -> bool:
@@ -482,18 +466,14 @@ def match_glob(pattern: str) -> Iterator[str]:
     if local_path(pattern) is None:
         from transforms import object_stores  # through imgrec's S3 client: a store gone away fails at once
 
-        listed = iter(object_stores.objects_named_from(re.match(r"[^[*?]*", pattern).group(0)))
+        listed = object_stores.objects_named_from(re.match(r"[^[*?]*", pattern).group(0))
+    elif root and not os.path.isdir(root):
+        listed = [root]  # a pattern without wildcards names one file
     else:
-        listed = _local_listing(root, pattern)
+        segments = pattern.split("/")
+        depth = None if "**" in segments else len(segments) - (len(root.split("/")) if root else 0)
+        listed = depth_first(_local_files(root, depth, folders_holding(root or ".")))
     return (path for path in listed if glob_matches(pattern, path))
-
-
-def _local_listing(root: str, pattern: str) -> Iterator[str]:
-    if root and not os.path.isdir(root):
-        return iter([root])  # a pattern without wildcards names one file
-    segments = pattern.split("/")
-    depth = None if "**" in segments else len(segments) - (len(root.split("/")) if root else 0)
-    return depth_first(_local_files(root, depth, folders_holding(root or ".")))
 
 
 def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Found:
@@ -550,53 +530,43 @@ def written_by_imgrec(path: str, datasets: dict[str, Optional[OutputFolder]]) ->
     return False
 
 
-class DiscoverImages(beam.PTransform):
+@beam.ptransform_fn
+def DiscoverImages(pbegin: beam.pvalue.PBegin, spec: InputSpec, output: Optional[OutputFolder] = None,
+                   spread: bool = True):
     """PBegin → {"candidates": batches of Candidate, "rejected": Rejection, "labels": tuples of
     label names}: every class folder's (even an empty one's) for folders, the candidates' labels
     otherwise. Files imgrec wrote into its `output` are not inputs. `spread` reshuffles the class
     folders so that workers walk them in parallel (pointless when one process runs every step)."""
-
-    def __init__(self, spec: InputSpec, output: Optional[OutputFolder] = None, spread: bool = True):
-        super().__init__()
-        self._spec, self._output, self._spread = spec, output, spread
-
-    def expand(self, pbegin: beam.pvalue.PBegin):
-        spec, kind = self._spec, self._spec.resolved_kind
-        extensions = tuple(e.lower() for e in spec.extensions)
-        if kind == "folders":
-            listed = (pbegin
-                      | "InputRoot" >> beam.Create([spec.path])
-                      | "ListClassFolders" >> beam.FlatMap(list_root, extensions, self._output).with_outputs(
-                          REJECTED, LABELS, "remote", main="folders"))
-            folders = (listed.folders | "SpreadFolders" >> beam.Reshuffle()) if self._spread else listed.folders
-            walked = (folders
-                      | "WalkClassFolders" >> beam.FlatMap(walk_folder, extensions, self._output).with_outputs(
-                          REJECTED, main="candidates"))
-            candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
-            rejected = (listed[REJECTED], walked[REJECTED]) | "FolderRejections" >> beam.Flatten()
-            labels = listed[LABELS]
-        elif kind == "glob":
-            parsed = (pbegin
-                      | "Pattern" >> beam.Create([spec.path])
-                      | "MatchFiles" >> beam.FlatMap(glob_candidates, extensions, self._output).with_outputs(
-                          REJECTED, main="candidates"))
-            candidates, rejected = parsed.candidates, parsed[REJECTED]
-        else:
-            layout = manifest_layout(spec, kind)
-            rows = (pbegin
-                    | "Manifest" >> beam.Create([spec.path])
-                    | "ReadManifest" >> beam.FlatMap(read_manifest, layout).with_outputs(REJECTED, main="rows"))
-            resolved = (rows.rows
-                        | "ByFile" >> GroupInBuckets(lambda row: row[0])
-                        | "ResolveListings" >> beam.FlatMap(resolve_bucket).with_outputs(
-                            REJECTED, main="candidates"))
-            candidates = resolved.candidates
-            rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
-        if kind != "folders":
-            if self._output and kind != "glob":  # a glob passed over them as it matched
-                kept = candidates | "PassOverOwnFiles" >> beam.FlatMap(
-                    pass_over_own, self._output).with_outputs(REJECTED, main="candidates")
-                candidates = kept.candidates
-                rejected = (rejected, kept[REJECTED]) | "OwnFileRejections" >> beam.Flatten()
-            labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
-        return {"candidates": candidates, REJECTED: rejected, LABELS: labels}
+    kind = spec.resolved_kind
+    extensions = tuple(e.lower() for e in spec.extensions)
+    if kind == "folders":
+        listed = (pbegin
+                  | "InputRoot" >> beam.Create([spec.path])
+                  | "ListClassFolders" >> beam.FlatMap(list_root, extensions, output).with_outputs(
+                      REJECTED, LABELS, "remote", main="folders"))
+        folders = (listed.folders | "SpreadFolders" >> beam.Reshuffle()) if spread else listed.folders
+        walked = (folders
+                  | "WalkClassFolders" >> beam.FlatMap(walk_folder, extensions, output).with_outputs(
+                      REJECTED, main="candidates"))
+        candidates = (walked.candidates, listed.remote) | "AllCandidates" >> beam.Flatten()
+        rejected = (listed[REJECTED], walked[REJECTED]) | "FolderRejections" >> beam.Flatten()
+        return {"candidates": candidates, REJECTED: rejected, LABELS: listed[LABELS]}
+    if kind == "glob":
+        parsed = (pbegin
+                  | "Pattern" >> beam.Create([spec.path])
+                  | "MatchFiles" >> beam.FlatMap(glob_candidates, extensions, output).with_outputs(
+                      REJECTED, main="candidates"))
+        candidates, rejected = parsed.candidates, parsed[REJECTED]
+    else:
+        layout = manifest_layout(spec, kind)
+        rows = (pbegin
+                | "Manifest" >> beam.Create([spec.path])
+                | "ReadManifest" >> beam.FlatMap(read_manifest, layout).with_outputs(REJECTED, main="rows"))
+        resolved = (rows.rows
+                    | "ByFile" >> GroupInBuckets(lambda row: row[0])
+                    | "ResolveListings" >> beam.FlatMap(resolve_bucket, output).with_outputs(
+                        REJECTED, main="candidates"))
+        candidates = resolved.candidates
+        rejected = (rows[REJECTED], resolved[REJECTED]) | "ManifestRejections" >> beam.Flatten()
+    labels = candidates | "CandidateLabels" >> beam.Map(lambda batch: tuple(sorted({c.label for c in batch})))
+    return {"candidates": candidates, REJECTED: rejected, LABELS: labels}

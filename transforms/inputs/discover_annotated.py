@@ -18,7 +18,6 @@ import posixpath
 from typing import Iterable, Mapping, Optional
 
 import apache_beam as beam
-import ijson
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import files
@@ -28,12 +27,10 @@ from transforms.inputs.coco import (
     AnnotationFileError,
     CocoAnnotation,
     CocoImage,
-    coco_category,
     coco_label_map,
     coco_rows,
     file_listings,
     image_of_id,
-    open_coco,
 )
 from transforms.inputs.discover import REJECTED
 from transforms.inputs.voc import (
@@ -58,10 +55,7 @@ def coco_categories(path: str, class_names: Optional[tuple[str, ...]] = None) ->
     """The COCO file's label map {name: category id}, read by the driver (only `categories` is
     built; the rest of the file is parsed past). `class_names` keeps those classes, with their
     ids; a name the file lacks is an AnnotationFileError."""
-    with open_coco(path) as handle:
-        elements = ijson.items(handle, "categories.item")
-        categories = [coco_category(element, index) for index, element in enumerate(elements)]
-    label_map = coco_label_map(categories)
+    label_map = coco_label_map(path)
     if not class_names:
         return label_map
     missing = [name for name in class_names if name not in label_map]
@@ -81,7 +75,6 @@ def read_coco(path: str, images_root: Optional[str], with_masks: bool):
             yield beam.pvalue.TaggedOutput("images", (row.path, row))
         elif isinstance(row, Rejection):
             yield beam.pvalue.TaggedOutput(REJECTED, row)
-        # categories: read by the driver (coco_categories)
 
 
 def one_file(element: tuple[str, Iterable[CocoImage]]):
@@ -153,50 +146,44 @@ def voc_image(parsed: tuple[AnnotatedImage, list[str]], label_map: dict[str, int
     yield from _found(*labelled_voc_image(parsed[0], label_map, keep_empty))
 
 
-class DiscoverAnnotated(beam.PTransform):
+@beam.ptransform_fn
+def DiscoverAnnotated(pbegin: beam.pvalue.PBegin, spec: InputSpec, with_masks: bool = False):
     """PBegin → {"candidates": batches of Candidate, "rejected": Rejection, "label_map": one
     {name: id}} for a COCO file or a VOC folder."""
-
-    def __init__(self, spec: InputSpec, with_masks: bool = False):
-        super().__init__()
-        self._spec, self._with_masks = spec, with_masks
-
-    def expand(self, pbegin: beam.pvalue.PBegin):
-        spec = self._spec
-        keep_empty = spec.keep_empty_images
-        if spec.resolved_kind == "coco":
-            categories = coco_categories(spec.path, spec.class_names)
-            label_map = pbegin | "Categories" >> beam.Create([categories])
-            rows = (pbegin
-                    | "AnnotationFile" >> beam.Create([spec.path])
-                    | "ReadCoco" >> beam.FlatMap(read_coco, spec.images_root, self._with_masks).with_outputs(
-                        REJECTED, "images", main="annotations"))
-            listings = (rows.images
-                        | "ByFile" >> beam.GroupByKey()
-                        | "OneListingPerFile" >> beam.FlatMap(one_file).with_outputs(REJECTED, main="listings"))
-            found = ({"listings": listings.listings, "annotations": rows.annotations}
-                     | "ByImageId" >> beam.CoGroupByKey()
-                     | "Images" >> beam.FlatMap(coco_image, category_names(categories), keep_empty)
-                     .with_outputs(REJECTED, main="candidates"))
-            rejected = (rows[REJECTED], listings[REJECTED], found[REJECTED]) | "CocoRejections" >> beam.Flatten()
-        else:
-            parsed = (pbegin
-                      | "VocFolder" >> beam.Create([spec.path])
-                      | "ListAnnotations" >> beam.FlatMap(voc_files)
-                      | "SpreadFiles" >> beam.Reshuffle()
-                      | "ParseVoc" >> beam.FlatMap(parse_voc_file).with_outputs(REJECTED, main="parsed"))
-            label_map = (parsed.parsed
-                         | "ClassNames" >> beam.Map(lambda found: found[1])
-                         | "DistinctNames" >> beam.CombineGlobally(distinct)
-                         | "VocLabelMap" >> beam.Map(voc_label_map, spec.class_names))
-            listed = (parsed.parsed
-                      | "ByImageFile" >> beam.Map(lambda found: (found[0].path, found))
-                      | "ImageFiles" >> beam.GroupByKey()
-                      | "OneXmlPerImage" >> beam.FlatMap(one_xml_per_image).with_outputs(REJECTED, main="parsed"))
-            found = listed.parsed | "Images" >> beam.FlatMap(
-                voc_image, beam.pvalue.AsSingleton(label_map), keep_empty).with_outputs(REJECTED, main="candidates")
-            rejected = (parsed[REJECTED], listed[REJECTED], found[REJECTED]) | "VocRejections" >> beam.Flatten()
-        candidates = (found.candidates
-                      | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=BATCH)
-                      | "AsBatches" >> beam.Map(Batch))
-        return {"candidates": candidates, REJECTED: rejected, LABEL_MAP: label_map}
+    keep_empty = spec.keep_empty_images
+    if spec.resolved_kind == "coco":
+        categories = coco_categories(spec.path, spec.class_names)
+        label_map = pbegin | "Categories" >> beam.Create([categories])
+        rows = (pbegin
+                | "AnnotationFile" >> beam.Create([spec.path])
+                | "ReadCoco" >> beam.FlatMap(read_coco, spec.images_root, with_masks).with_outputs(
+                    REJECTED, "images", main="annotations"))
+        listings = (rows.images
+                    | "ByFile" >> beam.GroupByKey()
+                    | "OneListingPerFile" >> beam.FlatMap(one_file).with_outputs(REJECTED, main="listings"))
+        found = ({"listings": listings.listings, "annotations": rows.annotations}
+                 | "ByImageId" >> beam.CoGroupByKey()
+                 | "Images" >> beam.FlatMap(coco_image, category_names(categories), keep_empty)
+                 .with_outputs(REJECTED, main="candidates"))
+        rejected = (rows[REJECTED], listings[REJECTED], found[REJECTED]) | "CocoRejections" >> beam.Flatten()
+    else:
+        parsed = (pbegin
+                  | "VocFolder" >> beam.Create([spec.path])
+                  | "ListAnnotations" >> beam.FlatMap(voc_files)
+                  | "SpreadFiles" >> beam.Reshuffle()
+                  | "ParseVoc" >> beam.FlatMap(parse_voc_file).with_outputs(REJECTED, main="parsed"))
+        label_map = (parsed.parsed
+                     | "ClassNames" >> beam.Map(lambda found: found[1])
+                     | "DistinctNames" >> beam.CombineGlobally(distinct)
+                     | "VocLabelMap" >> beam.Map(voc_label_map, spec.class_names))
+        listed = (parsed.parsed
+                  | "ByImageFile" >> beam.Map(lambda found: (found[0].path, found))
+                  | "ImageFiles" >> beam.GroupByKey()
+                  | "OneXmlPerImage" >> beam.FlatMap(one_xml_per_image).with_outputs(REJECTED, main="parsed"))
+        found = listed.parsed | "Images" >> beam.FlatMap(
+            voc_image, beam.pvalue.AsSingleton(label_map), keep_empty).with_outputs(REJECTED, main="candidates")
+        rejected = (parsed[REJECTED], listed[REJECTED], found[REJECTED]) | "VocRejections" >> beam.Flatten()
+    candidates = (found.candidates
+                  | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=BATCH)
+                  | "AsBatches" >> beam.Map(Batch))
+    return {"candidates": candidates, REJECTED: rejected, LABEL_MAP: label_map}

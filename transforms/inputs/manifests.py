@@ -250,13 +250,9 @@ def join_local(folder: str, path: str) -> str:
 class _JsonObject(dict):
     """A JSON object that remembers its keys as given: `json.loads` keeps the last of two."""
 
-    given: tuple[str, ...] = ()
-
-    @classmethod
-    def from_pairs(cls, pairs: list[tuple[str, object]]) -> "_JsonObject":
-        row = cls(pairs)
-        row.given = tuple(key for key, _ in pairs)
-        return row
+    def __init__(self, pairs: list[tuple[str, object]]):
+        super().__init__(pairs)
+        self.given = tuple(key for key, _ in pairs)
 
 
 def _pick(row: _JsonObject, key: str) -> object:
@@ -270,7 +266,7 @@ def _pick(row: _JsonObject, key: str) -> object:
 
 def _json_row(line: str) -> object:
     try:
-        return json.loads(line, object_pairs_hook=_JsonObject.from_pairs)
+        return json.loads(line, object_pairs_hook=_JsonObject)
     except (ValueError, RecursionError) as exc:  # also integers over 4300 digits, nesting too deep
         raise BadManifestLine(f"invalid JSON {excerpt(line)}: {exc}") from None
 
