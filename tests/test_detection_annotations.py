@@ -127,8 +127,8 @@ def test_an_object_of_a_category_class_names_left_out_is_not_said_to_be_missing_
     from transforms.inputs.discover_annotated import category_names, coco_categories
 
     names = category_names(coco_categories(write_coco(tmp_path, [], []), ("dog",)))
-    _, refused = coco.coco_image_group([coco.CocoImage(7, "a.jpg", 100, 80, "/d/a.jpg")], [coco.CocoAnnotation(
-        7, "f#annotations[0]", ObjectAnnotation("annotation 3", (1, 1, 9, 9), 1, ""))], names)
+    _, refused = coco.image_of_id([("image", coco.CocoImage(7, "a.jpg", 100, 80, "/d/a.jpg"))], [coco.CocoAnnotation(
+        7, "f#annotations[0]", ObjectAnnotation("annotation 3", (1, 1, 9, 9), 1, ""))], names, True)
     assert reasons(refused) == [("UnknownCategory", "annotation 3: category id 1 is not one of the label map's 1 "
                                                     "categories")]
 
