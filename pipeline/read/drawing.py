@@ -12,8 +12,6 @@ import numpy as np
 
 from transforms.specs import ImageSpec
 
-DEFAULT_MEAN, DEFAULT_STD = ImageSpec().mean, ImageSpec().std
-
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 _BACKGROUND = (255, 255, 255)
 _TILE_BACKGROUND = (230, 230, 230)
@@ -116,11 +114,9 @@ def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Sequence[st
     Each panel is scaled to its own largest class: splits differ in size by design, and the
     point is to see imbalance between classes within a split. Returns RGB uint8.
     """
-    margin, gap, header, row = 10, 16, 26, bar_height + 6
-    scale = 0.45
+    margin, gap, header, row, scale = 10, 16, 26, bar_height + 6, 0.45
     label_width = min(220, max([_text_width(_ascii(c), scale) for c in classes] + [40])) + 8
-    number_width = _text_width("0000000", scale)
-    panel_width = bar_width + number_width
+    panel_width = bar_width + _text_width("0000000", scale)  # room for the count after a full bar
     width = 2 * margin + label_width + max(1, len(counts)) * (panel_width + gap)
     top = margin + 34 + header
     height = top + max(1, len(classes)) * row + margin
@@ -148,9 +144,8 @@ def draw_bar_chart(counts: Mapping[str, Mapping[str, int]], classes: Sequence[st
     return canvas
 
 
-def to_display_uint8(image: np.ndarray, normalize: str = "none",
-                     mean: Sequence[float] = DEFAULT_MEAN,
-                     std: Sequence[float] = DEFAULT_STD) -> np.ndarray:
+def to_display_uint8(image: np.ndarray, normalize: str = "none", mean: Sequence[float] = ImageSpec.mean,
+                     std: Sequence[float] = ImageSpec.std) -> np.ndarray:
     """Stored pixels → uint8 RGB for drawing, undoing the write-time normalization."""
     image = np.asarray(image)
     if image.dtype == np.uint8:

@@ -253,8 +253,7 @@ def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False)
 
     Without `with_metadata` only image and label are parsed: parsing fewer features is cheaper.
     """
-    features: Mapping[str, Mapping] = metadata.features
-    by_role = {described.get("role"): key for key, described in features.items()}
+    features, by_role = metadata.features, metadata.role_keys()
     detection = OBJECT_LABEL_ROLE in by_role
     label_role = OBJECT_LABEL_ROLE if detection else "label"
     box_roles = BOX_ROLES if detection else ()

@@ -92,9 +92,8 @@ def class_names(label_map: Mapping[str, int]) -> Optional[list[str]]:
     """Names ordered by id if `ClassLabel` keeps them as they are (its ids are positions, its
     names one stripped line each), else None."""
     names = sorted(label_map, key=label_map.__getitem__)
-    if sorted(label_map.values()) != list(range(len(names))):
-        return None
-    return None if any(not name or name != name.strip() or len(name.splitlines()) != 1 for name in names) else names
+    kept = all(name and name == name.strip() and len(name.splitlines()) == 1 for name in names)
+    return names if kept and sorted(label_map.values()) == list(range(len(names))) else None
 
 
 def feature_connectors(metadata: DatasetMetadata) -> dict[str, Any]:
@@ -166,12 +165,6 @@ def written_files(output_dir: str) -> list[str]:
     return [n for n in files.list_names(output_dir) if n in TFDS_FILES or n.endswith(".labels.txt")]
 
 
-def record_exports(output_dir: str, metadata: DatasetMetadata, names: Sequence[str]) -> None:
-    """Lists the export's files in metadata.json, so a run replacing the dataset removes them."""
-    updated = dataclasses.replace(metadata, exports=tuple(sorted(set(metadata.exports) | set(names))))
-    files.write_atomically(join(output_dir, METADATA_FILE), updated.dumps().encode("utf-8"))
-
-
 def default_name(output_dir: str) -> str:
     """A TFDS dataset name from the folder name (TFDS names are identifiers), else 'imgrec'."""
     candidate = re.sub(r"\W", "_", posixpath.basename(output_dir.rstrip("/")))
@@ -221,7 +214,10 @@ def _export(output_dir: str, name: Optional[str]) -> dict[str, Any]:
             message = re.sub(r"^\{\{.*?\}\}\s*", "", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
             raise NotExportable(f"TFDS cannot read the records as metadata.json describes them: {message}") from None
         raise
-    record_exports(output_dir, metadata, written_files(output_dir))
+    # metadata.json lists the export's files, so a run replacing the dataset removes them
+    exports = tuple(sorted(set(metadata.exports) | set(written_files(output_dir))))
+    updated = dataclasses.replace(metadata, exports=exports)
+    files.write_atomically(join(output_dir, METADATA_FILE), updated.dumps().encode("utf-8"))
     return {"name": name, "features": {key: repr(feature) for key, feature in features.items()},
             "splits": {info.name: info.num_examples for info in infos}, "skipped_empty_splits": empty}
 

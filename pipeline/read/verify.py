@@ -118,14 +118,11 @@ def _object_values(parsed: Mapping[str, tf.Tensor], layout: reader.RecordLayout)
             "bad_boxes": tf.cond(lengths_ok, bad_boxes, lambda: tf.constant(0, tf.int64))}
 
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
 def mask_problem(png: bytes, height: int, width: int) -> Optional[str]:
     """Why an instance mask is not what readers pair with its image (a PNG of one channel at the
     image's `height x width`), or None. Decoded one at a time, as readers decode it, so a bad
     mask is a reason given, not a shard that fails to read."""
-    if not png.startswith(PNG_SIGNATURE):  # decode_png would take a JPEG or GIF too
+    if not png.startswith(b"\x89PNG\r\n\x1a\n"):  # decode_png would take a JPEG or GIF too
         return "is not a PNG"
     try:
         mask_height, mask_width, channels = tf.io.decode_png(png, channels=0).shape
@@ -333,12 +330,6 @@ def label_map_check(label_map: Mapping[str, int]) -> Check:
     return Check.of(len(set(ids)) == len(ids), f"label_map: {len(ids)} classes", f"two classes share an id: {ids}")
 
 
-def _recorded_specs(config: Mapping[str, Any]) -> tuple[ImageSpec, FeatureKeys]:
-    """The image and feature-key specs of the run, from metadata.json's config (JSON lists back to tuples)."""
-    image = {key: tuple(value) if isinstance(value, list) else value for key, value in config["image"].items()}
-    return ImageSpec(**image), FeatureKeys(**config["features"])
-
-
 def _differences(found: Any, expected: Any, where: str) -> list[str]:
     """`where.key found (config gives expected)` for every leaf where two JSON values differ."""
     if isinstance(found, Mapping) and isinstance(expected, Mapping):
@@ -352,8 +343,10 @@ def description_check(metadata: DatasetMetadata) -> Check:
     take shape, dtype and normalization from them, and an edit that keeps the element count
     still reads every record."""
     name = "features and image agree with the recorded config"
-    try:
-        image, keys = _recorded_specs(metadata.config)
+    try:  # the run's specs, from metadata.json's config (JSON lists back to tuples)
+        image = ImageSpec(**{key: tuple(value) if isinstance(value, list) else value
+                             for key, value in metadata.config["image"].items()})
+        keys = FeatureKeys(**metadata.config["features"])
     except (KeyError, TypeError, ValueError) as exc:
         return Check(False, name, f"config.image or config.features is not a valid config: {type(exc).__name__}: {exc}")
     described = (detection_feature_spec(image, keys, masks_recorded(metadata.config),
