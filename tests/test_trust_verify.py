@@ -89,7 +89,14 @@ def delete_errors_file(m, rows, copy):
         (copy / name).unlink()
 
 
-EDITS = [edit_total, edit_written, edit_rejected, edit_split_rejected, edit_rejected_by_error, delete_errors_file]
+def edit_a_row_error_into_a_list(m, rows, copy):
+    errors = copy / m["error_files"][0]            # still JSON, but no dead-letter row (verify crashed)
+    first, *others = errors.read_text().splitlines()
+    errors.write_text("\n".join([json.dumps({**json.loads(first), "error": ["CorruptImage"]}), *others]) + "\n")
+
+
+EDITS = [edit_total, edit_written, edit_rejected, edit_split_rejected, edit_rejected_by_error, delete_errors_file,
+         edit_a_row_error_into_a_list]
 
 
 @pytest.mark.parametrize("edit", EDITS, ids=[e.__name__ for e in EDITS])

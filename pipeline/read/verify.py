@@ -390,13 +390,16 @@ def dead_letter_counts(output: str, metadata: DatasetMetadata) -> DeadLetterCoun
                 previous = line
                 try:
                     row = json.loads(line.decode("utf-8"))
-                    if row.get("stage") == OBJECT_STAGE:
-                        counts.objects[row["error"]] += 1
-                    else:
-                        counts.by_split[row.get("split")] += 1
-                        counts.by_error[row["error"]] += 1
-                except (ValueError, KeyError, AttributeError):
+                    error, split = row["error"], row.get("split")
+                except (ValueError, KeyError, TypeError):
+                    error = split = None
+                if not isinstance(error, str) or not isinstance(split, (str, type(None))):
                     counts.problems.append(f"{name} line {number} is not a dead-letter row")
+                elif row.get("stage") == OBJECT_STAGE:
+                    counts.objects[error] += 1
+                else:
+                    counts.by_split[split] += 1
+                    counts.by_error[error] += 1
     return counts
 
 
