@@ -72,6 +72,16 @@ def test_label_lists_are_written_and_read_back(tmp_path, capsys, make):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_label_lists_recorded_without_their_texts_pass_verify(tmp_path, capsys):
+    """A config's `features: label_text: ''` leaves the texts out: verify's contact sheet names each
+    image's labels from the label map (it took a label list for one label and crashed)."""
+    (tmp_path / "keys.yaml").write_text("features:\n  label_text: ''\n")
+    run_pipeline(jsonl_manifest(tmp_path / "in"), tmp_path / "out", "--multi_label", "--height=16", "--width=16",
+                 f"--config={tmp_path / 'keys.yaml'}")
+    done = verify_here(capsys, tmp_path / "out", "--out", str(tmp_path / "pngs"))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_batches_of_label_lists_are_ragged(tmp_path):
     import tensorflow as tf
 

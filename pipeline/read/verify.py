@@ -453,21 +453,24 @@ def read_samples(files: Sequence[str], metadata: DatasetMetadata, layout: reader
     normalize = image_config.get("normalize", "unknown")
     mean, std = image_config.get("mean", reader.DEFAULT_MEAN), image_config.get("std", reader.DEFAULT_STD)
     id_to_name = {i: n for n, i in metadata.label_map.items()}
+
+    def names(ids: np.ndarray) -> str:
+        return ", ".join(id_to_name.get(int(i), f"id {int(i)}") for i in np.atleast_1d(ids))
+
     images, captions = [], []
     try:
         for image, label, extras in dataset.as_numpy_iterator():
             image = to_display_uint8(image, normalize, mean, std)
             if isinstance(label, dict):  # detection: the boxes drawn, the classes as the caption
                 images.append(draw_boxes(image, label["boxes"]))
-                captions.append(", ".join(id_to_name.get(int(i), f"id {int(i)}") for i in label["classes"])
-                                or "no objects")
+                captions.append(names(label["classes"]) or "no objects")
                 continue
             images.append(image)
             text = extras.get("label_text")
             if isinstance(text, np.ndarray):  # multi-label: its labels' texts
-                text = b", ".join(text.tolist()) or b"no labels"
-            text = text.decode("utf-8", "replace") if text is not None else None
-            captions.append(text or id_to_name.get(int(label), f"id {int(label)}"))
+                text = b", ".join(text.tolist())
+            text = text.decode("utf-8", "replace") if text is not None else ""
+            captions.append(text or names(label) or "no labels")  # no texts recorded: the label map's
     except tf.errors.OpError:
         pass  # already reported by the checks; show what could be read
     return images, captions
