@@ -187,14 +187,10 @@ def stopped_runs_beside(template: str, output: str) -> list[str]:
     """The sibling folders of a dated output holding the staging of a stopped run: no later run
     expands to them to resume or remove it, so the run reports them (whether it is wanted, only
     the user knows). Local folders only: on a store each look would be a request."""
-    found = sibling_pattern(template)
-    if found is None or local_path(output) is None:
+    if sibling_pattern(template) is None or local_path(output) is None:
         return []
-    parent, pattern = found
     mine = folder_identity(output)
-    return [join(parent, name) for name in sorted(list_names(parent))
-            if pattern.fullmatch(name) and folder_identity(join(parent, name)) != mine
-            and _stopped_run_left(join(parent, name))]
+    return [folder for folder in _siblings(template) if folder_identity(folder) != mine and _stopped_run_left(folder)]
 
 
 def _stopped_run_left(folder: str) -> bool:
@@ -254,9 +250,13 @@ def _literal(template: str) -> Optional[str]:
 def finished_siblings(template: str) -> Iterator[str]:
     """The finished datasets among the folders a dated output template produces, newest first,
     this run's output included."""
+    return (folder for folder in reversed(_siblings(template)) if _is_dataset(folder))
+
+
+def _siblings(template: str) -> list[str]:
+    """The folders a dated output template produces, oldest first."""
     parent, pattern = sibling_pattern(template)
-    names = [n for n in list_names(parent) if pattern.fullmatch(n)]
-    return (join(parent, n) for n in sorted(names, reverse=True) if _is_dataset(join(parent, n)))
+    return [join(parent, name) for name in sorted(list_names(parent)) if pattern.fullmatch(name)]
 
 
 def latest_sibling(template: str) -> Optional[str]:
