@@ -105,53 +105,47 @@ def finalize(gathered: Gathered, spec: ConversionSpec, context: RunContext) -> O
     return metadata.dumps()
 
 
-class ConvertToTFRecords(beam.PTransform):
+@beam.ptransform_fn
+def ConvertToTFRecords(pbegin: beam.pvalue.PBegin, spec: ConversionSpec, context: RunContext) -> beam.PCollection:
     """PBegin → the published metadata.json text (or None when the dataset is unchanged)."""
-
-    def __init__(self, spec: ConversionSpec, context: RunContext):
-        super().__init__()
-        self._spec, self._context = spec, context
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        spec, context = self._spec, self._context
-        if spec.input.detection:
-            discovered = pbegin | "Discover" >> DiscoverAnnotated(spec.input, spec.annotations.masks)
-            label_map = discovered[LABEL_MAP]
-        else:
-            discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder,
-                                                              spread=not context.in_one_process)
-            label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
-                spec.input.class_names, integer_ids=spec.input.resolved_kind in ("csv", "jsonl"),
-                multi_label=spec.input.multi_label)
-        candidates = discovered["candidates"]
-        if not context.in_one_process:  # one process spreads the work on its own pool
-            candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()
-        read = candidates | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(
-            spec.image, spec.input.max_file_bytes, context.writer.local_processes, context.writer.converter
-        )).with_outputs(REJECTED, main="images")
-        early_rejections = (discovered[REJECTED], read[REJECTED]) | "EarlyRejections" >> beam.Flatten()
-        fingerprint = ((read.images, early_rejections, label_map)
-                       | "Fingerprint" >> InputFingerprint(spec, context.library_versions))
-        plan = read.images | "PlanSplits" >> PlanSplits(spec.splits, AsSingleton(label_map),
-                                                        spec.output.drop_duplicates, context.writer.source_root,
-                                                        spec.input.multi_label)
-        to_write = plan["planned"] | "SkipIfUnchanged" >> beam.Filter(
-            lambda _, current, previous: current != previous, AsSingleton(fingerprint), context.previous_fingerprint)
-        if context.reuse:
-            to_write = to_write | "AttachReusableRecords" >> AttachReusableRecords(context.reuse)
-        written = to_write | "WriteShards" >> WriteShards(context.writer, spread=not context.in_one_process)
-        _ = (written["planned_counts"], written["parts"]) | "RecordProgress" >> RecordProgress(context.run_dir)
-        inputs = ((discovered["candidates"] | "BatchSizes" >> beam.Map(len),
-                   discovered[REJECTED] | "One" >> beam.Map(lambda r: int(r.stage != OBJECT_STAGE)))
-                  | "AllInputs" >> beam.Flatten())
-        rejected = [early_rejections, plan[REJECTED], written[REJECTED]]
-        if spec.input.detection:  # the objects of an image rejected after discovery go with it, counted
-            late = (read[REJECTED], plan[REJECTED], written[REJECTED]) | "LateRejections" >> beam.Flatten()
-            rejected.append((discovered["candidates"], late) | "ObjectsOfRejectedImages" >> ObjectsOfRejectedImages())
-        rejected = rejected | "AllRejections" >> beam.Flatten()
-        dead_letter_runs = rejected | "DeadLetters" >> beam.ParDo(WriteSortedRuns(context.run_dir))
-        return ({"inputs": inputs, "rejected": rejected, "shards": written["shards"],
-                 "planned_counts": written["planned_counts"], "duplicates": plan[DUPLICATES],
-                 "label_map": label_map, "fingerprint": fingerprint, "dead_letter_runs": dead_letter_runs}
-                | "GatherTotals" >> GatherTotals()
-                | "Publish" >> beam.Map(finalize, spec, context))
+    if spec.input.detection:
+        discovered = pbegin | "Discover" >> DiscoverAnnotated(spec.input, spec.annotations.masks)
+        label_map = discovered[LABEL_MAP]
+    else:
+        discovered = pbegin | "Discover" >> DiscoverImages(spec.input, context.output_folder,
+                                                          spread=not context.in_one_process)
+        label_map = discovered[LABELS] | "LabelMap" >> ComputeLabelMap(
+            spec.input.class_names, integer_ids=spec.input.resolved_kind in ("csv", "jsonl"),
+            multi_label=spec.input.multi_label)
+    candidates = discovered["candidates"]
+    if not context.in_one_process:  # one process spreads the work on its own pool
+        candidates = candidates | "SpreadCandidates" >> beam.Reshuffle()
+    read = candidates | "ReadAndCheck" >> beam.ParDo(ReadAndCheck(
+        spec.image, spec.input.max_file_bytes, context.writer.local_processes, context.writer.converter
+    )).with_outputs(REJECTED, main="images")
+    early_rejections = (discovered[REJECTED], read[REJECTED]) | "EarlyRejections" >> beam.Flatten()
+    fingerprint = ((read.images, early_rejections, label_map)
+                   | "Fingerprint" >> InputFingerprint(spec, context.library_versions))
+    plan = read.images | "PlanSplits" >> PlanSplits(spec.splits, AsSingleton(label_map),
+                                                    spec.output.drop_duplicates, context.writer.source_root,
+                                                    spec.input.multi_label)
+    to_write = plan["planned"] | "SkipIfUnchanged" >> beam.Filter(
+        lambda _, current, previous: current != previous, AsSingleton(fingerprint), context.previous_fingerprint)
+    if context.reuse:
+        to_write = to_write | "AttachReusableRecords" >> AttachReusableRecords(context.reuse)
+    written = to_write | "WriteShards" >> WriteShards(context.writer, spread=not context.in_one_process)
+    _ = (written["planned_counts"], written["parts"]) | "RecordProgress" >> RecordProgress(context.run_dir)
+    inputs = ((discovered["candidates"] | "BatchSizes" >> beam.Map(len),
+               discovered[REJECTED] | "One" >> beam.Map(lambda r: int(r.stage != OBJECT_STAGE)))
+              | "AllInputs" >> beam.Flatten())
+    rejected = [early_rejections, plan[REJECTED], written[REJECTED]]
+    if spec.input.detection:  # the objects of an image rejected after discovery go with it, counted
+        late = (read[REJECTED], plan[REJECTED], written[REJECTED]) | "LateRejections" >> beam.Flatten()
+        rejected.append((discovered["candidates"], late) | "ObjectsOfRejectedImages" >> ObjectsOfRejectedImages())
+    rejected = rejected | "AllRejections" >> beam.Flatten()
+    dead_letter_runs = rejected | "DeadLetters" >> beam.ParDo(WriteSortedRuns(context.run_dir))
+    return ({"inputs": inputs, "rejected": rejected, "shards": written["shards"],
+             "planned_counts": written["planned_counts"], "duplicates": plan[DUPLICATES],
+             "label_map": label_map, "fingerprint": fingerprint, "dead_letter_runs": dead_letter_runs}
+            | "GatherTotals" >> GatherTotals()
+            | "Publish" >> beam.Map(finalize, spec, context))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import os
 import posixpath
 import re
@@ -86,15 +87,6 @@ class OutputState:
         return tuple(name for name in self.foreign if name in ALWAYS_WRITTEN)
 
 
-def journal_files(output: str) -> list[str]:
-    """Files an interrupted publish was moving (both the old and the new dataset's)."""
-    path = journal_path(output)
-    if not files.exists(path):
-        return []
-    journal = read_json(path)
-    return [*journal.get("old", []), *journal.get("new", [])]
-
-
 def inspect_output(output: str) -> OutputState:
     previous = None
     metadata_path = join(output, METADATA_FILE)
@@ -107,7 +99,10 @@ def inspect_output(output: str) -> OutputState:
         if not is_dataset_metadata(previous):
             previous = None  # somebody else's metadata.json
     owned = set(listed_files(previous)) if previous else set()
-    owned.update(journal_files(output))
+    journal = journal_path(output)
+    if files.exists(journal):  # an interrupted publish was moving these: the old and the new dataset's files
+        moved = read_json(journal)
+        owned.update(moved.get("old", []), moved.get("new", []))
     folders = tuple(f for f in sorted(owned) if files.is_folder(join(output, f)))
     state = OutputState(previous, tuple(sorted(owned)), (), folders)
     ours = {LOCK_FILE, STAGING_DIR} | state.owned_names
@@ -192,14 +187,10 @@ def stopped_runs_beside(template: str, output: str) -> list[str]:
     """The sibling folders of a dated output holding the staging of a stopped run: no later run
     expands to them to resume or remove it, so the run reports them (whether it is wanted, only
     the user knows). Local folders only: on a store each look would be a request."""
-    found = sibling_pattern(template)
-    if found is None or local_path(output) is None:
+    if sibling_pattern(template) is None or local_path(output) is None:
         return []
-    parent, pattern = found
     mine = folder_identity(output)
-    return [join(parent, name) for name in sorted(list_names(parent))
-            if pattern.fullmatch(name) and folder_identity(join(parent, name)) != mine
-            and _stopped_run_left(join(parent, name))]
+    return [folder for folder in _siblings(template) if folder_identity(folder) != mine and _stopped_run_left(folder)]
 
 
 def _stopped_run_left(folder: str) -> bool:
@@ -259,9 +250,13 @@ def _literal(template: str) -> Optional[str]:
 def finished_siblings(template: str) -> Iterator[str]:
     """The finished datasets among the folders a dated output template produces, newest first,
     this run's output included."""
+    return (folder for folder in reversed(_siblings(template)) if _is_dataset(folder))
+
+
+def _siblings(template: str) -> list[str]:
+    """The folders a dated output template produces, oldest first."""
     parent, pattern = sibling_pattern(template)
-    names = [n for n in list_names(parent) if pattern.fullmatch(n)]
-    return (join(parent, n) for n in sorted(names, reverse=True) if _is_dataset(join(parent, n)))
+    return [join(parent, name) for name in sorted(list_names(parent)) if pattern.fullmatch(name)]
 
 
 def latest_sibling(template: str) -> Optional[str]:
@@ -311,20 +306,17 @@ def comparison(spec: OutputSpec, template: str, state: OutputState) -> Optional[
     else:
         return None
     missing = tuple(f for f in listed_files(previous) if not files.exists(join(dataset, f)))
-    damaged = () if missing else not_whole(dataset, previous)
+    if missing:
+        return Comparison(dataset, None, f"{dataset} is missing {len(missing)} of its files ({', '.join(missing[:3])})")
+    damaged = not_whole(dataset, previous)
+    if damaged:
+        return Comparison(dataset, None, f"{dataset} has shards or record indexes that do not match its "
+                          f"{METADATA_FILE} ({', '.join(damaged[:3])}): cut short or appended to")
     # allow_empty is no part of the fingerprint, so a dataset published empty with it matches.
     splits = (previous.get("splits") or {}).values()
-    empty = not spec.allow_empty and not any(split.get("num_examples") for split in splits)
-    if missing:
-        why_not = f"{dataset} is missing {len(missing)} of its files ({', '.join(missing[:3])})"
-    elif damaged:
-        why_not = (f"{dataset} has shards or record indexes that do not match its {METADATA_FILE} "
-                   f"({', '.join(damaged[:3])}): cut short or appended to")
-    elif empty:
-        why_not = f"{dataset} holds no image, which only --allow_empty accepts"
-    else:
-        return Comparison(dataset, previous.get("fingerprint"))
-    return Comparison(dataset, None, why_not)
+    if not spec.allow_empty and not any(split.get("num_examples") for split in splits):
+        return Comparison(dataset, None, f"{dataset} holds no image, which only --allow_empty accepts")
+    return Comparison(dataset, previous.get("fingerprint"))
 
 
 def _compared_to(reference: str, template: str) -> Optional[tuple[str, dict]]:
@@ -384,12 +376,10 @@ def index_lists_records(data: bytes, records: object, shard_bytes: Optional[int]
         return False
     if len(entries) != records or (data and not data.endswith(b"\n")):
         return False
-    end = 0
-    for entry in entries:
-        if entry.offset != end:
-            return False
-        end += entry.length
-    return shard_bytes is None or end == shard_bytes
+    ends = [0, *itertools.accumulate(entry.length for entry in entries)]
+    if any(entry.offset != start for entry, start in zip(entries, ends)):
+        return False
+    return shard_bytes is None or ends[-1] == shard_bytes
 
 
 @dataclasses.dataclass(frozen=True)

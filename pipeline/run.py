@@ -19,7 +19,6 @@ import uuid
 from typing import Optional, Sequence
 
 from pipeline import interrupts  # imports no Beam: fields a signal while Beam's imports run
-from pipeline.flags import help_requested
 from pipeline.standard_streams import say
 
 if __name__ == "__main__":  # `imgrec run`, which answers --help and fields signals before Beam's imports
@@ -498,11 +497,8 @@ def configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`imgrec run`'s exit code; pipeline/cli.py answers --help before Beam is imported."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    text = help_requested(argv)
-    if text:
-        print(text, end="")
-        return 0
     configure_logging(verbose=any(flag in argv for flag in VERBOSE_FLAGS))
     with interrupts.handled(), imports_frozen():
         return _convert_and_report([arg for arg in argv if arg not in VERBOSE_FLAGS])
