@@ -226,17 +226,15 @@ def expand_output_template(path: str, now: datetime.datetime) -> str:
 
 
 def sibling_pattern(template: str) -> Optional[tuple[str, re.Pattern]]:
-    """(parent folder, regex of sibling names) for a `.../{date}`-style output, else None."""
+    """(parent folder, regex of sibling names) for a `.../{date}`-style output, else None (an
+    escaped `{{date}}` is no field)."""
     parent, name = posixpath.split(template.rstrip("/"))
     parent = _literal(parent)
-    if parent is None or not any(f"{{{field}}}" in name for field in _TEMPLATE_FIELDS):
+    parsed = list(string.Formatter().parse(name))
+    if parent is None or not any(field for _, field, _, _ in parsed):
         return None
-    regex = re.escape(name)
-    for field, (_, pattern) in _TEMPLATE_FIELDS.items():
-        regex = regex.replace(re.escape(f"{{{field}}}"), pattern)
-    for brace in "{}":
-        regex = regex.replace(re.escape(brace * 2), re.escape(brace))
-    return parent, re.compile(regex)
+    return parent, re.compile("".join(re.escape(text) + (_TEMPLATE_FIELDS[field][1] if field else "")
+                                      for text, field, _, _ in parsed))
 
 
 def _literal(template: str) -> Optional[str]:

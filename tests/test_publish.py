@@ -438,4 +438,5 @@ def test_the_siblings_of_a_template_with_escaped_braces_are_in_the_folder_it_nam
     assert sibling_pattern(f"{tmp_path}/a{{{{b}}}}/{{date}}")[0] == f"{tmp_path}/a{{b}}"
     assert sibling_pattern(f"{tmp_path}/{{date}}/x") is None
     assert sibling_pattern(f"{tmp_path}/{{date}}/{{date}}") is None
+    assert sibling_pattern(f"{tmp_path}/{{{{date}}}}") is None  # names the folder `{date}`: no siblings
 
