@@ -86,12 +86,13 @@ def _wake_main_thread(wakeups: int) -> None:
     main, count = threading.main_thread().ident, 0
     with os.fdopen(wakeups, "rb", buffering=0) as pipe:
         while numbers := pipe.read(64):
-            count += sum(number in _SIGNALS for number in numbers)
+            new = sum(number in _SIGNALS for number in numbers)  # not the nudges', which come here too
+            count += new
             if count >= _GIVE_UP_AFTER:
                 os.write(2, b"imgrec: error: interrupted again: exiting without cleaning up; run the same command "
                             b"again\n")
                 os._exit(130)
-            if count:
+            if new:
                 signal.pthread_kill(main, _NUDGE)
 
 

@@ -128,3 +128,16 @@ def test_the_third_signal_ends_the_process_even_if_the_main_thread_never_runs_ag
     never.wait()""")
     assert child.returncode == 130
     assert child.stderr == "imgrec: error: interrupted again: exiting without cleaning up; run the same command again\n"
+
+
+def test_a_signal_before_the_pipeline_runs_costs_no_cpu_while_the_run_waits():
+    """A SIGTERM while the run prepares (a listing, a read) is kept for when the pipeline would
+    start; the thread that wakes the main thread took its own wake-up signal for a new one and
+    woke it again and again, at 70% of a core, until then."""
+    child = run_child("""import resource, time
+    time.sleep(1.0)  # the signal comes at 0.5 s
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(2.0)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    print(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)""")
+    assert float(child.stdout) < 0.3, child.stdout + child.stderr
