@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 
 import cv2
 import numpy as np
@@ -18,7 +19,9 @@ from tests.helpers import (
     IN_MEMORY,
     MULTI_PROCESSING,
     GiB,
+    Watched,
     check_complete,
+    imgrec_argv,
     imgrec_here,
     make_tree,
     run_imgrec,
@@ -205,3 +208,26 @@ def test_a_file_name_that_is_not_utf8_is_accounted_for_and_may_name_a_duplicate(
               if not n.startswith(("cat_", "dog_"))]
     assert sorted(n[:3] for n in others) == ["caf", "caf"], others
     assert metadata["duplicates"]["groups"] == 1, metadata["duplicates"]
+
+
+def test_a_folder_a_glob_cannot_list_is_a_dead_letter(tmp_path):
+    """A shell's glob passes over a folder it cannot list, and so did imgrec's: its images were
+    neither written nor reported. A class-folder walk already said so. Root lists any folder, so
+    as root the command runs without the capabilities that override permissions."""
+    data, out = tmp_path / "in", tmp_path / "out"
+    make_tree(data, {"cat": 2, "dog": 2})
+    prefix = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root lists any folder, and setpriv is not installed to drop that")
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+    (data / "dog").chmod(0o000)
+    try:
+        run = Watched([*prefix, *imgrec_argv(f"{data}/*/*.*", out, PERMISSIVE)]).finish(120)
+    finally:
+        (data / "dog").chmod(0o755)
+    assert run.returncode == 0, run.brief()
+    metadata, records, rows = check_complete(out)
+    assert sorted(pathlib.Path(path).name for path, _, _ in records) == ["cat_0000.png", "cat_0001.jpg"]
+    assert [(row["path"], row["error"]) for row in rows] == [(str(data / "dog"), "UnreadableFile")], rows
+    assert "cannot list folder" in rows[0]["message"] and "Permission denied" in rows[0]["message"]

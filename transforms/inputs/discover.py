@@ -437,14 +437,17 @@ def _segments_match(patterns: tuple[str, ...], names: tuple[str, ...]) -> bool:
     return bool(names) and fnmatch.fnmatchcase(names[0], patterns[0]) and _segments_match(patterns[1:], names[1:])
 
 
-def _local_files(folder: str, depth: Optional[int], ancestors: frozenset) -> Iterator[Union[str, Iterator]]:
+def _local_files(folder: str, depth: Optional[int], ancestors: frozenset
+                 ) -> Iterator[Union[str, Rejection, Iterator]]:
     """Paths under a local folder that are not folders (dangling symlinks and FIFOs too: reading
-    reports them), `depth` levels deep at most (None: any), walked by `depth_first`. Symlinked
+    reports them), `depth` levels deep at most (None: any), walked by `depth_first`; a folder
+    that cannot be listed is a Rejection (a shell's glob passes over it without a word). Symlinked
     folders are followed, as a shell's glob does; one that leads to a folder it lies in is not
     walked again."""
     try:
         names = sorted(os.listdir(folder or "."))
-    except OSError:
+    except OSError as exc:
+        yield Rejection.from_exception(folder, UnreadableFile(f"cannot list folder {folder}: {exc.strerror or exc}"))
         return
     for name in names:
         path = f"{folder}/{name}" if folder else name
@@ -459,9 +462,10 @@ def _local_files(folder: str, depth: Optional[int], ancestors: frozenset) -> Ite
             yield _local_files(path, None if depth is None else depth - 1, ancestors | {(info.st_dev, info.st_ino)})
 
 
-def match_glob(pattern: str) -> Iterator[str]:
+def match_glob(pattern: str) -> Iterator[Union[str, Rejection]]:
     """The files `pattern` matches (`glob_matches`), listed below its literal prefix: locally by
-    walking (following symlinked folders, reporting dangling symlinks), elsewhere with Beam."""
+    walking (following symlinked folders, reporting dangling symlinks and the folders that could
+    hold matches but cannot be listed), elsewhere with Beam."""
     root = glob_root(pattern)
     if local_path(pattern) is None:
         from transforms import object_stores  # through imgrec's S3 client: a store gone away fails at once
@@ -473,7 +477,14 @@ def match_glob(pattern: str) -> Iterator[str]:
         segments = pattern.split("/")
         depth = None if "**" in segments else len(segments) - (len(root.split("/")) if root else 0)
         listed = depth_first(_local_files(root, depth, folders_holding(root or ".")))
-    return (path for path in listed if glob_matches(pattern, path))
+    return (found for found in listed if (_could_hold_matches(pattern, found.path) if isinstance(found, Rejection)
+                                          else glob_matches(pattern, found)))
+
+
+def _could_hold_matches(pattern: str, folder: str) -> bool:
+    """Whether files under `folder` could match `pattern`: its first segments match the folder."""
+    segments = pattern.split("/")[:len(folder.split("/"))]
+    return "**" in segments or glob_matches("/".join(segments), folder)
 
 
 def classify_glob_match(root: str, path: str, extensions: tuple[str, ...]) -> Found:
@@ -489,9 +500,15 @@ def glob_candidates(pattern: str, extensions: tuple[str, ...], output: Optional[
     staging, `index/`, ...) is passed over before it is classified, so never a SkippedFile row."""
     root = glob_root(pattern)
     datasets: dict[str, Optional[OutputFolder]] = {}  # folder → the dataset it holds
-    yield from batched(unambiguous(classify_glob_match(root, path, extensions) for path in match_glob(pattern)
-                                   if not (output is not None and output.owns(canonical_path(path)))
-                                   and not written_by_imgrec(path, datasets)))
+
+    def found() -> Iterator[Found]:
+        for match in match_glob(pattern):
+            if isinstance(match, Rejection):  # a folder that cannot be listed
+                yield beam.pvalue.TaggedOutput(REJECTED, match)
+            elif not (output is not None and output.owns(canonical_path(match)) or written_by_imgrec(match, datasets)):
+                yield classify_glob_match(root, match, extensions)
+
+    yield from batched(unambiguous(found()))
 
 
 def unambiguous(matches: Iterable[Found]) -> Iterator[Found]:
