@@ -211,6 +211,7 @@ def check_input(spec: ConversionSpec) -> None:
         raise UsageError(f"--input={path}: no such {'annotation file' if kind == 'coco' else 'manifest'}")
     if kind == "coco":
         try:
+            coco_categories.cache_clear()  # the file may have changed since an earlier run in this process
             coco_categories(path, spec.input.class_names)
         except AnnotationFileError as exc:
             raise UsageError(f"--input={path}: {exc}") from None

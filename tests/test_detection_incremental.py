@@ -73,3 +73,16 @@ def test_changed_annotations_change_the_fingerprint_not_the_pixels(tmp_path):
     move_first_square(annotations)
     changed = run_pipeline(annotations, output, "--skip_unchanged", "--overwrite")
     assert changed.run["run_id"] != first.run["run_id"] and changed.pixel_fingerprint == first.pixel_fingerprint
+
+
+def test_categories_renamed_since_an_earlier_run_in_the_same_process_are_read_anew(tmp_path):
+    """`imgrec.convert` twice in one process (a notebook, a long-lived worker) with the COCO file's
+    categories edited in between: the second run kept the first run's label map."""
+    annotations = coco_copy(tmp_path / "coco")
+    before = run_pipeline(annotations, tmp_path / "first").label_map
+    coco = json.loads(annotations.read_text())
+    for category in coco["categories"]:
+        category["name"] = f"new {category['name']}"
+    annotations.write_text(json.dumps(coco))
+    after = run_pipeline(annotations, tmp_path / "second").label_map
+    assert after == {f"new {name}": category_id for name, category_id in before.items()}
