@@ -199,6 +199,15 @@ def test_metadata_problems_are_reported(written, tmp_path):
             load_dataset(str(tmp_path), "train")
 
 
+@pytest.mark.parametrize("shape", [["a", 56, 3], [40, 56], [40, 56, 0], [40, True, 3], "40x56x3"])
+def test_an_image_shape_that_is_no_shape_is_refused(written, shape):
+    _, metadata = written("jpeg")
+    edited = dataclasses.replace(metadata, features={**metadata.features,
+                                                     "image": {**metadata.features["image"], "shape": shape}})
+    with pytest.raises(UnsupportedDataset, match=r"image feature 'image' has shape .*, not \[height, width"):
+        reader.layout_from_metadata(edited)
+
+
 def test_optional_roles_may_be_absent(written):
     _, metadata = written("jpeg")
     minimal = dataclasses.replace(metadata, features={k: v for k, v in metadata.features.items()

@@ -268,7 +268,11 @@ def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False)
     if pixel_dtype_name not in _PIXEL_DTYPES:
         raise UnsupportedDataset(f"image pixel_dtype {pixel_dtype_name!r} is not one of {sorted(_PIXEL_DTYPES)}")
     pixel_dtype = _PIXEL_DTYPES[pixel_dtype_name]
-    shape = tuple(None if d is None else int(d) for d in image["shape"])
+    shape = image.get("shape")
+    if not (isinstance(shape, (list, tuple)) and len(shape) == 3
+            and all(d is None or type(d) is int and d > 0 for d in shape)):  # `type`: true is no size
+        raise UnsupportedDataset(f"image feature {image_key!r} has shape {shape!r}, not [height, width, channels]")
+    shape = tuple(shape)
     read = ("image", label_role, *box_roles, MASK_ROLE)
     extras = {role: key for role, key in by_role.items() if role not in read} if with_metadata else {}
     keys = [image_key, label_key, *box_keys, *([mask_key] if mask_key else []), *extras.values()]
