@@ -133,6 +133,17 @@ def test_label_ids_that_classlabel_cannot_hold_stay_plain_int64(written):
     assert type(features["label"]) is tfds.features.Scalar and features["label"].dtype == np.int64
 
 
+def test_an_image_shape_that_is_no_shape_is_one_error_line(written, tmp_path, capsys):
+    output, metadata = written("jpeg")
+    copy = unexported_copy(output, tmp_path / "copy")
+    edited = json.loads((copy / "metadata.json").read_text())
+    edited["features"]["image"]["shape"] = [40, 56]
+    (copy / "metadata.json").write_text(json.dumps(edited))
+    assert tfds_export.main([str(copy)]) == 2
+    assert capsys.readouterr().err == ("imgrec: error: image feature 'image' has shape [40, 56], "
+                                       "not [height, width, channels]\n")
+
+
 def test_shard_names_tfds_cannot_derive_are_refused(written, tmp_path):
     output, metadata = written("jpeg")
     renamed = metadata.to_json()

@@ -37,7 +37,7 @@ from pipeline.errors import CommandLineParser, OutputLocked, UsageError
 from pipeline.interrupts import exit_quietly
 from pipeline.output.lock import OutputLock
 from pipeline.prepare import not_whole
-from pipeline.read.reader import NotAnImgrecDataset, UnsupportedDataset, read_metadata
+from pipeline.read.reader import NotAnImgrecDataset, UnsupportedDataset, image_shape, read_metadata
 from transforms import files
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join
 
@@ -113,7 +113,7 @@ def _connector(tfds: Any, key: str, described: Mapping[str, Any], label_map: Map
 
     role, dtype, listed = described.get("role"), described.get("dtype"), described.get("kind") == "var_len"
     if role == "image":
-        shape = tuple(None if d is None else int(d) for d in described["shape"])
+        shape = image_shape(key, described)
         encoding, pixel_dtype = described.get("encoding", "raw"), described.get("pixel_dtype")
         if encoding in ("jpeg", "png"):
             return tfds.features.Image(shape=shape, encoding_format=encoding)
