@@ -144,6 +144,15 @@ def test_normalize_images_is_bit_identical_to_the_pipeline(method):
     assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
+@pytest.mark.parametrize("mean, std, message", [((0.5, 0.5, 0.5), (0, 0, 0), "std non-zero"),
+                                                 ((float("nan"), 0, 0), (1, 1, 1), "must be finite"),
+                                                 ((0.5,), (1, 1, 1), "three means and three stds")])
+def test_read_time_mean_std_takes_what_a_config_may_give(written, mean, std, message):
+    output, _ = written("jpeg")
+    with pytest.raises(ValueError, match=message):
+        load_dataset(output, "train", normalize="mean_std", mean=mean, std=std)
+
+
 def test_png_pixels_equal_raw_and_jpeg_pixels_are_close(written):
     """Lossless PNG must give the raw pixels exactly (so channel order and orientation are right)."""
     raw_output, metadata = written("raw_none")

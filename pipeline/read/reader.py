@@ -329,8 +329,8 @@ def _check_normalize(normalize: Optional[str], layout: RecordLayout, mean: Seque
     if layout.pixel_dtype != tf.uint8:
         raise ValueError(f"images are stored as {layout.pixel_dtype.name}, i.e. already normalized when "
                          "written; read them with normalize=None")
-    if normalize == "mean_std" and (len(mean) != 3 or len(std) != 3):
-        raise ValueError("mean_std needs three means and three stds (R, G, B)")
+    if normalize == "mean_std":  # three of each, finite in float32, no zero std: what a run's config must give
+        ImageSpec(encoding="raw", normalize=normalize, mean=tuple(mean), std=tuple(std))
     return normalize
 
 
