@@ -144,6 +144,18 @@ def test_an_image_shape_that_is_no_shape_is_one_error_line(written, tmp_path, ca
                                        "not [height, width, channels]\n")
 
 
+def test_a_file_that_cannot_be_written_is_one_error_line(written, tmp_path, capsys):
+    """A full disk or, here, a folder where TFDS writes its labels file: exit 1, one line."""
+    output, _ = written("jpeg")
+    copy = unexported_copy(output, tmp_path / "copy")
+    (copy / "label.labels.txt").mkdir()
+    capsys.readouterr()  # the fixture's run
+    assert tfds_export.main([str(copy)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"imgrec: error: {copy}: the TFDS export could not be written: ")
+    assert not tfds_export.written_files(str(copy))
+
+
 def test_shard_names_tfds_cannot_derive_are_refused(written, tmp_path):
     output, metadata = written("jpeg")
     renamed = metadata.to_json()

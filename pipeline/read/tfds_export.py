@@ -232,6 +232,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipeline.r
     except (UsageError, OutputLocked, NotExportable, NotAnImgrecDataset, UnsupportedDataset, DatasetDamaged) as error:
         say(f"imgrec: error: {error}")
         return getattr(error, "exit_code", 2)  # 2: not a dataset TFDS can read as written; 1: damaged
+    except OSError as error:  # a full disk, a folder in the way: TFDS's files are not left behind
+        say(f"imgrec: error: {args.output}: the TFDS export could not be written: {error}")
+        return 1
     empty = summary["skipped_empty_splits"]
     say("\n".join([f"TFDS metadata written to {args.output} as {summary['name']!r}:",
                    *(f"  {key}: {feature}" for key, feature in summary["features"].items()),
