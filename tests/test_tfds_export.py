@@ -148,12 +148,14 @@ def test_a_file_that_cannot_be_written_is_one_error_line(written, tmp_path, caps
     """A full disk or, here, a folder where TFDS writes its labels file: exit 1, one line."""
     output, _ = written("jpeg")
     copy = unexported_copy(output, tmp_path / "copy")
+    edited = json.loads((copy / "metadata.json").read_text())
+    (copy / "metadata.json").write_text(json.dumps({**edited, "exports": []}))  # never exported
     (copy / "label.labels.txt").mkdir()
     capsys.readouterr()  # the fixture's run
     assert tfds_export.main([str(copy)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"imgrec: error: {copy}: the TFDS export could not be written: ")
-    assert not tfds_export.written_files(str(copy))
+    assert tfds_export.written_files(str(copy)) == ["label.labels.txt"]  # the folder was there before: not ours
 
 
 def test_shard_names_tfds_cannot_derive_are_refused(written, tmp_path):

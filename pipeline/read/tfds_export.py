@@ -199,6 +199,7 @@ def _export(output_dir: str, name: Optional[str]) -> dict[str, Any]:
         raise DatasetDamaged(f"{output_dir} is damaged: {'; '.join(problems)}; run imgrec verify for a full "
                              "report, and the run that wrote it again")
     by_role = metadata.role_keys()
+    foreign = set(written_files(output_dir)) - set(metadata.exports)  # the user's, not an earlier export's
     try:
         # Never pass `metadata=` here: TFDS would write it to OUTPUT/metadata.json, replacing ours.
         tfds.folder_dataset.write_metadata(
@@ -209,7 +210,7 @@ def _export(output_dir: str, name: Optional[str]) -> dict[str, Any]:
     except Exception as exc:
         # TFDS writes its files before check_data reads a record back; without them a failed
         # export cannot be loaded by mistake.
-        files.delete(join(output_dir, name) for name in written_files(output_dir))
+        files.delete(join(output_dir, name) for name in written_files(output_dir) if name not in foreign)
         if type(exc).__module__.startswith("tensorflow"):  # check_data could not parse a record
             message = re.sub(r"^\{\{.*?\}\}\s*", "", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
             raise NotExportable(f"TFDS cannot read the records as metadata.json describes them: {message}") from None
