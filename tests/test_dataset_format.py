@@ -185,6 +185,8 @@ def test_other_format_versions_are_refused(version):
     (lambda v: v.update(compression="zstd"), "unknown compression 'zstd'"),
     (lambda v: v.update(fingerprint=None), "fingerprint must be str"),
     (lambda v: v.update(splits=[]), "splits must be dict"),
+    (lambda v: v["features"].update(label="int64"), r"features\['label'\] must be an object with a role"),
+    (lambda v: v["features"]["label"].pop("role"), r"features\['label'\] must be an object with a role"),
 ])
 def test_wrong_types_are_format_errors(edit, message):
     value = make_metadata().to_json()

@@ -144,6 +144,15 @@ def test_normalize_images_is_bit_identical_to_the_pipeline(method):
     assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
+@pytest.mark.parametrize("mean, std, message", [((0.5, 0.5, 0.5), (0, 0, 0), "std non-zero"),
+                                                 ((float("nan"), 0, 0), (1, 1, 1), "must be finite"),
+                                                 ((0.5,), (1, 1, 1), "three means and three stds")])
+def test_read_time_mean_std_takes_what_a_config_may_give(written, mean, std, message):
+    output, _ = written("jpeg")
+    with pytest.raises(ValueError, match=message):
+        load_dataset(output, "train", normalize="mean_std", mean=mean, std=std)
+
+
 def test_png_pixels_equal_raw_and_jpeg_pixels_are_close(written):
     """Lossless PNG must give the raw pixels exactly (so channel order and orientation are right)."""
     raw_output, metadata = written("raw_none")
@@ -197,6 +206,15 @@ def test_metadata_problems_are_reported(written, tmp_path):
         (tmp_path / "metadata.json").write_bytes(damaged)
         with pytest.raises(UnsupportedDataset, match="not valid JSON"):
             load_dataset(str(tmp_path), "train")
+
+
+@pytest.mark.parametrize("shape", [["a", 56, 3], [40, 56], [40, 56, 0], [40, True, 3], "40x56x3"])
+def test_an_image_shape_that_is_no_shape_is_refused(written, shape):
+    _, metadata = written("jpeg")
+    edited = dataclasses.replace(metadata, features={**metadata.features,
+                                                     "image": {**metadata.features["image"], "shape": shape}})
+    with pytest.raises(UnsupportedDataset, match=r"image feature 'image' has shape .*, not \[height, width"):
+        reader.layout_from_metadata(edited)
 
 
 def test_optional_roles_may_be_absent(written):

@@ -133,6 +133,31 @@ def test_label_ids_that_classlabel_cannot_hold_stay_plain_int64(written):
     assert type(features["label"]) is tfds.features.Scalar and features["label"].dtype == np.int64
 
 
+def test_an_image_shape_that_is_no_shape_is_one_error_line(written, tmp_path, capsys):
+    output, metadata = written("jpeg")
+    copy = unexported_copy(output, tmp_path / "copy")
+    edited = json.loads((copy / "metadata.json").read_text())
+    edited["features"]["image"]["shape"] = [40, 56]
+    (copy / "metadata.json").write_text(json.dumps(edited))
+    assert tfds_export.main([str(copy)]) == 2
+    assert capsys.readouterr().err == ("imgrec: error: image feature 'image' has shape [40, 56], "
+                                       "not [height, width, channels]\n")
+
+
+def test_a_file_that_cannot_be_written_is_one_error_line(written, tmp_path, capsys):
+    """A full disk or, here, a folder where TFDS writes its labels file: exit 1, one line."""
+    output, _ = written("jpeg")
+    copy = unexported_copy(output, tmp_path / "copy")
+    edited = json.loads((copy / "metadata.json").read_text())
+    (copy / "metadata.json").write_text(json.dumps({**edited, "exports": []}))  # never exported
+    (copy / "label.labels.txt").mkdir()
+    capsys.readouterr()  # the fixture's run
+    assert tfds_export.main([str(copy)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"imgrec: error: {copy}: the TFDS export could not be written: ")
+    assert tfds_export.written_files(str(copy)) == ["label.labels.txt"]  # the folder was there before: not ours
+
+
 def test_shard_names_tfds_cannot_derive_are_refused(written, tmp_path):
     output, metadata = written("jpeg")
     renamed = metadata.to_json()

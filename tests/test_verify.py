@@ -286,6 +286,16 @@ def test_an_out_that_is_a_file_is_a_usage_error_before_reading(tmp_path, capsys,
     assert err == [f"imgrec: error: --out={taken / below}: {taken} is a file, not a folder for the PNGs"]
 
 
+def test_pictures_that_cannot_be_written_are_a_failed_check(written, tmp_path):
+    """A folder in a picture's place (or a full disk) fails verify with the reason, after every
+    other check was reported, not with a traceback."""
+    (tmp_path / "pictures" / verify.CONTACT_SHEET).mkdir(parents=True)
+    code, report = run_verify(str(written("jpeg")), "--samples", "1", "--out", str(tmp_path / "pictures"))
+    assert code == 1
+    [failed] = [line for line in failed_lines(report) if not line.startswith("FAILED:")]
+    assert failed.startswith(f"FAILED  pictures written to {tmp_path / 'pictures'}: ") and "directory" in failed
+
+
 def test_unlisted_shards_are_warned_about(written, tmp_path):
     output, _ = copy_of(written, "jpeg", tmp_path)
     (output / "train-00007-of-00009.tfrecord").write_bytes(b"")

@@ -376,9 +376,13 @@ class DatasetMetadata:
         splits = _require(value, "splits", dict, "metadata")
         compression = _require(value, "compression", str, "metadata")
         shard_suffix(compression)
+        features = _require(value, "features", dict, "metadata")
+        for key, described in features.items():  # readers find every feature by its role
+            if not isinstance(described, dict) or not isinstance(described.get("role"), str):
+                raise FormatError(f"metadata.features[{key!r}] must be an object with a role, got {described!r}")
         return cls(
             splits={name: SplitInfo.from_json(info, f"splits.{name}") for name, info in splits.items()},
-            features=_require(value, "features", dict, "metadata"),
+            features=features,
             image=_require(value, "image", dict, "metadata"),
             compression=compression,
             label_map=_counts(value, "label_map", "metadata"),

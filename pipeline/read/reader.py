@@ -247,6 +247,15 @@ def _parsed_feature(key: str, described: Mapping) -> Union[tf.io.FixedLenFeature
     return tf.io.VarLenFeature(dtype) if described.get("kind") == "var_len" else tf.io.FixedLenFeature([], dtype)
 
 
+def image_shape(key: str, described: Mapping) -> Shape:
+    """The image feature's [height, width, channels]: positive sizes, None where each record has its own."""
+    shape = described.get("shape")
+    if not (isinstance(shape, (list, tuple)) and len(shape) == 3
+            and all(d is None or type(d) is int and d > 0 for d in shape)):  # `type`: true is no size
+        raise UnsupportedDataset(f"image feature {key!r} has shape {shape!r}, not [height, width, channels]")
+    return tuple(shape)
+
+
 def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False) -> RecordLayout:
     """The layout metadata.features describes; only the image and label roles are required (a
     detection dataset's: image, object_label and the four box roles).
@@ -268,7 +277,7 @@ def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False)
     if pixel_dtype_name not in _PIXEL_DTYPES:
         raise UnsupportedDataset(f"image pixel_dtype {pixel_dtype_name!r} is not one of {sorted(_PIXEL_DTYPES)}")
     pixel_dtype = _PIXEL_DTYPES[pixel_dtype_name]
-    shape = tuple(None if d is None else int(d) for d in image["shape"])
+    shape = image_shape(image_key, image)
     read = ("image", label_role, *box_roles, MASK_ROLE)
     extras = {role: key for role, key in by_role.items() if role not in read} if with_metadata else {}
     keys = [image_key, label_key, *box_keys, *([mask_key] if mask_key else []), *extras.values()]
@@ -320,8 +329,8 @@ def _check_normalize(normalize: Optional[str], layout: RecordLayout, mean: Seque
     if layout.pixel_dtype != tf.uint8:
         raise ValueError(f"images are stored as {layout.pixel_dtype.name}, i.e. already normalized when "
                          "written; read them with normalize=None")
-    if normalize == "mean_std" and (len(mean) != 3 or len(std) != 3):
-        raise ValueError("mean_std needs three means and three stds (R, G, B)")
+    if normalize == "mean_std":  # three of each, finite in float32, no zero std: what a run's config must give
+        ImageSpec(encoding="raw", normalize=normalize, mean=tuple(mean), std=tuple(std))
     return normalize
 
 

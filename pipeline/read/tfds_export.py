@@ -37,7 +37,7 @@ from pipeline.errors import CommandLineParser, OutputLocked, UsageError
 from pipeline.interrupts import exit_quietly
 from pipeline.output.lock import OutputLock
 from pipeline.prepare import not_whole
-from pipeline.read.reader import NotAnImgrecDataset, UnsupportedDataset, read_metadata
+from pipeline.read.reader import NotAnImgrecDataset, UnsupportedDataset, image_shape, read_metadata
 from transforms import files
 from transforms.dataset_format import METADATA_FILE, DatasetMetadata, join
 
@@ -113,7 +113,7 @@ def _connector(tfds: Any, key: str, described: Mapping[str, Any], label_map: Map
 
     role, dtype, listed = described.get("role"), described.get("dtype"), described.get("kind") == "var_len"
     if role == "image":
-        shape = tuple(None if d is None else int(d) for d in described["shape"])
+        shape = image_shape(key, described)
         encoding, pixel_dtype = described.get("encoding", "raw"), described.get("pixel_dtype")
         if encoding in ("jpeg", "png"):
             return tfds.features.Image(shape=shape, encoding_format=encoding)
@@ -199,6 +199,7 @@ def _export(output_dir: str, name: Optional[str]) -> dict[str, Any]:
         raise DatasetDamaged(f"{output_dir} is damaged: {'; '.join(problems)}; run imgrec verify for a full "
                              "report, and the run that wrote it again")
     by_role = metadata.role_keys()
+    foreign = set(written_files(output_dir)) - set(metadata.exports)  # the user's, not an earlier export's
     try:
         # Never pass `metadata=` here: TFDS would write it to OUTPUT/metadata.json, replacing ours.
         tfds.folder_dataset.write_metadata(
@@ -209,7 +210,7 @@ def _export(output_dir: str, name: Optional[str]) -> dict[str, Any]:
     except Exception as exc:
         # TFDS writes its files before check_data reads a record back; without them a failed
         # export cannot be loaded by mistake.
-        files.delete(join(output_dir, name) for name in written_files(output_dir))
+        files.delete(join(output_dir, name) for name in written_files(output_dir) if name not in foreign)
         if type(exc).__module__.startswith("tensorflow"):  # check_data could not parse a record
             message = re.sub(r"^\{\{.*?\}\}\s*", "", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
             raise NotExportable(f"TFDS cannot read the records as metadata.json describes them: {message}") from None
@@ -232,6 +233,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m pipeline.r
     except (UsageError, OutputLocked, NotExportable, NotAnImgrecDataset, UnsupportedDataset, DatasetDamaged) as error:
         say(f"imgrec: error: {error}")
         return getattr(error, "exit_code", 2)  # 2: not a dataset TFDS can read as written; 1: damaged
+    except OSError as error:  # a full disk, a folder in the way: TFDS's files are not left behind
+        say(f"imgrec: error: {args.output}: the TFDS export could not be written: {error}")
+        return 1
     empty = summary["skipped_empty_splits"]
     say("\n".join([f"TFDS metadata written to {args.output} as {summary['name']!r}:",
                    *(f"  {key}: {feature}" for key, feature in summary["features"].items()),

@@ -525,13 +525,16 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     say(f"\nclass counts ({'objects' if metadata.objects is not None else 'records'} read):", stream)
     say(_counts_table(counts, classes + sorted(set().union(*counts.values()) - set(classes))), stream)
     out_dir = out_dir or output
-    tf.io.gfile.makedirs(out_dir)
     pictures = {CONTACT_SHEET: draw_contact_sheet(sections)} if samples > 0 else {}
     unit = "objects" if metadata.objects is not None else "examples"
     pictures[CLASS_COUNTS] = draw_bar_chart(counts, classes, title=f"{unit} per class: {output}")
-    for file_name, rgb in pictures.items():
-        tf.io.write_file(posixpath.join(out_dir, file_name), tf.io.encode_png(rgb))
-    say(f"\nwrote {', '.join(posixpath.join(out_dir, file_name) for file_name in pictures)}", stream)
+    try:
+        tf.io.gfile.makedirs(out_dir)
+        for file_name, rgb in pictures.items():
+            tf.io.write_file(posixpath.join(out_dir, file_name), tf.io.encode_png(rgb))
+        say(f"\nwrote {', '.join(posixpath.join(out_dir, file_name) for file_name in pictures)}", stream)
+    except tf.errors.OpError as exc:  # a full disk, a folder in the way: the checks' report still stands
+        checks.append(Check(False, f"pictures written to {out_dir}", f"{type(exc).__name__}: {_clean(exc.message)}"))
     try:
         published.check()
     except reader.DatasetChanged:  # what failed may be the new dataset's files, checked against the old
