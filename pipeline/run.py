@@ -359,8 +359,10 @@ def convert(argv: Sequence[str]) -> Conversion:
         elif compared and compared.why_not:
             say(f"imgrec: {compared.why_not}; converting again")
         reuse = reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions), output, state)
-        if reuse.note:
-            say(f"imgrec: --reuse_from={spec.output.reuse_from}: {reuse.note}; converting every image")
+        if reuse.note:  # a skip may follow: the fingerprint that decides it is the pipeline's
+            then = "if anything changed, every image is converted" if compared and compared.fingerprint \
+                else "converting every image"
+            say(f"imgrec: --reuse_from={spec.output.reuse_from}: {reuse.note}; {then}")
         context = RunContext(
             run_info, output, this_run, writer, library_versions,
             previous_fingerprint=compared.fingerprint if compared else None, reuse=reuse.source,

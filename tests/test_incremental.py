@@ -312,6 +312,19 @@ def test_a_dataset_the_run_picks_itself_that_cannot_serve_converts_every_image(c
     assert "cannot serve this run" in capsys.readouterr().err
 
 
+def test_a_retry_kept_unchanged_says_no_image_is_converted_though_latest_cannot_serve(tmp_path, capsys):
+    """A gzip schedule's retry: `latest` (its own dataset, gzip) cannot serve, and the line said
+    "converting every image" before the run found the inputs unchanged and converted nothing."""
+    images = tmp_path / "images"
+    make_images(images, 4)
+    args = [*IN_MEMORY, f"--input={images}", f"--output={tmp_path}/{{date}}", *FLAGS, "--compression=gzip",
+            "--skip_unchanged", "--compare_to=latest", "--reuse_from=latest"]
+    assert imgrec(capsys, args).returncode == 0
+    retry = imgrec(capsys, args)
+    assert retry.returncode == 0 and "unchanged" in retry.stdout
+    assert "gzip-compressed" in retry.stderr and "converting every image" not in retry.stderr
+
+
 def test_an_older_format_is_refused(changed_inputs, tmp_path):
     images, first, _ = changed_inputs
     metadata = json.loads((first / "metadata.json").read_text())
