@@ -394,6 +394,25 @@ def test_keep_last_removes_the_pictures_verify_drew_beside_a_dataset(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["2026-01-01", "2026-01-03"]
     assert sorted(p.name for p in (root / "2026-01-01").iterdir()) == ["notes.txt"]
 
+def test_keep_last_says_a_removed_datasets_folder_holds_a_stopped_runs_staging(tmp_path):
+    """A day's folder whose retry was killed keeps the killed run's staging when --keep_last
+    removes its dataset: the line said the folder "holds files imgrec did not write"."""
+    from pipeline.output.retention import datasets_to_remove, remove_dataset
+
+    images = tmp_path / "images"
+    make_images(images, 4)
+    root = tmp_path / "datasets"
+    for day in ("2026-01-01", "2026-01-02"):
+        convert(images, root / day)
+    parts = root / "2026-01-01" / ".imgrec-staging" / "parts"
+    parts.mkdir(parents=True)
+    (parts / f"{0:064x}.records").write_bytes(b"")
+    (folder,) = datasets_to_remove(f"{root}/{{date}}", 1)
+    assert remove_dataset(folder) == (f"removed the dataset in {folder}, not the folder: it holds the staging of a "
+                                      f"stopped run (delete {folder}/.imgrec-staging once nothing there is needed)")
+    assert [p.name for p in (root / "2026-01-01").iterdir()] == [".imgrec-staging"]
+
+
 def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_to_names(tmp_path):
     """A skip leaves the output as it is: its own dataset must be the one that matched (a
     backfill into an older dated folder, with a newer sibling that matches the inputs)."""

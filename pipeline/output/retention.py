@@ -21,9 +21,11 @@ from transforms.dataset_format import (
     CONTACT_SHEET,
     INDEX_DIR,
     METADATA_FILE,
+    STAGING_DIR,
     is_dataset_metadata,
     join,
     listed_files,
+    staging_dir,
 )
 
 
@@ -58,7 +60,11 @@ def remove_dataset(folder: str) -> Optional[str]:
             files.delete([join(folder, INDEX_DIR)])
     finally:
         lock.release()
-    if files.list_names(folder):
+    left = files.list_names(folder)
+    if left == [STAGING_DIR]:
+        return (f"removed the dataset in {folder}, not the folder: it holds the staging of a stopped run "
+                f"(delete {staging_dir(folder)} once nothing there is needed)")
+    if left:
         return f"removed the dataset in {folder}, not the folder: it holds files imgrec did not write"
     files.delete([folder])
     return f"removed {folder}"
