@@ -402,7 +402,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             if interrupts.received():  # it came while this process published, which finished first
                 say(PUBLISHED_BEFORE_SIGNAL)
             conversion = Conversion(result, spec, run_id, engine, elapsed, metadata)
-        _apply_retention(template, spec.output.keep_last)
+        _apply_retention(template, spec.output.keep_last, output)
         return conversion
     except BaseException as exc:
         if interrupts.received() is not None:  # Beam may have wrapped the KeyboardInterrupt
@@ -422,9 +422,9 @@ def convert(argv: Sequence[str]) -> Conversion:
         _remove_if_empty(created)
 
 
-def _apply_retention(template: str, keep_last: int) -> None:
+def _apply_retention(template: str, keep_last: int, output: str) -> None:
     """--keep_last: the older datasets of a dated output go once this run succeeded."""
-    for folder in datasets_to_remove(template, keep_last):
+    for folder in datasets_to_remove(template, keep_last, output):
         removed = remove_dataset(folder)
         if removed:
             say(f"imgrec: {removed} (--keep_last={keep_last})")

@@ -413,6 +413,21 @@ def test_keep_last_says_a_removed_datasets_folder_holds_a_stopped_runs_staging(t
     assert [p.name for p in (root / "2026-01-01").iterdir()] == [".imgrec-staging"]
 
 
+def test_keep_last_never_removes_the_runs_own_output(tmp_path, capsys):
+    """A sibling named later than today (a clock set ahead, or the other of two {timestamp} runs
+    that finished first) made --keep_last=1 try to remove the dataset this run had just published:
+    its own lock kept it, with a warning that it "is locked by a run"."""
+    images = tmp_path / "images"
+    make_images(images, 4)
+    root = tmp_path / "datasets"
+    for day in ("2026-01-01", "2099-01-01"):
+        convert(images, root / day)
+    done = imgrec(capsys, [*IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS, "--keep_last=1"])
+    assert done.returncode == 0 and "locked" not in done.stderr, done.stderr
+    (today,) = set(root.iterdir()) - {root / "2099-01-01"}
+    assert (today / "metadata.json").exists() and not (root / "2026-01-01").exists()
+
+
 def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_to_names(tmp_path):
     """A skip leaves the output as it is: its own dataset must be the one that matched (a
     backfill into an older dated folder, with a newer sibling that matches the inputs)."""
