@@ -219,7 +219,8 @@ def expand_output_template(path: str, now: datetime.datetime) -> str:
     try:
         for _, field, spec, conversion in string.Formatter().parse(path):
             if field is not None and (field not in _TEMPLATE_FIELDS or spec or conversion):
-                raise ValueError(f"unknown field {{{field}}}")
+                written = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+                raise ValueError(f"unknown field {{{written}}}")
     except ValueError as exc:
         raise UsageError(f"--output={path}: {exc}; only {allowed} expand (write {{{{ and }}}} for a brace)") from None
     return path.format(**{field: now.strftime(fmt) for field, (fmt, _) in _TEMPLATE_FIELDS.items()})
