@@ -257,7 +257,9 @@ def finished_siblings(template: str) -> Iterator[str]:
 def _siblings(template: str) -> list[str]:
     """The folders a dated output template produces, oldest first."""
     parent, pattern = sibling_pattern(template)
-    return [join(parent, name) for name in sorted(list_names(parent)) if pattern.fullmatch(name)]
+    # `--output={date}`: the current folder's, named as the output is (join would make them /NAME)
+    return [join(parent, name) if parent else name for name in sorted(list_names(parent or "."))
+            if pattern.fullmatch(name)]
 
 
 def latest_sibling(template: str) -> Optional[str]:

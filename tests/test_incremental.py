@@ -428,6 +428,23 @@ def test_keep_last_never_removes_the_runs_own_output(tmp_path, capsys):
     assert (today / "metadata.json").exists() and not (root / "2026-01-01").exists()
 
 
+def test_a_template_without_a_folder_finds_the_datasets_beside_it(tmp_path, capsys, monkeypatch):
+    """`--output={date}`, run in the datasets' folder: `latest` found no dataset and --keep_last
+    removed none, the siblings being listed in the folder '' (none)."""
+    images = tmp_path / "images"
+    make_images(images, 4)
+    root = tmp_path / "datasets"
+    convert(images, root / "2026-01-01")
+    photo(images / "ant" / "new.jpg", 99)
+    monkeypatch.chdir(root)
+    done = imgrec(capsys, [*IN_MEMORY, f"--input={images}", "--output={date}", *FLAGS, "--skip_unchanged",
+                           "--compare_to=latest", "--reuse_from=latest", "--keep_last=1"])
+    assert done.returncode == 0, done.stderr
+    (today,) = root.iterdir()
+    assert json.loads((today / "metadata.json").read_text())["reuse"] == {"from": "2026-01-01", "reused": 4,
+                                                                          "converted": 1}
+
+
 def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_to_names(tmp_path):
     """A skip leaves the output as it is: its own dataset must be the one that matched (a
     backfill into an older dated folder, with a newer sibling that matches the inputs)."""
