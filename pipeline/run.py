@@ -347,9 +347,15 @@ def convert(argv: Sequence[str]) -> Conversion:
         check_output(output, spec.output, state)
         clear_dead_runs(output)
         stopped = stopped_runs_beside(template, output)
+        # The flags that need the template would make the advised command a usage error.
+        dated = [flag for flag, given in (("--compare_to=latest", spec.output.compare_to == LATEST),
+                                          ("--reuse_from=latest", spec.output.reuse_from == LATEST),
+                                          ("--keep_last", spec.output.keep_last)) if given]
+        without = f" (without {', '.join(dated)})" if dated else ""
         for folder in stopped[:3]:
             say(f"imgrec: warning: {folder} holds the staging of a stopped run, and no run of this template "
-                f"writes there again; run with --output={folder} to finish it, or delete {staging_dir(folder)}")
+                f"writes there again; run with --output={folder}{without} to finish it, or delete "
+                f"{staging_dir(folder)}")
         if len(stopped) > 3:
             say(f"imgrec: warning: and {len(stopped) - 3} more folders beside it")
         compared = comparison(spec.output, template, state)

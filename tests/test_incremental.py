@@ -445,6 +445,21 @@ def test_a_template_without_a_folder_finds_the_datasets_beside_it(tmp_path, caps
                                                                           "converted": 1}
 
 
+def test_the_command_advised_for_a_stopped_runs_staging_leaves_out_the_flags_that_need_the_template(tmp_path,
+                                                                                                     capsys):
+    """The README's schedule, told to "run with --output=FOLDER to finish" a stopped run's
+    staging, exited 2: 'latest' and --keep_last need the template, not a folder."""
+    images = tmp_path / "images"
+    make_images(images, 4)
+    stopped = tmp_path / "datasets" / "2026-01-01"
+    (stopped / ".imgrec-staging" / "parts").mkdir(parents=True)
+    done = imgrec(capsys, [*IN_MEMORY, f"--input={images}", f"--output={tmp_path}/datasets/{{date}}", *FLAGS,
+                           "--skip_unchanged", "--compare_to=latest", "--reuse_from=latest", "--keep_last=7"])
+    assert done.returncode == 0, done.stderr
+    assert (f"run with --output={stopped} (without --compare_to=latest, --reuse_from=latest, --keep_last) to "
+            "finish it") in done.stderr
+
+
 def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_to_names(tmp_path):
     """A skip leaves the output as it is: its own dataset must be the one that matched (a
     backfill into an older dated folder, with a newer sibling that matches the inputs)."""
