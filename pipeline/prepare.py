@@ -219,7 +219,8 @@ def expand_output_template(path: str, now: datetime.datetime) -> str:
     try:
         for _, field, spec, conversion in string.Formatter().parse(path):
             if field is not None and (field not in _TEMPLATE_FIELDS or spec or conversion):
-                raise ValueError(f"unknown field {{{field}}}")
+                written = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+                raise ValueError(f"unknown field {{{written}}}")
     except ValueError as exc:
         raise UsageError(f"--output={path}: {exc}; only {allowed} expand (write {{{{ and }}}} for a brace)") from None
     return path.format(**{field: now.strftime(fmt) for field, (fmt, _) in _TEMPLATE_FIELDS.items()})
@@ -254,7 +255,9 @@ def finished_siblings(template: str) -> Iterator[str]:
 def _siblings(template: str) -> list[str]:
     """The folders a dated output template produces, oldest first."""
     parent, pattern = sibling_pattern(template)
-    return [join(parent, name) for name in sorted(list_names(parent)) if pattern.fullmatch(name)]
+    # `--output={date}`: the current folder's, named as the output is (join would make them /NAME)
+    return [join(parent, name) if parent else name for name in sorted(list_names(parent or "."))
+            if pattern.fullmatch(name)]
 
 
 def latest_sibling(template: str) -> Optional[str]:

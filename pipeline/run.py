@@ -348,9 +348,15 @@ def convert(argv: Sequence[str]) -> Conversion:
         check_output(output, spec.output, state)
         clear_dead_runs(output)
         stopped = stopped_runs_beside(template, output)
+        # The flags that need the template would make the advised command a usage error.
+        dated = [flag for flag, given in (("--compare_to=latest", spec.output.compare_to == LATEST),
+                                          ("--reuse_from=latest", spec.output.reuse_from == LATEST),
+                                          ("--keep_last", spec.output.keep_last)) if given]
+        without = f" (without {', '.join(dated)})" if dated else ""
         for folder in stopped[:3]:
             say(f"imgrec: warning: {folder} holds the staging of a stopped run, and no run of this template "
-                f"writes there again; run with --output={folder} to finish it, or delete {staging_dir(folder)}")
+                f"writes there again; run with --output={folder}{without} to finish it, or delete "
+                f"{staging_dir(folder)}")
         if len(stopped) > 3:
             say(f"imgrec: warning: and {len(stopped) - 3} more folders beside it")
         compared = comparison(spec.output, template, state)
@@ -360,8 +366,10 @@ def convert(argv: Sequence[str]) -> Conversion:
         elif compared and compared.why_not:
             say(f"imgrec: {compared.why_not}; converting again")
         reuse = reuse_source(spec.output, template, pixel_fingerprint(spec, library_versions), output, state)
-        if reuse.note:
-            say(f"imgrec: --reuse_from={spec.output.reuse_from}: {reuse.note}; converting every image")
+        if reuse.note:  # a skip may follow: the fingerprint that decides it is the pipeline's
+            then = "if anything changed, every image is converted" if compared and compared.fingerprint \
+                else "converting every image"
+            say(f"imgrec: --reuse_from={spec.output.reuse_from}: {reuse.note}; {then}")
         context = RunContext(
             run_info, output, this_run, writer, library_versions,
             previous_fingerprint=compared.fingerprint if compared else None, reuse=reuse.source,
@@ -401,7 +409,7 @@ def convert(argv: Sequence[str]) -> Conversion:
             if interrupts.received():  # it came while this process published, which finished first
                 say(PUBLISHED_BEFORE_SIGNAL)
             conversion = Conversion(result, spec, run_id, engine, elapsed, metadata)
-        _apply_retention(template, spec.output.keep_last)
+        _apply_retention(template, spec.output.keep_last, output)
         return conversion
     except BaseException as exc:
         if interrupts.received() is not None:  # Beam may have wrapped the KeyboardInterrupt
@@ -421,9 +429,9 @@ def convert(argv: Sequence[str]) -> Conversion:
         _remove_if_empty(created)
 
 
-def _apply_retention(template: str, keep_last: int) -> None:
+def _apply_retention(template: str, keep_last: int, output: str) -> None:
     """--keep_last: the older datasets of a dated output go once this run succeeded."""
-    for folder in datasets_to_remove(template, keep_last):
+    for folder in datasets_to_remove(template, keep_last, output):
         removed = remove_dataset(folder)
         if removed:
             say(f"imgrec: {removed} (--keep_last={keep_last})")

@@ -444,6 +444,18 @@ def test_a_folder_holding_an_imgrec_dataset_is_no_class(tmp_path):
     assert [c.label for c in classes] == ["20261205T000000", "cat"]
 
 
+def test_a_folder_holding_only_a_runs_lock_and_staging_is_no_class(tmp_path):
+    """`--output=IN/{timestamp}`: the folder of a run under way or killed, before it publishes,
+    became a class of the next run, shifting every real class's id (a killed run's for good)."""
+    write_image(tmp_path / "cat" / "a.jpg")
+    write_text(tmp_path / "20261204T000000" / ".imgrec.lock", "")
+    write_text(tmp_path / "20261204T000000" / ".imgrec-staging" / "parts" / "x.records", "records")
+    write_text(tmp_path / "20261205T000000" / ".imgrec-staging" / "parts" / "x.records", "records")
+    write_image(tmp_path / "20261205T000000" / "mine.jpg")
+    classes, rejected = split_found(list_local_root(str(tmp_path)))
+    assert [c.label for c in classes] == ["20261205T000000", "cat"] and not rejected
+
+
 def test_a_top_level_symlink_loop_is_a_dead_letter_not_a_crash(tmp_path):
     write_image(tmp_path / "cat" / "a.jpg")
     (tmp_path / "spin").symlink_to(tmp_path / "spin")

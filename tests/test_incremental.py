@@ -312,6 +312,19 @@ def test_a_dataset_the_run_picks_itself_that_cannot_serve_converts_every_image(c
     assert "cannot serve this run" in capsys.readouterr().err
 
 
+def test_a_retry_kept_unchanged_says_no_image_is_converted_though_latest_cannot_serve(tmp_path, capsys):
+    """A gzip schedule's retry: `latest` (its own dataset, gzip) cannot serve, and the line said
+    "converting every image" before the run found the inputs unchanged and converted nothing."""
+    images = tmp_path / "images"
+    make_images(images, 4)
+    args = [*IN_MEMORY, f"--input={images}", f"--output={tmp_path}/{{date}}", *FLAGS, "--compression=gzip",
+            "--skip_unchanged", "--compare_to=latest", "--reuse_from=latest"]
+    assert imgrec(capsys, args).returncode == 0
+    retry = imgrec(capsys, args)
+    assert retry.returncode == 0 and "unchanged" in retry.stdout
+    assert "gzip-compressed" in retry.stderr and "converting every image" not in retry.stderr
+
+
 def test_an_older_format_is_refused(changed_inputs, tmp_path):
     images, first, _ = changed_inputs
     metadata = json.loads((first / "metadata.json").read_text())
@@ -380,6 +393,72 @@ def test_keep_last_removes_the_pictures_verify_drew_beside_a_dataset(tmp_path):
                     "write", f"removed {root / '2026-01-02'}"]  # not "removed" a folder that is there
     assert sorted(p.name for p in root.iterdir()) == ["2026-01-01", "2026-01-03"]
     assert sorted(p.name for p in (root / "2026-01-01").iterdir()) == ["notes.txt"]
+
+def test_keep_last_says_a_removed_datasets_folder_holds_a_stopped_runs_staging(tmp_path):
+    """A day's folder whose retry was killed keeps the killed run's staging when --keep_last
+    removes its dataset: the line said the folder "holds files imgrec did not write"."""
+    from pipeline.output.retention import datasets_to_remove, remove_dataset
+
+    images = tmp_path / "images"
+    make_images(images, 4)
+    root = tmp_path / "datasets"
+    for day in ("2026-01-01", "2026-01-02"):
+        convert(images, root / day)
+    parts = root / "2026-01-01" / ".imgrec-staging" / "parts"
+    parts.mkdir(parents=True)
+    (parts / f"{0:064x}.records").write_bytes(b"")
+    (folder,) = datasets_to_remove(f"{root}/{{date}}", 1)
+    assert remove_dataset(folder) == (f"removed the dataset in {folder}, not the folder: it holds the staging of a "
+                                      f"stopped run (delete {folder}/.imgrec-staging once nothing there is needed)")
+    assert [p.name for p in (root / "2026-01-01").iterdir()] == [".imgrec-staging"]
+
+
+def test_keep_last_never_removes_the_runs_own_output(tmp_path, capsys):
+    """A sibling named later than today (a clock set ahead, or the other of two {timestamp} runs
+    that finished first) made --keep_last=1 try to remove the dataset this run had just published:
+    its own lock kept it, with a warning that it "is locked by a run"."""
+    images = tmp_path / "images"
+    make_images(images, 4)
+    root = tmp_path / "datasets"
+    for day in ("2026-01-01", "2099-01-01"):
+        convert(images, root / day)
+    done = imgrec(capsys, [*IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS, "--keep_last=1"])
+    assert done.returncode == 0 and "locked" not in done.stderr, done.stderr
+    (today,) = set(root.iterdir()) - {root / "2099-01-01"}
+    assert (today / "metadata.json").exists() and not (root / "2026-01-01").exists()
+
+
+def test_a_template_without_a_folder_finds_the_datasets_beside_it(tmp_path, capsys, monkeypatch):
+    """`--output={date}`, run in the datasets' folder: `latest` found no dataset and --keep_last
+    removed none, the siblings being listed in the folder '' (none)."""
+    images = tmp_path / "images"
+    make_images(images, 4)
+    root = tmp_path / "datasets"
+    convert(images, root / "2026-01-01")
+    photo(images / "ant" / "new.jpg", 99)
+    monkeypatch.chdir(root)
+    done = imgrec(capsys, [*IN_MEMORY, f"--input={images}", "--output={date}", *FLAGS, "--skip_unchanged",
+                           "--compare_to=latest", "--reuse_from=latest", "--keep_last=1"])
+    assert done.returncode == 0, done.stderr
+    (today,) = root.iterdir()
+    assert json.loads((today / "metadata.json").read_text())["reuse"] == {"from": "2026-01-01", "reused": 4,
+                                                                          "converted": 1}
+
+
+def test_the_command_advised_for_a_stopped_runs_staging_leaves_out_the_flags_that_need_the_template(tmp_path,
+                                                                                                     capsys):
+    """The README's schedule, told to "run with --output=FOLDER to finish" a stopped run's
+    staging, exited 2: 'latest' and --keep_last need the template, not a folder."""
+    images = tmp_path / "images"
+    make_images(images, 4)
+    stopped = tmp_path / "datasets" / "2026-01-01"
+    (stopped / ".imgrec-staging" / "parts").mkdir(parents=True)
+    done = imgrec(capsys, [*IN_MEMORY, f"--input={images}", f"--output={tmp_path}/datasets/{{date}}", *FLAGS,
+                           "--skip_unchanged", "--compare_to=latest", "--reuse_from=latest", "--keep_last=7"])
+    assert done.returncode == 0, done.stderr
+    assert (f"run with --output={stopped} (without --compare_to=latest, --reuse_from=latest, --keep_last) to "
+            "finish it") in done.stderr
+
 
 def test_skip_unchanged_compares_with_the_outputs_own_dataset_whatever_compare_to_names(tmp_path):
     """A skip leaves the output as it is: its own dataset must be the one that matched (a

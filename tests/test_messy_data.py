@@ -241,6 +241,16 @@ def test_unknown_output_template_fields_are_usage_errors(tmp_path, capsys, outpu
     assert list(tmp_path.iterdir()) == [root]
 
 
+@pytest.mark.parametrize("field", ["{date:%Y}", "{date!r}", "{timestamp!s:>20}"])
+def test_an_output_field_with_a_format_is_named_as_written(field):
+    """`{date:%Y}` was refused as "unknown field {date}; only {date}, {timestamp} expand"."""
+    from pipeline.errors import UsageError
+    from pipeline.prepare import expand_output_template
+
+    with pytest.raises(UsageError, match=re.escape(f"unknown field {field};")):
+        expand_output_template(f"out/{field}", datetime.datetime.now(datetime.timezone.utc))
+
+
 def test_beam_counters_count_each_rejection_class(messy_run):
     from apache_beam.metrics.metric import MetricsFilter
 

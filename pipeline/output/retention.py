@@ -14,16 +14,18 @@ from typing import Optional
 
 from pipeline.errors import OutputLocked, UsageError
 from pipeline.output.lock import OutputLock
-from pipeline.prepare import finished_siblings, read_json, sibling_pattern
+from pipeline.prepare import finished_siblings, folder_identity, read_json, sibling_pattern
 from transforms import files
 from transforms.dataset_format import (
     CLASS_COUNTS,
     CONTACT_SHEET,
     INDEX_DIR,
     METADATA_FILE,
+    STAGING_DIR,
     is_dataset_metadata,
     join,
     listed_files,
+    staging_dir,
 )
 
 
@@ -33,11 +35,14 @@ def check_retention(template: str, keep_last: int) -> None:
                          f"got --output={template}")
 
 
-def datasets_to_remove(template: str, keep_last: int) -> list[str]:
-    """The finished datasets of the template beyond the newest `keep_last`, oldest first."""
+def datasets_to_remove(template: str, keep_last: int, output: Optional[str] = None) -> list[str]:
+    """The finished datasets of the template beyond the newest `keep_last`, oldest first; never
+    `output`, the one this run just published or kept (a sibling named later can outrank it)."""
     if not keep_last:
         return []
-    return list(reversed(list(finished_siblings(template))[keep_last:]))
+    own = folder_identity(output) if output is not None else None
+    return [folder for folder in reversed(list(finished_siblings(template))[keep_last:])
+            if folder_identity(folder) != own]
 
 
 def remove_dataset(folder: str) -> Optional[str]:
@@ -58,7 +63,11 @@ def remove_dataset(folder: str) -> Optional[str]:
             files.delete([join(folder, INDEX_DIR)])
     finally:
         lock.release()
-    if files.list_names(folder):
+    left = files.list_names(folder)
+    if left == [STAGING_DIR]:
+        return (f"removed the dataset in {folder}, not the folder: it holds the staging of a stopped run "
+                f"(delete {staging_dir(folder)} once nothing there is needed)")
+    if left:
         return f"removed the dataset in {folder}, not the folder: it holds files imgrec did not write"
     files.delete([folder])
     return f"removed {folder}"

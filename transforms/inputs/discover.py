@@ -33,7 +33,9 @@ import apache_beam as beam
 from transforms.batches import GroupInBuckets, batched, split_by
 from transforms.dataset_format import (
     INDEX_DIR,
+    LOCK_FILE,
     METADATA_FILE,
+    STAGING_DIR,
     dataset_names,
     is_dataset_metadata,
     is_temporary_metadata,
@@ -156,6 +158,16 @@ def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
     return OutputFolder(os.path.realpath(folder), dataset_names(value)) if is_dataset_metadata(value) else None
 
 
+def unfinished_output(folder: str) -> bool:
+    """A local folder holding only what an imgrec run writes before it publishes (its lock and
+    staging): the dated output of a run under way, or of one that stopped, inside its input."""
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return False
+    return bool(names) and names <= {LOCK_FILE, STAGING_DIR}
+
+
 # --------------------------------------------------------------------------------------------
 # Class folders on a local filesystem
 
@@ -266,7 +278,8 @@ def list_local_root(root: str,
                     output: Optional[OutputFolder] = None) -> Iterator[Union[ClassFolder, beam.pvalue.TaggedOutput]]:
     """A ClassFolder for each class folder of a local root; other entries as rejections. The
     output folder, and any other folder holding an imgrec dataset, is a class only if it holds
-    something imgrec did not write: dated outputs inside the input never become classes."""
+    something imgrec did not write, and one holding only a run's lock and staging is none: dated
+    outputs inside the input never become classes."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
@@ -285,6 +298,8 @@ def list_local_root(root: str,
         elif output and os.path.realpath(entry.path) == output.path and not output.holds_inputs(entry.path):
             continue
         elif (dataset := imgrec_dataset(entry.path)) and not dataset.holds_inputs(entry.path):
+            continue
+        elif unfinished_output(entry.path):
             continue
         elif reason := folder_skip_reason(entry.name):
             yield reject(entry.path, SkippedFile(f"{reason}, not a class"))
