@@ -21,8 +21,6 @@ import re
 import string
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
-from apache_beam.io.filesystems import FileSystems
-
 from pipeline.errors import UsageError
 from pipeline.output.lock import run_alive
 from pipeline.output.publish import JOURNAL_FILE, journal_path, read_json
@@ -414,7 +412,7 @@ def reuse_source(spec: OutputSpec, template: str, pixel_fingerprint: str, output
 def _serving(dataset: str, pixel_fingerprint: str) -> Union[ReuseSource, str]:
     """The dataset as a source of this run's images, or why it cannot be one."""
     try:
-        with FileSystems.open(join(dataset, METADATA_FILE), compression_type="uncompressed") as handle:
+        with files.open_regular(join(dataset, METADATA_FILE)) as handle:
             metadata = DatasetMetadata.loads(handle.read())
     except OSError as exc:
         return f"cannot read {join(dataset, METADATA_FILE)}: {exc.strerror or exc}"

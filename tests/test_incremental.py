@@ -20,7 +20,7 @@ import tensorflow as tf
 from pipeline import prepare
 from pipeline.errors import UsageError
 from pipeline.run import run
-from tests.helpers import IN_MEMORY, REPO, Run, run_here
+from tests.helpers import IN_MEMORY, REPO, SAMPLE, Run, error_line, run_here, run_imgrec
 from transforms.write import tfrecord
 
 pytestmark = pytest.mark.e2e
@@ -512,3 +512,14 @@ def test_a_run_killed_in_a_timestamp_folder_is_reported_and_resumed_there(tmp_pa
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((killed / "metadata.json").read_text())["run"]["resumed_records"] == finished > 0
     assert published(killed) == published(uninterrupted)
+
+
+def test_a_fifo_named_metadata_json_in_the_reuse_source_is_a_reason_not_a_hang(tmp_path):
+    """--reuse_from's metadata.json was opened as Beam opens any file: a FIFO there blocked the
+    run before it began, for good."""
+    source = tmp_path / "previous"
+    source.mkdir()
+    os.mkfifo(source / "metadata.json")
+    run = run_imgrec(SAMPLE, tmp_path / "out", f"--reuse_from={source}", timeout=60)
+    assert run.returncode == 2 and not run.timed_out, run.brief()
+    assert "a FIFO, not a regular file" in error_line(run), run.brief()

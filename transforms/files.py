@@ -165,6 +165,13 @@ def open_read(path: str) -> BinaryIO:
     return _filesystems().open(path, compression_type="uncompressed")
 
 
+def open_regular(path: str) -> BinaryIO:
+    """A file to read through Beam's FileSystems, for callers that handle Beam's errors; a local
+    one must be a regular file (an OSError otherwise: a FIFO would block the open)."""
+    local = local_path(path)
+    return _open_regular(local) if local is not None else _filesystems().open(path, compression_type="uncompressed")
+
+
 class NotARegularFile(OSError):
     """strerror: `a FIFO, not a regular file` and the like."""
 

@@ -13,8 +13,8 @@ import dataclasses
 from typing import Iterable, Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
+from transforms import files
 from transforms.batches import batched, bucket_of, flatten, split_by
 from transforms.dataset_format import RecordLocation, parse_index
 from transforms.refs import Batch
@@ -35,7 +35,7 @@ def read_index(shard: str, index: str, image_key: str, run_id: str) -> Iterator[
     that is gone (the dataset was removed or replaced meanwhile) or damaged offers nothing:
     its images are converted, which is always right."""
     try:
-        with FileSystems.open(index, compression_type="uncompressed") as handle:
+        with files.open_regular(index) as handle:
             entries = parse_index(handle.read().decode("ascii"))
     except (OSError, ValueError):  # FormatError and UnicodeDecodeError are ValueErrors
         return
