@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import errno
 import fnmatch
+import itertools
 import json
 import os
 import pathlib
@@ -161,8 +162,9 @@ def imgrec_dataset(folder: str) -> Optional[OutputFolder]:
 def unfinished_output(folder: str) -> bool:
     """A local folder holding only what an imgrec run writes before it publishes (its lock and
     staging): the dated output of a run under way, or of one that stopped, inside its input."""
-    try:
-        names = set(os.listdir(folder))
+    try:  # three names at most: a class folder of a million images is not listed for this
+        with os.scandir(folder) as entries:
+            names = {entry.name for entry in itertools.islice(entries, 3)}
     except OSError:
         return False
     return bool(names) and names <= {LOCK_FILE, STAGING_DIR}
