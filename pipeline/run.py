@@ -385,10 +385,12 @@ def convert(argv: Sequence[str]) -> Conversion:
             interval = 0.0 if runner == "DataflowRunner" else default_interval(sys.stderr)
         reporter = ProgressReporter(this_run, interval)
         with reaped():
+            # The converters start (a Python and OpenCV's import each) while Beam builds the job, unless
+            # an earlier run in this process left them; they are kept for the next, unless this run fails.
+            converters = shared_process_pool(writer.local_processes, writer.converter) \
+                if context.in_one_process else None
+            close_shared_pools(keep=converters)  # an earlier run's, set up otherwise
             try:
-                if context.in_one_process:
-                    # The converters start (a Python and OpenCV's import each) while Beam builds the job.
-                    shared_process_pool(writer.local_processes, writer.converter)
                 # DirectRunner: straight to the FnApiRunner, without trying Prism (pipeline/beam_internals.py)
                 direct = fn_api_runner(options) if runner == "DirectRunner" else None
                 pipeline = beam.Pipeline(runner=direct, options=options)
@@ -396,8 +398,9 @@ def convert(argv: Sequence[str]) -> Conversion:
                 clock = time.monotonic()
                 with reporter.running(), interrupts.interruptible():
                     result = _run_to_completion(pipeline, this_run)
-            finally:
+            except BaseException:
                 close_shared_pools()
+                raise
         elapsed = time.monotonic() - clock
         engine = engine_name(runner, options)
         if files.exists(join(this_run, UNCHANGED_MARKER)):

@@ -139,6 +139,22 @@ def test_a_worker_that_dies_fails_its_task_with_its_note_and_is_replaced():
 
 
 @pytest.mark.converter
+def test_a_worker_that_died_while_idle_takes_the_next_task_in_a_new_process():
+    """A kept pool's process may be gone by the next run (the OOM killer, a stray kill): that is
+    no task's failure."""
+    pool = SubprocessPool(1)
+    try:
+        first = pool.submit(os.getpid).result(timeout=60)
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while reaper.process_start_time(first) is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.submit(os.getpid).result(timeout=60) not in (first, os.getpid())
+    finally:
+        pool.shutdown(wait=True)
+
+
+@pytest.mark.converter
 def test_a_pool_that_cannot_start_a_process_fails_each_task_and_recovers(monkeypatch):
     """Nothing waits forever for a process that cannot be started (here: no interpreter)."""
     pool = SubprocessPool(1)
@@ -155,13 +171,24 @@ def test_a_pool_that_cannot_start_a_process_fails_each_task_and_recovers(monkeyp
         pool.shutdown(wait=True)
 
 
-def test_steps_with_equal_converter_setups_share_one_pool():
+def test_steps_with_equal_converter_setups_share_one_pool_which_a_later_run_started_alike_finds(tmp_path, monkeypatch):
     """Reading, converting and concatenating each ask for the run's pool with their own (equal)
-    `Converter`: one pool, whose processes (a Python start and OpenCV's import each) start once."""
+    `Converter`: one pool, whose processes (a Python start and OpenCV's import each) start once.
+    A run keeps it for the next run in this process, unless that one's processes would start
+    otherwise: in another folder (relative paths), another environment or another setup."""
     try:
         pool = shared_process_pool(1, Converter(100, 200))
         assert shared_process_pool(1, Converter(100, 200)) is pool
-        assert shared_process_pool(1, Converter(101, 200)) is not pool
+        other = shared_process_pool(1, Converter(101, 200))
+        assert other is not pool
+        close_shared_pools(keep=pool)
+        assert shared_process_pool(1, Converter(100, 200)) is pool
+        assert shared_process_pool(1, Converter(101, 200)) is not other
+        monkeypatch.chdir(tmp_path)
+        assert shared_process_pool(1, Converter(100, 200)) is not pool
+        monkeypatch.undo()
+        monkeypatch.setenv("AWS_PROFILE", "another")
+        assert shared_process_pool(1, Converter(100, 200)) is not pool
     finally:
         close_shared_pools()
 

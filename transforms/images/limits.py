@@ -7,7 +7,7 @@ progressive JPEG):
 
 - pixels: OpenCV refuses an image of more than `max_pixels` before allocating it
   (validateInputImageSize). It reads OPENCV_IO_MAX_IMAGE_PIXELS once, as it loads: `Converter`
-  sets it before anything in the process imports OpenCV, and converter processes live one run.
+  sets it before anything in the process imports OpenCV, and a pool serves only runs of its `Converter`.
 - memory: while an image decodes, RLIMIT_DATA allows the process what it holds then, plus
   `max_decoded_bytes`, plus DECODE_HEADROOM. A decoder that needs more fails its allocation:
   OpenCV raises (-4: Insufficient memory), libpng, libtiff and libjpeg give up.

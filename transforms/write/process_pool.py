@@ -115,7 +115,8 @@ class _Worker:
     def _run(self, future: concurrent.futures.Future, function: Callable, args: tuple) -> None:
         os.pwrite(self._note, _NOTE.pack(_NO_NOTE), 0)
         try:
-            self.process = self.process or self._start()
+            if self.process is None or self.process.poll() is not None:  # none yet, or it died idle
+                self.process = self._start()
             _send(self.process.stdin, (function, args))
             ok, value = _receive(self.process.stdout)
         except (EOFError, OSError, pickle.PickleError) as exc:
