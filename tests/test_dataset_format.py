@@ -180,6 +180,7 @@ def test_other_format_versions_are_refused(version):
     (lambda v: v["splits"]["train"].update(num_examples="3"), "num_examples must be int"),
     (lambda v: v["splits"]["train"].update(num_examples=True), "num_examples must be int"),
     (lambda v: v["splits"]["train"].update(shard_lengths=[3]), "2 files but 1 shard_lengths"),
+    (lambda v: v["splits"]["train"].update(num_shards=3), "num_shards 3 but 2 files"),
     (lambda v: v["splits"]["train"]["label_counts"].update(cat=-1), "must be a count"),
     (lambda v: v["label_map"].update(cat="0"), "must be a count"),
     (lambda v: v.update(compression="zstd"), "unknown compression 'zstd'"),

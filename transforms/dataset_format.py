@@ -206,6 +206,8 @@ class SplitInfo:
                    rejected=_require(value, "rejected", int, where))
         if len(info.files) != len(info.shard_lengths):
             raise FormatError(f"{where}: {len(info.files)} files but {len(info.shard_lengths)} shard_lengths")
+        if value.get("num_shards", info.num_shards) != info.num_shards:  # what other readers of the file take
+            raise FormatError(f"{where}: num_shards {value['num_shards']!r} but {info.num_shards} files")
         return info
 
 
