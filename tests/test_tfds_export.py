@@ -15,7 +15,7 @@ from pipeline.errors import OutputLocked
 from pipeline.output.lock import OutputLock
 from pipeline.read import tfds_export
 from pipeline.read.reader import load_dataset
-from tests.helpers import SAMPLE, read_metadata, run_pipeline, visible_files, written_datasets
+from tests.helpers import SAMPLE, make_tree, read_metadata, run_pipeline, visible_files, written_datasets
 from tests.test_detection_pipeline import DETECTION
 
 pytestmark = pytest.mark.e2e
@@ -110,6 +110,21 @@ def test_gzip_shards_are_refused(written, tmp_path):
         tfds_export.export(str(gzip_dir))
     assert sorted(p.name for p in gzip_dir.iterdir()) == ["metadata.json"]
     assert tfds_export.main([str(gzip_dir)]) == 2
+
+
+def test_a_split_whose_every_image_was_rejected_is_exported(tmp_path):
+    """Stratified 1 + 1: one image in each split; the corrupt one is rejected after planning, so
+    its split has a shard of no records. TFDS's check reads the first split's first record: the
+    export failed with a ValueError traceback when that split was the empty one."""
+    good, bad = make_tree(tmp_path / "in", {"cat": 2})
+    bad.write_bytes(bad.read_bytes()[:-40])
+    output = str(tmp_path / "out")
+    metadata = run_pipeline(tmp_path / "in", output, "--split_method=stratified", "--split_names=val,train",
+                            "--split_ratios=0.5,0.5", "--max_error_fraction=0.5", "--height=8", "--width=8")
+    assert [split.num_examples for split in metadata.splits.values()] == [0, 1]  # the first is empty
+
+    assert tfds_export.export(output)["splits"] == {"train": 1, "val": 0}
+    assert len(tfds.builder_from_directory(output).as_dataset(split="train")) == 1
 
 
 @pytest.mark.parametrize("what", ["missing", "file"])
