@@ -168,6 +168,16 @@ def test_a_file_that_is_not_json_is_named_in_one_line(tmp_path):
         assert "\n" not in str(raised.value), str(raised.value)
 
 
+def test_the_drivers_read_refuses_a_number_the_workers_read_cannot_parse(tmp_path):
+    """1e999 overflows a float (the workers' parse) but not a Decimal: the driver's read of the
+    categories passed it, and the run failed inside the pipeline with a traceback."""
+    path = tmp_path / "big.json"
+    path.write_text('{"annotations": [{"id": 1, "bbox": [1e999, 0, 1, 1]}], "categories": [{"id": 1, "name": "a"}]}')
+    for read in (lambda: list(coco_rows(str(path))), lambda: coco.coco_label_map(str(path))):
+        with pytest.raises(AnnotationFileError, match="is not valid JSON: parse error: numeric"):
+            read()
+
+
 def test_an_oversized_element_is_skipped_not_built(tmp_path, monkeypatch):
     monkeypatch.setattr(coco, "MAX_ELEMENT_VALUES", 50)
     big = annotation(2, 1, [1, 1, 5, 5], segmentation=[list(range(60))])

@@ -138,10 +138,11 @@ def coco_category(element: object, index: int) -> tuple[int, str]:
 
 def coco_label_map(path: str) -> dict[str, int]:
     """The file's categories as {name: id}, refusing what would make names and ids ambiguous.
-    Only `categories` is built; the rest of the file is parsed past."""
+    Only `categories` is built; the rest of the file is parsed past, as the workers parse it
+    (floats: 1e999 is an error there, as for `coco_elements`)."""
     with open_coco(path) as handle:
         categories = [coco_category(element, index)
-                      for index, element in enumerate(ijson.items(handle, "categories.item"))]
+                      for index, element in enumerate(ijson.items(handle, "categories.item", use_float=True))]
     by_id: dict[int, str] = {}
     by_name: dict[str, int] = {}
     for category_id, name in categories:
