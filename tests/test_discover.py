@@ -231,6 +231,14 @@ def test_manifest_paths_on_object_stores_resolve_against_the_manifest_folder():
         "gs://bucket/lists/cat/1.jpg", "cat")
 
 
+def test_a_dot_segment_in_a_manifest_path_is_tidied_on_a_store_as_on_a_local_disk():
+    """`find . -name '*.jpg'` writes ./cat/1.jpg; a COCO file_name may say ./images/x.jpg. An object
+    store's key has no ./ in it: the run read gs://bucket/lists/./cat/1.jpg and found nothing."""
+    for manifest in (MANIFEST, "gs://bucket/lists/train.csv", "s3://bucket/lists/train.csv"):
+        assert parse_manifest_line("./cat/./1.jpg,cat", CSV, manifest) == parse_manifest_line("cat/1.jpg,cat", CSV,
+                                                                                               manifest)
+
+
 @pytest.mark.parametrize("layout,line", [
     (CSV, "only_a_path.jpg"),
     (CSV, "a.jpg,cat,extra"),  # without a header, exactly two columns

@@ -228,11 +228,14 @@ def manifest_layout(spec: InputSpec, kind: str) -> ManifestLayout:
 
 
 def resolve_path(path: str, manifest: str) -> str:
-    """Manifest paths may be absolute, URLs, or relative to the manifest's folder."""
+    """Manifest paths may be absolute, URLs, or relative to the manifest's folder (on a store
+    without its `./` segments, which no object key holds, as the OS reads them)."""
     if "://" in path or path.startswith("/"):
         return path
     folder = posixpath.dirname(manifest)
-    return join_local(folder, path) if local_path(manifest) is not None else FileSystems.join(folder, path)
+    if local_path(manifest) is not None:
+        return join_local(folder, path)
+    return FileSystems.join(folder, "/".join(part for part in path.split("/") if part != "."))
 
 
 def join_local(folder: str, path: str) -> str:
