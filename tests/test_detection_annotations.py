@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import REPO
 from transforms.inputs import coco
-from transforms.inputs.annotations import ObjectAnnotation
+from transforms.inputs.annotations import ObjectAnnotation, box_problem
 from transforms.inputs.coco import AnnotationFileError, annotated_images, coco_rows
 from transforms.inputs.manifests import ManifestError, multilabel_layout, parse_labels_line
 from transforms.inputs.voc import labelled_voc_image, one_annotation_file_per_image, parse_voc, voc_label_map
@@ -88,6 +88,14 @@ def test_every_annotation_problem_is_a_rejection_with_its_reason(tmp_path):
     ]
     paths = {r.path for r in rejections if r.error == "MissingImage"}
     assert paths == {str(tmp_path / "ann" / "instances.json#annotations[4]")}
+
+
+def test_a_box_past_the_image_by_less_than_g_shows_says_by_how_much():
+    """x 50.0000001 + w 30 on an 80-wide image: `:g` printed 'box x 50..80 reaches past the 80x60
+    image', which reads as false."""
+    assert str(box_problem((50.0000001, 40, 80.0000001, 60), 80, 60)) == \
+        "box x 50.0000001..80.0000001, y 40..60 reaches past the 80x60 image"
+    assert str(box_problem((10, 10.5, 10, 30.0), 80, 60)) == "box x 10..10, y 10.5..30 has no area"
 
 
 def test_images_without_objects_are_kept_or_skipped_and_counted(tmp_path):

@@ -116,7 +116,9 @@ def finite_number(value: object) -> bool:
 def box_problem(box: tuple[float, float, float, float], width: int, height: int) -> Optional[AnnotationRejected]:
     """Why a box on a `width x height` grid cannot be written, or None."""
     x0, y0, x1, y1 = box
-    shown = f"box x {x0:g}..{x1:g}, y {y0:g}..{y1:g}"
+    # `:g`, but in full where it would round (x 50..80 cannot reach past an 80-wide image)
+    shown = "box x {}..{}, y {}..{}".format(*(f"{v:g}" if float(f"{v:g}") == v else repr(float(v))
+                                               for v in (x0, x1, y0, y1)))
     if not x1 > x0 or not y1 > y0:
         return EmptyBox(f"{shown} has no area")
     if x0 < 0 or y0 < 0 or x1 > width or y1 > height:
