@@ -186,6 +186,18 @@ def test_the_drivers_read_refuses_a_number_the_workers_read_cannot_parse(tmp_pat
             read()
 
 
+def test_a_coco_file_saved_with_a_utf8_bom_is_coco(tmp_path):
+    """Windows editors save JSON with a BOM, and manifests take one: such a COCO file was not
+    recognised (converted as a JSONL manifest: 'BadManifestLine: 1') and --input_kind=coco refused
+    it as not JSON."""
+    plain = write_coco(tmp_path, [image(1)], [annotation(1, 1, [1, 1, 5, 5])])
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + pathlib.Path(plain).read_bytes())
+    assert coco.looks_like_coco(str(path))
+    assert coco.coco_label_map(str(path)) == {"cat": 1, "dog": 18}
+    assert [row.obj.box for row in coco_rows(str(path)) if isinstance(row, coco.CocoAnnotation)] == [(1, 1, 6, 6)]
+
+
 def test_an_oversized_element_is_skipped_not_built(tmp_path, monkeypatch):
     monkeypatch.setattr(coco, "MAX_ELEMENT_VALUES", 50)
     big = annotation(2, 1, [1, 1, 5, 5], segmentation=[list(range(60))])

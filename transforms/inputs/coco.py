@@ -12,6 +12,7 @@ naming its place in the file (`ann/instances.json#annotations[17]`).
 """
 from __future__ import annotations
 
+import codecs
 import collections
 import contextlib
 import dataclasses
@@ -109,9 +110,12 @@ def coco_elements(path: str) -> Iterator[tuple[str, int, object]]:
 @contextlib.contextmanager
 def open_coco(path: str) -> Iterator[BinaryIO]:
     """The file open for parsing; a read or parse error becomes an AnnotationFileError, in one
-    line (yajl's message goes on to show the text and a caret under it on two more lines)."""
+    line (yajl's message goes on to show the text and a caret under it on two more lines). A
+    UTF-8 BOM (Windows editors save one) is skipped, as manifests skip it."""
     try:
         with files.open_read(path) as handle:
+            if handle.read(3) != codecs.BOM_UTF8:
+                handle.seek(0)
             yield handle
     except ijson.JSONError as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -319,7 +323,7 @@ def looks_like_coco(path: str) -> bool:
     """Whether a `.json` file's top level is an object whose first key is one of COCO's (a JSON
     manifest of image records is not): read with ijson up to that key, not the whole file."""
     try:
-        with files.open_read(path) as handle:
+        with open_coco(path) as handle:
             events = ijson.parse(handle)
             first, second = next(events, None), next(events, None)
     except Exception:  # unreadable or not JSON: not COCO; the input check says what is wrong
