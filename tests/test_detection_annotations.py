@@ -83,7 +83,7 @@ def test_every_annotation_problem_is_a_rejection_with_its_reason(tmp_path):
         ("ImageListedTwice", "annotation 16 refers to image id 5, which is listed twice"),
         ("ImageListedTwice", "image id 5 is listed 2 times (5.jpg, x.jpg)"),
         ("ImageListedTwice", "image id 5 is listed 2 times (5.jpg, x.jpg)"),
-        ("MissingImage", "annotation 14 refers to image id 9, which the file does not list"),
+        ("MissingImage", "annotation 14 refers to image id 9, which the file does not list in a usable images entry"),
         ("UnknownCategory", "annotation 13: category id 2 is not one of the label map's 2 categories"),
     ]
     paths = {r.path for r in rejections if r.error == "MissingImage"}
@@ -96,6 +96,15 @@ def test_a_box_past_the_image_by_less_than_g_shows_says_by_how_much():
     assert str(box_problem((50.0000001, 40, 80.0000001, 60), 80, 60)) == \
         "box x 50.0000001..80.0000001, y 40..60 reaches past the 80x60 image"
     assert str(box_problem((10, 10.5, 10, 30.0), 80, 60)) == "box x 10..10, y 10.5..30 has no area"
+
+
+def test_the_annotations_of_a_refused_images_entry_are_not_said_to_be_unlisted(tmp_path):
+    """Image 2 is listed, with a width of 80.0: its entry is refused, and its annotations' rows
+    said 'refers to image id 2, which the file does not list'."""
+    path = write_coco(tmp_path, [image(1), {**image(2), "width": 80.0}], [annotation(1, 2, [1, 1, 5, 5])])
+    assert reasons(annotated_images(path)[2]) == [
+        ("AnnotationFileProblem", f"{path}#images[1] (id 2) needs a positive integer width and height; got 80.0 x 80"),
+        ("MissingImage", "annotation 1 refers to image id 2, which the file does not list in a usable images entry")]
 
 
 def test_images_without_objects_are_kept_or_skipped_and_counted(tmp_path):

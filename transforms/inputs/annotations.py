@@ -52,7 +52,7 @@ class ImageListedTwice(AnnotationFileProblem):
 
 
 class MissingImage(AnnotationFileProblem):
-    """An annotation whose image the file does not list."""
+    """An annotation whose image the file does not list (or lists only in a refused entry)."""
 
 
 class NoAnnotations(InputRejected):

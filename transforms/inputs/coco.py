@@ -274,7 +274,8 @@ def image_of_id(listings: Iterable[tuple[str, CocoImage]], annotations: Iterable
         dropped, annotations = orphans(annotations, ImageListedTwice, "whose file is listed twice"), []
     annotations.sort(key=lambda a: a.index)
     if not images:
-        return None, (*dropped, *orphans(annotations, MissingImage, "which the file does not list"))
+        return None, (*dropped, *orphans(annotations, MissingImage,
+                                         "which the file does not list in a usable images entry"))
     if len(images) > 1:
         _, refused = one_listing_per_file(images)
         return None, (*dropped, *refused, *orphans(annotations, ImageListedTwice, "which is listed twice"))
