@@ -280,6 +280,20 @@ def test_a_malformed_voc_object_is_dropped_and_the_others_go_on(tmp_path):
         ("AnnotationFileProblem", "object", parsed.path, f"{xml_path}: object 4: no <name>")]
 
 
+def test_hidden_and_macos_dot_underscore_voc_files_are_skipped_as_in_class_folders(tmp_path):
+    """A VOC folder copied from a Mac to a FAT or SMB disk has a binary ._x1.xml beside each file:
+    each was an AnnotationFileProblem (an error, so the run failed its error budget) naming an
+    image JPEGImages/._x1.jpg that no one wrote."""
+    from transforms.inputs.discover_annotated import parse_voc_file
+
+    folder = tmp_path / "VOC" / "Annotations"
+    folder.mkdir(parents=True)
+    for name in ("._x1.xml", ".x1.xml"):
+        (folder / name).write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+        (found,) = parse_voc_file(str(folder / name))
+        assert found.tag == "rejected" and (found.value.error, found.value.path) == ("SkippedFile", str(folder / name))
+
+
 def test_a_voc_image_two_files_name_is_refused_with_each_files_objects(tmp_path):
     one = parse_voc(*voc_file(tmp_path, "<annotation><filename>a.jpg</filename><size><width>20</width><height>20"
                                         "</height></size><object><name>cat</name><bndbox><xmin>2</xmin><ymin>2</ymin>"

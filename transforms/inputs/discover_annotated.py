@@ -32,7 +32,7 @@ from transforms.inputs.coco import (
     file_listings,
     image_of_id,
 )
-from transforms.inputs.discover import REJECTED
+from transforms.inputs.discover import REJECTED, reject
 from transforms.inputs.voc import (
     ANNOTATIONS,
     MAX_XML_BYTES,
@@ -44,7 +44,7 @@ from transforms.inputs.voc import (
 )
 from transforms.plan.assign import distinct
 from transforms.refs import Batch, Candidate
-from transforms.rejections import InputRejected, Rejection
+from transforms.rejections import InputRejected, Rejection, SkippedFile
 from transforms.specs import InputSpec
 
 LABEL_MAP = "label_map"
@@ -124,6 +124,10 @@ def parse_voc_file(xml_path: str):
     """One XML file → (its image, its class names) and its malformed objects' rows, or the
     rejection of the image it names."""
     stem = posixpath.splitext(posixpath.basename(xml_path))[0]
+    if stem.startswith("."):  # hidden, or macOS's ._ metadata beside each file: skipped, as in class folders
+        yield reject(xml_path, SkippedFile("macOS AppleDouble metadata file, not an annotation"
+                                           if stem.startswith("._") else "hidden file"))
+        return
     try:
         image, names, malformed = parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
     except InputRejected as exc:  # not VOC, too large, unreadable: the image it names is refused
