@@ -294,6 +294,23 @@ def test_hidden_and_macos_dot_underscore_voc_files_are_skipped_as_in_class_folde
         assert found.tag == "rejected" and (found.value.error, found.value.path) == ("SkippedFile", str(folder / name))
 
 
+def test_every_file_in_annotations_is_an_input_an_upper_case_xml_one_too(tmp_path):
+    """Annotations/*.xml was matched case-sensitively: 000001.XML and a README there were neither
+    converted nor reported (a folder of .XML files: '0 inputs found')."""
+    from transforms.inputs.discover_annotated import parse_voc_file, voc_files
+
+    root = tmp_path / "voc"
+    shutil.copytree(SAMPLE / "voc", root)
+    (root / "Annotations" / "000001.xml").rename(root / "Annotations" / "000001.XML")
+    (root / "Annotations" / "README.txt").write_text("labelled with LabelImg")
+    listed = voc_files(str(root))
+    assert [pathlib.Path(path).name for path in listed] == ["000001.XML", "000002.xml", "000003.xml", "README.txt"]
+    found = [row for path in listed for row in parse_voc_file(path)]
+    assert sorted(row[0].source_id for row in found if isinstance(row, tuple)) == ["000001", "000002", "000003"]
+    (skipped,) = [row.value for row in found if not isinstance(row, tuple)]
+    assert (skipped.error, skipped.path, skipped.message) == ("SkippedFile", listed[-1], "not an .xml annotation file")
+
+
 def test_a_voc_image_two_files_name_is_refused_with_each_files_objects(tmp_path):
     one = parse_voc(*voc_file(tmp_path, "<annotation><filename>a.jpg</filename><size><width>20</width><height>20"
                                         "</height></size><object><name>cat</name><bndbox><xmin>2</xmin><ymin>2</ymin>"

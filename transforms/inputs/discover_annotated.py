@@ -7,7 +7,7 @@ steps whose output is what `DiscoverImages` gives for class folders: batches of 
 COCO: one worker streams the file (JSON cannot be split), images are grouped by file (a file
 listed twice is refused), then images and annotations by image id. The label map is the
 file's categories, ids kept, read by the driver before the pipeline (`coco_categories`), so a
-bad category is a usage error. VOC: every `Annotations/*.xml` is parsed on the workers, and an image two
+bad category is a usage error. VOC: every `Annotations/*.xml` (any case) is parsed on the workers, and an image two
 files name is refused; the label map is the distinct class names of every file, ids 1..N in
 sorted order (or `class_names`' order).
 """
@@ -109,14 +109,15 @@ def _tagged(rejections: Iterable[Rejection]):
 
 
 def voc_files(root: str) -> list[str]:
-    """The folder's `Annotations/*.xml` files, in name order (the root taken literally)."""
+    """The files in the folder's `Annotations/`, in name order (the root taken literally): each an
+    input, converted or skipped (`parse_voc_file`)."""
     if files.local_path(root) is None:  # listed through imgrec's S3 client: a store gone away fails at once
         from transforms import object_stores
 
         folder = posixpath.join(root, ANNOTATIONS) + "/"
         return sorted(path for path in object_stores.objects_under(folder)
-                      if path.endswith(".xml") and "/" not in path[len(folder):])
-    pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "*.xml")
+                      if path != folder and "/" not in path[len(folder):])
+    pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "*")
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
@@ -124,9 +125,10 @@ def parse_voc_file(xml_path: str):
     """One XML file → (its image, its class names) and its malformed objects' rows, or the
     rejection of the image it names."""
     stem = posixpath.splitext(posixpath.basename(xml_path))[0]
-    if stem.startswith("."):  # hidden, or macOS's ._ metadata beside each file: skipped, as in class folders
+    if stem.startswith(".") or not xml_path.lower().endswith(".xml"):  # skipped, as in class folders
         yield reject(xml_path, SkippedFile("macOS AppleDouble metadata file, not an annotation"
-                                           if stem.startswith("._") else "hidden file"))
+                                           if stem.startswith("._") else "hidden file" if stem.startswith(".")
+                                           else "not an .xml annotation file"))
         return
     try:
         image, names, malformed = parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
