@@ -92,7 +92,9 @@ def test_polygon_masks_differ_from_pycocotools_only_on_the_outline():
 
 @pytest.mark.parametrize("bad", [RunLengths("0;", 2, 2), RunLengths("1", 3, 3), RunLengths((1, 2), 2, 2),
                                  RunLengths((5, -1), 2, 2), Polygons(((1, 2, 3, 4),)),
-                                 Polygons(((1, 2, 3, 4, float("nan"), 6),))])
+                                 Polygons(((1, 2, 3, 4, float("nan"), 6),)),
+                                 # finite, but the crossings overflow (inf - inf): the run failed on an IndexError
+                                 Polygons(((-1e308, -1e308, 1e308, 1e308, 0, 1),))])
 def test_a_bad_segmentation_drops_only_its_object(bad):
     image = AnnotatedImage("a.png", "1", "a.png", 2, 2, (
         ObjectAnnotation("annotation 1", (0, 0, 1, 1), 3, "cat", segmentation=RunLengths((0, 4), 2, 2)),

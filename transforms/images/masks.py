@@ -26,7 +26,11 @@ def polygons_mask(polygons: Polygons, where: Placement) -> np.ndarray:
     for part in polygons.parts:
         if len(part) < 6 or len(part) % 2 or not all(finite_number(v) for v in part):
             raise BadSegmentation(f"a polygon needs at least 3 (x, y) points of finite numbers; got {len(part)} values")
-        mask |= _inside(where.points(np.asarray(part, np.float64).reshape(-1, 2)), width, height)
+        with np.errstate(over="ignore"):  # an overflow is refused just below
+            points = where.points(np.asarray(part, np.float64).reshape(-1, 2))
+        if not np.abs(points).max() <= 2.0**53:  # no image is that large; past ~1e307 the crossings overflow
+            raise BadSegmentation("a polygon point lies more than 2^53 pixels from the image, past any image")
+        mask |= _inside(points, width, height)
     return mask
 
 
