@@ -104,9 +104,10 @@ def format_summary(metadata: DatasetMetadata, output: str, elapsed: Optional[flo
     empty = classes_without_examples(metadata)
     if empty:
         shown = ", ".join(map(excerpt, empty[:MAX_CLASSES_NAMED])) + (", ..." if len(empty) > MAX_CLASSES_NAMED else "")
-        lines.append(f"warning: {len(empty):,} of {len(classes):,} classes have no examples but keep their ids "
-                     f"(an empty class folder, a class_names entry no image has, or a label whose every listing "
-                     f"was rejected): {shown}")
+        why = ("objects but keep their ids (no object of theirs was written: none annotated, or each dropped)"
+               if objects is not None else "examples but keep their ids (an empty class folder, a class_names entry "
+               "no image has, or a label whose every listing was rejected)")
+        lines.append(f"warning: {len(empty):,} of {len(classes):,} classes have no {why}: {shown}")
     resumed = metadata.run.get("resumed_records", 0)
     if resumed:
         lines.append(f"resumed: {counted(resumed, 'record')} taken from what an earlier, unfinished run had written")

@@ -18,7 +18,14 @@ from pipeline.output.progress import (
 )
 from pipeline.summary import format_header, format_summary
 from pipeline.tables import format_bytes, format_table
-from transforms.dataset_format import DatasetMetadata, DuplicateSummary, InputAccounting, ReuseSummary, SplitInfo
+from transforms.dataset_format import (
+    DatasetMetadata,
+    DuplicateSummary,
+    InputAccounting,
+    ObjectAccounting,
+    ReuseSummary,
+    SplitInfo,
+)
 from transforms.rejections import is_error_class
 from transforms.specs import ConversionSpec, ImageSpec, InputSpec, OutputSpec
 
@@ -100,6 +107,15 @@ def test_summary_warns_of_classes_without_examples_which_still_take_ids():
     assert odd.count("\nwarning: ") == 1 and "'x,\\nwarning: y'" in odd  # one line, the name quoted
     assert not any("classes have no examples" in line for line in format_summary(
         summary_metadata(["cat", "dog"]), "out").splitlines())
+
+
+def test_a_detection_summary_says_why_a_class_has_no_objects():
+    """A COCO category no written object has was said to be 'an empty class folder, a class_names
+    entry no image has, or a label whose every listing was rejected'."""
+    metadata = dataclasses.replace(summary_metadata(["cat", "dog"]), label_map={"cat": 1, "dog": 3, "owl": 7},
+                                   objects=ObjectAccounting({"cat": 2, "dog": 2}, {"BoxOutsideImage": 1}))
+    assert ("warning: 1 of 3 classes have no objects but keep their ids (no object of theirs was written: none "
+            "annotated, or each dropped): 'owl'") in format_summary(metadata, "out").splitlines()
 
 
 def test_summary_shows_the_class_spread_when_there_are_many():
