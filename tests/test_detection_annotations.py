@@ -294,6 +294,16 @@ def test_hidden_and_macos_dot_underscore_voc_files_are_skipped_as_in_class_folde
         assert found.tag == "rejected" and (found.value.error, found.value.path) == ("SkippedFile", str(folder / name))
 
 
+def test_a_voc_filename_resolves_as_a_coco_file_name_does():
+    """<filename>./a.jpg</filename> was JPEGImages/./a.jpg: another listing than a.jpg (the image
+    written once per XML file, not refused as named twice), and no key on an object store."""
+    for root in ("/data/VOC", "s3://bucket/VOC"):
+        parsed = [parse_voc(f"<annotation><filename>{name}</filename><size><width>9</width><height>9</height></size>"
+                            "</annotation>".encode(), f"{root}/Annotations/{i}.xml")[0]
+                  for i, name in enumerate(("a.jpg", "./a.jpg", "sub/../a.jpg" if root[0] == "/" else "a.jpg"))]
+        assert {image.path for image in parsed} == {f"{root}/JPEGImages/a.jpg"}
+
+
 def test_every_file_in_annotations_is_an_input_an_upper_case_xml_one_too(tmp_path):
     """Annotations/*.xml was matched case-sensitively: 000001.XML and a README there were neither
     converted nor reported (a folder of .XML files: '0 inputs found')."""

@@ -29,6 +29,7 @@ from transforms.inputs.annotations import (
     finished_image,
     object_row,
 )
+from transforms.inputs.manifests import resolve_path
 from transforms.rejections import Rejection
 
 ANNOTATIONS, IMAGES = "Annotations", "JPEGImages"
@@ -65,9 +66,10 @@ def _flag(element: ElementTree.Element, name: str) -> int:
 
 
 def voc_image_path(xml_path: str, file_name: str) -> str:
-    """`<root>/Annotations/x.xml` names its image `<root>/JPEGImages/<filename>`."""
+    """`<root>/Annotations/x.xml` names its image `<root>/JPEGImages/<filename>`, resolved as a COCO
+    file_name is (`./a.jpg` is `a.jpg`)."""
     root = posixpath.dirname(posixpath.dirname(xml_path))
-    return posixpath.join(root, IMAGES, file_name)
+    return resolve_path(file_name, posixpath.join(root, IMAGES, ""))
 
 
 def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str], tuple[Rejection, ...]]:
