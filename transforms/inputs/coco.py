@@ -3,8 +3,8 @@
 
 The file is read in one pass of ijson events and each element of `categories`, `images` and
 `annotations` is built on its own, so memory holds one element at a time (at most
-`MAX_ELEMENT_VALUES` numbers and strings: a larger one is a rejection, its events skipped), not
-the file: COCO's train2017 instances file is 448 MB of JSON, several GB as Python objects. What
+`MAX_ELEMENT_VALUES` numbers and strings, `MAX_DEPTH` levels deep: a larger one is a rejection,
+its events skipped), not the file: COCO's train2017 instances file is 448 MB of JSON, several GB as Python objects. What
 groups the rows by image id is the caller's: the pipeline's GroupByKey, or `annotated_images`
 in memory for small files. A file that is not JSON, or whose categories cannot be a label map,
 is an `AnnotationFileError` (a usage error); a bad image or annotation entry is a rejection
@@ -40,11 +40,11 @@ from transforms.inputs.annotations import (
 from transforms.inputs.manifests import resolve_path
 from transforms.rejections import InputRejected, Rejection
 
-_ITEMS = {f"{name}.item": name for name in ("images", "annotations")}  # categories: coco_label_map
 _STARTS, _ENDS = ("start_map", "start_array"), ("end_map", "end_array")
 # Numbers and strings in one element: a crowd's uncompressed RLE of a 4000x3000 photo has at
 # most 12 M runs, real ones a few thousand; 4 M values take ~200 MB as Python objects.
 MAX_ELEMENT_VALUES = 4 * 2**20
+MAX_DEPTH = 16  # the file's levels an element may reach: a polygon's numbers are at 5 (root, array, element, ...)
 
 
 class AnnotationFileError(ValueError):
@@ -52,7 +52,7 @@ class AnnotationFileError(ValueError):
 
 
 class ElementTooLarge(AnnotationFileProblem):
-    """An element with more than MAX_ELEMENT_VALUES values: skipped, not built."""
+    """An element with more than MAX_ELEMENT_VALUES values, or nested past MAX_DEPTH: skipped, not built."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,32 +79,40 @@ class CocoAnnotation:
 CocoRow = Union[CocoImage, CocoAnnotation, Rejection]
 
 
-def coco_elements(path: str) -> Iterator[tuple[str, int, object]]:
-    """(array name, index, element) for each element of `images` and `annotations`, in file order; an
-    element over the size limit comes as an ElementTooLarge instead."""
+def coco_elements(path: str, arrays: tuple[str, ...] = ("images", "annotations")) -> Iterator[tuple[str, int, object]]:
+    """(array name, index, element) for each element of the top-level `arrays`, in file order; an
+    element over the size limit, or nested deeper than MAX_DEPTH, comes as an ElementTooLarge.
+    From ijson.basic_parse's events: ijson.parse's prefixes keep a string per open level, memory
+    growing with the square of the nesting (a 600 kB annotation of brackets took 24 GB)."""
     counts: collections.Counter = collections.Counter()
     with open_coco(path) as handle:
-        item: Optional[str] = None  # the prefix of the element being read
-        for prefix, event, value in ijson.parse(handle, use_float=True):
-            if item is None:
-                name = _ITEMS.get(prefix)
-                if name is None:
-                    continue
-                index = counts[name]
+        depth, key, name, builder = 0, None, None, None  # open containers, top-level key, its array
+        for event, value in ijson.basic_parse(handle, use_float=True):
+            if event == "start_map" or event == "start_array":
+                depth += 1
+                if depth == 3 and name is not None:  # an element begins
+                    builder, values, problem, index = ijson.ObjectBuilder(), 0, None, counts[name]
+                    counts[name] += 1
+                elif depth == 2:
+                    name = key if event == "start_array" and key in arrays else None
+            elif event == "end_map" or event == "end_array":
+                depth -= 1
+            elif depth == 1:
+                key = value
+            elif depth == 2 and name is not None:  # a bare number or string where an object belongs
                 counts[name] += 1
-                if event not in _STARTS:  # a bare number or string where an object belongs
-                    yield name, index, value
-                    continue
-                item, builder, values = prefix, ijson.ObjectBuilder(), 0
-            values += 1
+                yield name, counts[name] - 1, value
             if builder is not None:
-                builder.event(event, value)
-                if values > MAX_ELEMENT_VALUES:
-                    builder = None  # the rest of this element's events are skipped
-            if prefix == item and event in _ENDS:
-                item = None
-                yield name, index, (builder.value if builder is not None else ElementTooLarge(
-                    f"{name}[{index}] holds more than {MAX_ELEMENT_VALUES} values"))
+                values += 1
+                if problem is None and (values > MAX_ELEMENT_VALUES or depth > MAX_DEPTH):
+                    problem = (f"holds more than {MAX_ELEMENT_VALUES} values" if values > MAX_ELEMENT_VALUES
+                               else f"nests deeper than {MAX_DEPTH} levels")  # the rest is skipped
+                if problem is None:
+                    builder.event(event, value)
+                if depth == 2:  # the element's end
+                    yield name, index, (builder.value if problem is None
+                                        else ElementTooLarge(f"{name}[{index}] {problem}"))
+                    builder = None
 
 
 @contextlib.contextmanager
@@ -144,9 +152,7 @@ def coco_label_map(path: str) -> dict[str, int]:
     """The file's categories as {name: id}, refusing what would make names and ids ambiguous.
     Only `categories` is built; the rest of the file is parsed past, as the workers parse it
     (floats: 1e999 is an error there, as for `coco_elements`)."""
-    with open_coco(path) as handle:
-        categories = [coco_category(element, index)
-                      for index, element in enumerate(ijson.items(handle, "categories.item", use_float=True))]
+    categories = [coco_category(element, index) for _, index, element in coco_elements(path, ("categories",))]
     by_id: dict[int, str] = {}
     by_name: dict[str, int] = {}
     for category_id, name in categories:
@@ -325,9 +331,8 @@ def looks_like_coco(path: str) -> bool:
     manifest of image records is not): read with ijson up to that key, not the whole file."""
     try:
         with open_coco(path) as handle:
-            events = ijson.parse(handle)
+            events = ijson.basic_parse(handle)  # without ijson.parse's prefixes (coco_elements)
             first, second = next(events, None), next(events, None)
     except Exception:  # unreadable or not JSON: not COCO; the input check says what is wrong
         return False
-    return first == ("", "start_map", None) and second is not None and second[:2] == ("", "map_key") \
-        and second[2] in COCO_KEYS
+    return first == ("start_map", None) and second is not None and second[0] == "map_key" and second[1] in COCO_KEYS
