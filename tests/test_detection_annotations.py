@@ -2,6 +2,7 @@
 object, and the reason for everything that does not."""
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 import shutil
@@ -184,6 +185,16 @@ def test_a_file_that_is_not_json_is_named_in_one_line(tmp_path):
         with pytest.raises(AnnotationFileError, match="is not valid JSON") as raised:
             read()
         assert "\n" not in str(raised.value), str(raised.value)
+
+
+def test_a_gzipped_coco_file_is_named_in_one_clear_line(tmp_path):
+    """yajl's message about bytes that are not UTF-8 comes as bytes: the line showed their repr,
+    "b'lexical error: invalid char in json text.\\n   \\x1f\\x8b..."."""
+    path = tmp_path / "instances.json.gz"
+    path.write_bytes(gzip.compress(b'{"images": []}'))
+    with pytest.raises(AnnotationFileError) as raised:
+        coco.coco_label_map(str(path))
+    assert str(raised.value) == f"{path} is not valid JSON: lexical error: invalid char in json text."
 
 
 def test_the_drivers_read_refuses_a_number_the_workers_read_cannot_parse(tmp_path):

@@ -125,8 +125,9 @@ def open_coco(path: str) -> Iterator[BinaryIO]:
             if handle.read(3) != codecs.BOM_UTF8:
                 handle.seek(0)
             yield handle
-    except ijson.JSONError as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    except ijson.JSONError as exc:  # yajl's message is bytes when it quotes bytes that are not UTF-8
+        text = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        first = (text.strip().splitlines() or [type(exc).__name__])[0]
         raise AnnotationFileError(f"{path} is not valid JSON: {first}") from None
     except OSError as exc:
         raise AnnotationFileError(f"cannot read {path}: {exc}") from None
