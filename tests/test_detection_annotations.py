@@ -354,6 +354,18 @@ def test_every_file_in_annotations_is_an_input_an_upper_case_xml_one_too(tmp_pat
     assert (skipped.error, skipped.path, skipped.message) == ("SkippedFile", listed[-1], "not an .xml annotation file")
 
 
+def test_voc_difficult_and_truncated_flags_are_read_as_written_or_refused(tmp_path):
+    """<difficult>false</difficult> was kept as difficult 1 (any text but 0), which evaluators skip."""
+    obj = "<object><name>cat</name>{}<bndbox><xmin>2</xmin><ymin>2</ymin><xmax>9</xmax><ymax>9</ymax></bndbox></object>"
+    flags = ["", "<difficult>1</difficult><truncated>0</truncated>", "<difficult> False </difficult>",
+             "<truncated>true</truncated>", "<difficult>yes</difficult>"]
+    data, xml_path = voc_file(tmp_path, "<annotation><size><width>20</width><height>20</height></size>"
+                                        + "".join(obj.format(flag) for flag in flags) + "</annotation>")
+    parsed, _, malformed = parse_voc(data, xml_path)
+    assert [(o.difficult, o.truncated) for o in parsed.objects] == [(0, 0), (1, 0), (0, 0), (0, 1)]
+    assert [r.message for r in malformed] == [f"{xml_path}: object 5: <difficult> is 'yes', not 0 or 1"]
+
+
 def test_a_voc_image_two_files_name_is_refused_with_each_files_objects(tmp_path):
     one = parse_voc(*voc_file(tmp_path, "<annotation><filename>a.jpg</filename><size><width>20</width><height>20"
                                         "</height></size><object><name>cat</name><bndbox><xmin>2</xmin><ymin>2</ymin>"

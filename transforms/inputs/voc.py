@@ -61,8 +61,11 @@ def _number(element: ElementTree.Element, path: str) -> float:
 
 
 def _flag(element: ElementTree.Element, name: str) -> int:
-    found = element.find(name)
-    return int(found is not None and (found.text or "").strip() not in ("", "0"))
+    """0 or 1 (also written false or true); absent or empty is 0."""
+    text = (element.findtext(name) or "").strip()
+    if text.lower() not in ("", "0", "1", "false", "true"):
+        raise AnnotationFileProblem(f"<{name}> is {text!r}, not 0 or 1")
+    return int(text.lower() in ("1", "true"))
 
 
 def voc_image_path(xml_path: str, file_name: str) -> str:
@@ -97,12 +100,13 @@ def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str], tu
         try:
             name = _text(element, "name")
             xmin, ymin, xmax, ymax = (_number(element, f"bndbox/{side}") for side in ("xmin", "ymin", "xmax", "ymax"))
+            difficult, truncated = _flag(element, "difficult"), _flag(element, "truncated")
         except AnnotationFileProblem as exc:
             malformed.append(object_row(image_path, AnnotationFileProblem(f"{xml_path}: {ref}: {exc}")))
             continue
         box = (one_based_start(xmin), one_based_start(ymin), xmax, ymax)
         objects.append(ObjectAnnotation(ref, box, 0, name, 0, (box[2] - box[0]) * (box[3] - box[1]),
-                                        difficult=_flag(element, "difficult"), truncated=_flag(element, "truncated")))
+                                        difficult=difficult, truncated=truncated))
     image = AnnotatedImage(image_path, posixpath.splitext(file_name)[0], file_name, int(width), int(height),
                            tuple(objects))
     return image, sorted({obj.text for obj in objects}), tuple(malformed)
