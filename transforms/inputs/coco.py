@@ -4,9 +4,9 @@
 The file is read in one pass of ijson events and each element of `categories`, `images` and
 `annotations` is built on its own, so memory holds one element at a time (at most
 `MAX_ELEMENT_VALUES` numbers and strings, `MAX_DEPTH` levels deep: a larger one is a rejection,
-its events skipped), not the file: COCO's train2017 instances file is 448 MB of JSON, several GB as Python objects. What
-groups the rows by image id is the caller's: the pipeline's GroupByKey, or `annotated_images`
-in memory for small files. A file that is not JSON, or whose categories cannot be a label map,
+its events skipped), not the file: COCO's train2017 instances file is 448 MB of JSON, several GB
+as Python objects. What groups the rows by image id is the caller's: the pipeline's GroupByKey,
+or `annotated_images` in memory for small files. A file that is not JSON, or whose categories cannot be a label map,
 is an `AnnotationFileError` (a usage error); a bad image or annotation entry is a rejection
 naming its place in the file (`ann/instances.json#annotations[17]`).
 """
@@ -40,7 +40,6 @@ from transforms.inputs.annotations import (
 from transforms.inputs.manifests import resolve_path
 from transforms.rejections import InputRejected, Rejection
 
-_STARTS, _ENDS = ("start_map", "start_array"), ("end_map", "end_array")
 # Numbers and strings in one element: a crowd's uncompressed RLE of a 4000x3000 photo has at
 # most 12 M runs, real ones a few thousand; 4 M values take ~200 MB as Python objects.
 MAX_ELEMENT_VALUES = 4 * 2**20
@@ -97,7 +96,7 @@ def coco_elements(path: str, arrays: tuple[str, ...] = ("images", "annotations")
                     name = key if event == "start_array" and key in arrays else None
             elif event == "end_map" or event == "end_array":
                 depth -= 1
-            elif depth == 1:
+            elif depth == 1 and event == "map_key":
                 key = value
             elif depth == 2 and name is not None:  # a bare number or string where an object belongs
                 counts[name] += 1
