@@ -158,4 +158,5 @@ def check_error_budget(metadata: DatasetMetadata, max_error_fraction: float, dea
             f"{inputs.errors} of {inputs.written + inputs.errors} images were rejected "
             f"({inputs.error_fraction:.2%} > max_error_fraction {max_error_fraction:.2%}; "
             f"{rejections_by_error(inputs, errors_only=True)}). Nothing was published; --max_error_fraction="
-            f"{_budget_that_passes(inputs.error_fraction)} would accept them. Dead letters: {dead_letters}")
+            f"{_budget_that_passes(inputs.error_fraction)}{'' if inputs.written else ' --allow_empty'} would accept "
+            f"them. Dead letters: {dead_letters}")

@@ -131,6 +131,7 @@ def test_too_many_errors_names_counts_and_dead_letters():
     assert "2 of 6 images were rejected (33.33% > max_error_fraction 30.00%" in message
     assert "CorruptImage: 1" in message and "Nothing was published" in message
     assert "out/.imgrec-staging/run-x/errors-00000-of-00001.jsonl" in message
+    assert "--max_error_fraction=0.34 would accept them" in message
     assert isinstance(info.value, RunFailed) and info.value.exit_code == 1
     check_error_budget(metadata(), 2 / 6, "unused")  # at the budget is within it
 
@@ -144,6 +145,15 @@ def test_skipped_files_do_not_dilute_the_error_fraction():
     with pytest.raises(TooManyErrors, match="1 of 10 images") as info:
         check_error_budget(meta, 0.05, "unused")
     assert "CorruptImage: 1)" in str(info.value) and "SkippedFile" not in str(info.value)
+
+
+def test_when_every_image_was_rejected_the_budget_that_passes_names_allow_empty_too():
+    """A run whose every image failed also needs --allow_empty: the budget alone would only lead
+    to "no image was written"."""
+    rejections = (((None, "decode", "CorruptImage", True), 2),)
+    meta = metadata(shards=(), planned_counts={}, rejection_counts=rejections, num_inputs=2)
+    with pytest.raises(TooManyErrors, match="--max_error_fraction=1 --allow_empty would accept them"):
+        check_error_budget(meta, 0.5, "unused")
 
 
 def test_skipped_files_and_duplicates_are_not_errors():
