@@ -76,6 +76,10 @@ DAMAGES = {
                         "written = objects in the splits"),
     "objects dropped": (lambda out: edit_metadata(out, lambda m: m["objects"]["dropped"].update(EmptyBox=1)),
                         "dropped = object dead-letter rows"),
+    "label_map.pbtxt edited": (lambda out: (out / "label_map.pbtxt").write_text('item {\n  id: 1\n  name: "x"\n}\n'),
+                               "label_map.pbtxt and label_map.csv agree with label_map"),
+    "label_map.csv deleted": (lambda out: (out / "label_map.csv").unlink(),
+                              "label_map.pbtxt and label_map.csv agree with label_map"),
 }
 
 

@@ -51,6 +51,7 @@ from transforms.dataset_format import (
     tf_compression_type,
 )
 from transforms.inputs.annotations import OBJECT_STAGE
+from transforms.inputs.label_map_files import CSV_FILE, PBTXT_FILE, label_map_csv, label_map_pbtxt
 from transforms.specs import FeatureKeys, ImageSpec
 from transforms.write import tfrecord
 from transforms.write.detection_example import detection_feature_spec, masks_recorded, voc_fields_recorded
@@ -330,6 +331,21 @@ def label_map_check(label_map: Mapping[str, int]) -> Check:
     return Check.of(len(set(ids)) == len(ids), f"label_map: {len(ids)} classes", f"two classes share an id: {ids}")
 
 
+def label_map_files_check(output: str, label_map: Mapping[str, int]) -> Check:
+    """A detection dataset's label_map.pbtxt and label_map.csv, which the OD API and Model Garden
+    read instead of metadata.json, must say what its label_map says."""
+    problems = []
+    for name, text in ((PBTXT_FILE, label_map_pbtxt(label_map)), (CSV_FILE, label_map_csv(label_map))):
+        path = posixpath.join(output.rstrip("/"), name)
+        if not tf.io.gfile.exists(path):
+            problems.append(f"{name} is missing")
+            continue
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            if handle.read() != text.encode("utf-8"):
+                problems.append(f"{name} differs from metadata.json's label_map")
+    return Check.of(not problems, f"{PBTXT_FILE} and {CSV_FILE} agree with label_map", "; ".join(problems))
+
+
 def _differences(found: Any, expected: Any, where: str) -> list[str]:
     """`where.key found (config gives expected)` for every leaf where two JSON values differ."""
     if isinstance(found, Mapping) and isinstance(expected, Mapping):
@@ -499,6 +515,8 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
         f"{layout.pixel_dtype.name} {shape}, compression {metadata.compression}, "
         f"{len(classes)} classes", stream)
     checks = [label_map_check(label_map), description_check(metadata)]
+    if metadata.objects is not None:
+        checks.append(label_map_files_check(output, label_map))
     checks.extend(accounting_checks(metadata, dead_letter_counts(output, metadata)))
     say("\n".join(check.line() for check in checks), stream)
     counts: dict[str, dict[str, int]] = {}
