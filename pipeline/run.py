@@ -27,6 +27,7 @@ if __name__ == "__main__":  # `imgrec run`, which answers --help and fields sign
     entry_point(["run", *sys.argv[1:]])
 
 import apache_beam as beam  # noqa: E402
+import grpc  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     DirectOptions,
@@ -142,6 +143,14 @@ def check_runner_options(options) -> None:
         except OSError as exc:
             raise UsageError(f"--job_endpoint={endpoint}: cannot connect ({exc.strerror or exc}); is the job "
                              "service running there?") from None
+        with grpc.insecure_channel(endpoint) as channel:  # an HTTP port (Flink's web UI) accepts, but Beam waits
+            ready = grpc.channel_ready_future(channel)
+            try:
+                ready.result(timeout=JOB_SERVICE_CONNECT_TIMEOUT)
+            except grpc.FutureTimeoutError:
+                ready.cancel()
+                raise UsageError(f"--job_endpoint={endpoint}: no gRPC service answered in "
+                                 f"{JOB_SERVICE_CONNECT_TIMEOUT:.0f} s; is that the job service's port?") from None
     if runner == "DataflowRunner":
         check_dataflow_options(options)
 

@@ -461,6 +461,23 @@ def test_the_job_endpoint_is_checked_only_for_runners_that_submit_to_it(runner, 
         check_runner_options(options)
 
 
+@pytest.mark.unit
+def test_a_job_endpoint_that_accepts_but_speaks_no_grpc_is_a_usage_error(monkeypatch):
+    """--job_endpoint at an HTTP port (Flink's web UI, 8081, for the job server's 8099): the
+    connect succeeded, and Beam then waited --job_server_timeout (5 minutes) for gRPC and failed
+    with a traceback and an empty message."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import run
+    from pipeline.errors import UsageError
+
+    monkeypatch.setattr(run, "JOB_SERVICE_CONNECT_TIMEOUT", 1.0)
+    with socket.create_server(("127.0.0.1", 0)) as server:  # listens, never answers
+        endpoint = f"127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(UsageError, match="no gRPC service answered"):
+            run.check_runner_options(PipelineOptions(["--runner=FlinkRunner", f"--job_endpoint={endpoint}"]))
+
+
 @pytest.mark.timeout(120)
 def test_a_job_endpoint_that_is_no_beam_job_service_is_named_by_its_status(tmp_path, capsys):
     """A gRPC server without Beam's job service answered: the error line ended in a lone `>`
