@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pathlib
+import resource
 import shutil
 import subprocess
 import sys
@@ -294,6 +295,20 @@ def test_pictures_that_cannot_be_written_are_a_failed_check(written, tmp_path):
     assert code == 1
     [failed] = [line for line in failed_lines(report) if not line.startswith("FAILED:")]
     assert failed.startswith(f"FAILED  pictures written to {tmp_path / 'pictures'}: ") and "directory" in failed
+
+
+def test_a_picture_cut_short_by_a_full_disk_is_not_left_behind(written, tmp_path):
+    """The file-size limit (EFBIG, as a full disk's ENOSPC) cut class_counts.png: verify failed
+    that check and left the cut PNG in the folder (an empty one in the dataset's, on a full disk)."""
+    dataset, out = str(written("jpeg")), tmp_path / "pictures"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2000, limit[1]))  # Python ignores SIGXFSZ: the write fails
+    try:
+        code, report = run_verify(dataset, "--samples", "0", "--out", str(out))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert code == 1 and f"FAILED  pictures written to {out}: " in report, report
+    assert not (out / verify.CLASS_COUNTS).exists()
 
 
 def test_unlisted_shards_are_warned_about(written, tmp_path):

@@ -549,7 +549,14 @@ def verify_dataset(output: str, samples: int, out_dir: Optional[str], stream: Te
     try:
         tf.io.gfile.makedirs(out_dir)
         for file_name, rgb in pictures.items():
-            tf.io.write_file(posixpath.join(out_dir, file_name), tf.io.encode_png(rgb))
+            path = posixpath.join(out_dir, file_name)
+            try:
+                tf.io.write_file(path, tf.io.encode_png(rgb))
+            except tf.errors.OpError:  # a full disk: no cut picture left behind (a folder in its place stays)
+                with contextlib.suppress(tf.errors.OpError):
+                    if not tf.io.gfile.isdir(path):
+                        tf.io.gfile.remove(path)
+                raise
         say(f"\nwrote {', '.join(posixpath.join(out_dir, file_name) for file_name in pictures)}", stream)
     except tf.errors.OpError as exc:  # a full disk, a folder in the way: the checks' report still stands
         checks.append(Check(False, f"pictures written to {out_dir}", f"{type(exc).__name__}: {_clean(exc.message)}"))
