@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import pathlib
+import resource
 import socket
 import threading
 from typing import Optional
@@ -343,6 +344,22 @@ def test_a_lock_file_left_by_a_killed_run_does_not_block(tmp_path):
     (tmp_path / LOCK_FILE).write_text(owner.to_json())
     with OutputLock(str(tmp_path), "next"):
         assert LockOwner.from_json((tmp_path / LOCK_FILE).read_text()).run_id == "next"
+
+
+def test_a_lock_whose_owner_cannot_be_written_is_not_kept(tmp_path):
+    """A full disk (the file-size limit here: EFBIG, as ENOSPC) failed the lock's first write: the
+    flock stayed held by this process, so a notebook's next run (or any other process's) was refused
+    with exit 3 until it exited, and an empty lock file stayed."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10, limit[1]))  # Python ignores SIGXFSZ: the write fails
+    try:
+        with pytest.raises(OSError):
+            OutputLock(str(tmp_path), "on-a-full-disk").acquire()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert not (tmp_path / LOCK_FILE).exists()
+    with OutputLock(str(tmp_path), "next"):
+        pass
 
 
 def test_lock_owner_staleness():

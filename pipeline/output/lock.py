@@ -158,7 +158,13 @@ class OutputLock:
             same = _same_file(path, descriptor)
             if same and not self._held_by_another_run():
                 self._descriptor = descriptor
-                self._write()
+                try:
+                    self._write()
+                except OSError:  # a full disk: the flock must not outlive this failure (until the process exits)
+                    os.unlink(path)
+                    self._descriptor = None
+                    os.close(descriptor)
+                    raise
                 return True
             os.close(descriptor)
             if same:
