@@ -151,14 +151,16 @@ def check_runner_options(options) -> None:
                 ready.cancel()
                 raise UsageError(f"--job_endpoint={endpoint}: no gRPC service answered in "
                                  f"{JOB_SERVICE_CONNECT_TIMEOUT:.0f} s; is that the job service's port?") from None
+    if runner not in ("DirectRunner", "BundleBasedDirectRunner"):  # Beam's stager packages it for the others
+        check_setup_file(options)
     if runner == "DataflowRunner":
         check_dataflow_options(options)
 
 
-def check_dataflow_options(options) -> None:
-    """What Beam would refuse only once the output is locked, with a traceback: a --setup_file
-    that is not there (the imagenet config's ./setup.py is relative to the folder the command runs
-    in: imgrec's clone), and no --project or --region (Beam's own validation, which needs no network then)."""
+def check_setup_file(options) -> None:
+    """A --setup_file that is not there, which Beam would refuse only once the output is locked, with
+    a traceback (the imagenet config's ./setup.py is relative to the folder the command runs in:
+    imgrec's clone)."""
     setup_file = options.view_as(SetupOptions).setup_file
     if setup_file == "":  # `--setup_file=` turns a config's off (the worker image holds imgrec); Beam took ''
         options.view_as(SetupOptions).setup_file = None
@@ -166,6 +168,11 @@ def check_dataflow_options(options) -> None:
         raise UsageError(f"--setup_file={setup_file}: no such file in {os.getcwd()} (a relative path is relative to "
                          "the folder the command runs in; --config=imagenet names ./setup.py: run it from imgrec's "
                          "clone, or give --setup_file=PATH/setup.py, or --setup_file= with --sdk_container_image)")
+
+
+def check_dataflow_options(options) -> None:
+    """No --project or --region, which Beam would refuse only once the output is locked, with a
+    traceback (Beam's own validation, which needs no network then)."""
     cloud = options.view_as(GoogleCloudOptions)
     if cloud.project and cloud.region:  # else Beam's checks need no network (no default bucket to look up)
         return

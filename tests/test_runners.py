@@ -426,6 +426,21 @@ def test_the_imagenet_config_run_outside_the_clone_is_a_usage_error(tmp_path, mo
     assert not output.exists()
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("runner", ["PortableRunner", "PrismRunner", "FlinkRunner"])
+def test_a_missing_setup_file_is_a_usage_error_on_every_runner_that_stages_it(runner, tmp_path):
+    """Beam's stager packages --setup_file for the portable runners too: a missing one failed
+    there with a traceback (exit 1) once the output was locked; only Dataflow's was checked."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.errors import UsageError
+    from pipeline.run import check_runner_options
+
+    with pytest.raises(UsageError, match=r"^--setup_file=.*: no such file"):
+        check_runner_options(PipelineOptions([f"--runner={runner}", f"--setup_file={tmp_path / 'setup.py'}"]))
+    check_runner_options(PipelineOptions(["--runner=DirectRunner", f"--setup_file={tmp_path / 'setup.py'}"]))
+
+
 @pytest.mark.timeout(60)
 def test_dataflow_without_project_or_region_is_a_usage_error(tmp_path, monkeypatch, no_network, capsys):
     """Beam's own validation (no --project, no --region) ran once the output was locked and came
