@@ -158,16 +158,21 @@ def check_runner_options(options) -> None:
 
 
 def check_setup_file(options) -> None:
-    """A --setup_file that is not there, which Beam would refuse only once the output is locked, with
-    a traceback (the imagenet config's ./setup.py is relative to the folder the command runs in:
-    imgrec's clone)."""
-    setup_file = options.view_as(SetupOptions).setup_file
+    """A --setup_file (or --requirements_file, --extra_package) that is not there, which Beam would
+    refuse only once the output is locked, with a traceback (the imagenet config's ./setup.py is
+    relative to the folder the command runs in: imgrec's clone)."""
+    setup = options.view_as(SetupOptions)
+    setup_file = setup.setup_file
     if setup_file == "":  # `--setup_file=` turns a config's off (the worker image holds imgrec); Beam took ''
-        options.view_as(SetupOptions).setup_file = None
+        setup.setup_file = None
     elif setup_file and not os.path.isfile(setup_file):
         raise UsageError(f"--setup_file={setup_file}: no such file in {os.getcwd()} (a relative path is relative to "
                          "the folder the command runs in; --config=imagenet names ./setup.py: run it from imgrec's "
                          "clone, or give --setup_file=PATH/setup.py, or --setup_file= with --sdk_container_image)")
+    for flag, path in (("requirements_file", setup.requirements_file), *(("extra_package", package)
+                                                                         for package in setup.extra_packages or ())):
+        if path and "://" not in path and not os.path.isfile(path):  # gs:// packages are staged from there
+            raise UsageError(f"--{flag}={path}: no such file in {os.getcwd()}")
 
 
 def check_dataflow_options(options) -> None:

@@ -429,16 +429,19 @@ def test_the_imagenet_config_run_outside_the_clone_is_a_usage_error(tmp_path, mo
 @pytest.mark.unit
 @pytest.mark.parametrize("runner", ["PortableRunner", "PrismRunner", "FlinkRunner"])
 def test_a_missing_setup_file_is_a_usage_error_on_every_runner_that_stages_it(runner, tmp_path):
-    """Beam's stager packages --setup_file for the portable runners too: a missing one failed
-    there with a traceback (exit 1) once the output was locked; only Dataflow's was checked."""
+    """Beam's stager packages --setup_file (--requirements_file, --extra_package) for the portable
+    runners too: a missing one failed there with a traceback (exit 1) once the output was locked;
+    only Dataflow's setup_file was checked."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipeline.errors import UsageError
     from pipeline.run import check_runner_options
 
-    with pytest.raises(UsageError, match=r"^--setup_file=.*: no such file"):
-        check_runner_options(PipelineOptions([f"--runner={runner}", f"--setup_file={tmp_path / 'setup.py'}"]))
+    for flag in ("setup_file", "requirements_file", "extra_package"):
+        with pytest.raises(UsageError, match=rf"^--{flag}=.*: no such file"):
+            check_runner_options(PipelineOptions([f"--runner={runner}", f"--{flag}={tmp_path / 'missing'}"]))
     check_runner_options(PipelineOptions(["--runner=DirectRunner", f"--setup_file={tmp_path / 'setup.py'}"]))
+    check_runner_options(PipelineOptions([f"--runner={runner}", "--extra_package=gs://bucket/imgrec.tar.gz"]))
 
 
 @pytest.mark.timeout(60)
