@@ -338,20 +338,24 @@ def test_a_voc_filename_resolves_as_a_coco_file_name_does():
 
 
 def test_every_file_in_annotations_is_an_input_an_upper_case_xml_one_too(tmp_path):
-    """Annotations/*.xml was matched case-sensitively: 000001.XML and a README there were neither
-    converted nor reported (a folder of .XML files: '0 inputs found')."""
+    """Annotations/*.xml was matched case-sensitively: 000001.XML, a README and a folder's files
+    there were neither converted nor reported (a folder of .XML files: '0 inputs found')."""
     from transforms.inputs.discover_annotated import parse_voc_file, voc_files
 
     root = tmp_path / "voc"
     shutil.copytree(SAMPLE / "voc", root)
     (root / "Annotations" / "000001.xml").rename(root / "Annotations" / "000001.XML")
     (root / "Annotations" / "README.txt").write_text("labelled with LabelImg")
+    (root / "Annotations" / "old").mkdir()
+    shutil.copy(root / "Annotations" / "000002.xml", root / "Annotations" / "old" / "000002.xml")
     listed = voc_files(str(root))
-    assert [pathlib.Path(path).name for path in listed] == ["000001.XML", "000002.xml", "000003.xml", "README.txt"]
+    assert [str(pathlib.Path(path).relative_to(root / "Annotations")) for path in listed] == [
+        "000001.XML", "000002.xml", "000003.xml", "README.txt", "old/000002.xml"]
     found = [row for path in listed for row in parse_voc_file(path)]
     assert sorted(row[0].source_id for row in found if isinstance(row, tuple)) == ["000001", "000002", "000003"]
-    (skipped,) = [row.value for row in found if not isinstance(row, tuple)]
-    assert (skipped.error, skipped.path, skipped.message) == ("SkippedFile", listed[-1], "not an .xml annotation file")
+    skipped = [(r.value.error, r.value.path, r.value.message) for r in found if not isinstance(r, tuple)]
+    nested = "in a folder inside Annotations/, which VOC does not nest: not read"
+    assert skipped == [("SkippedFile", listed[-2], "not an .xml annotation file"), ("SkippedFile", listed[-1], nested)]
 
 
 def test_voc_difficult_and_truncated_flags_are_read_as_written_or_refused(tmp_path):

@@ -109,15 +109,14 @@ def _tagged(rejections: Iterable[Rejection]):
 
 
 def voc_files(root: str) -> list[str]:
-    """The files in the folder's `Annotations/`, in name order (the root taken literally): each an
-    input, converted or skipped (`parse_voc_file`)."""
+    """The files in the folder's `Annotations/` and below, in name order (the root taken
+    literally): each an input, converted or skipped (`parse_voc_file`)."""
     if files.local_path(root) is None:  # listed through imgrec's S3 client: a store gone away fails at once
         from transforms import object_stores
 
         folder = posixpath.join(root, ANNOTATIONS) + "/"
-        return sorted(path for path in object_stores.objects_under(folder)
-                      if path != folder and "/" not in path[len(folder):])
-    pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "*")
+        return sorted(path for path in object_stores.objects_under(folder) if not path.endswith("/"))
+    pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "**")
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
@@ -125,10 +124,12 @@ def parse_voc_file(xml_path: str):
     """One XML file → (its image, its class names) and its malformed objects' rows, or the
     rejection of the image it names."""
     stem = posixpath.splitext(posixpath.basename(xml_path))[0]
-    if stem.startswith(".") or not xml_path.lower().endswith(".xml"):  # skipped, as in class folders
-        yield reject(xml_path, SkippedFile("macOS AppleDouble metadata file, not an annotation"
-                                           if stem.startswith("._") else "hidden file" if stem.startswith(".")
-                                           else "not an .xml annotation file"))
+    nested = posixpath.basename(posixpath.dirname(xml_path)) != ANNOTATIONS
+    if nested or stem.startswith(".") or not xml_path.lower().endswith(".xml"):  # skipped, as in class folders
+        yield reject(xml_path, SkippedFile(
+            f"in a folder inside {ANNOTATIONS}/, which VOC does not nest: not read" if nested
+            else "macOS AppleDouble metadata file, not an annotation" if stem.startswith("._")
+            else "hidden file" if stem.startswith(".") else "not an .xml annotation file"))
         return
     try:
         image, names, malformed = parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
