@@ -110,12 +110,15 @@ ConfigLoader.add_implicit_resolver(
 def config_path(name: str) -> str:
     """A config file path, or the name of a shipped config (`seed` → configs/seed.yaml); a name
     that is neither is a usage error listing the shipped ones."""
-    if os.path.exists(name) or name.endswith((".yaml", ".yml")) or os.sep in name:
+    if os.path.exists(name) or os.sep in name:
         return name
     shipped = shipped_configs()
     if name in shipped:
         return shipped[name]
-    raise UsageError(f"--config={name}: no such file, nor a shipped config{_closest(name, shipped)} (shipped: "
+    guess = _closest(re.sub(r"\.ya?ml$", "", name).lower(), shipped)  # seed.yaml and SEED mean seed
+    if name.endswith((".yaml", ".yml")) and not guess:
+        return name  # a file read_config says it cannot read
+    raise UsageError(f"--config={name}: no such file, nor a shipped config{guess} (shipped: "
                      f"{', '.join(sorted(shipped))})")
 
 

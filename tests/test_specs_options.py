@@ -333,10 +333,12 @@ def test_a_missing_config_is_a_usage_error(tmp_path):
         read_config(str(tmp_path / "nothing.yaml"))
 
 
-def test_a_misspelled_config_name_suggests_the_closest_and_lists_the_shipped_ones():
-    with pytest.raises(UsageError, match=r"--config=sede: no such file, nor a shipped config; did you mean seed\? "
+@pytest.mark.parametrize("name", ["sede", "seed.yaml", "SEED"])
+def test_a_misspelled_config_name_suggests_the_closest_and_lists_the_shipped_ones(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where no seed.yaml is
+    with pytest.raises(UsageError, match=rf"--config={name}: no such file, nor a shipped config; did you mean seed\? "
                                          r"\(shipped: .*imagenet.*seed"):
-        read_config("sede")
+        read_config(name)
 
 
 @pytest.mark.parametrize("name", ["seed", "imagenet"])
