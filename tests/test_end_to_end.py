@@ -1,6 +1,7 @@
 """The real pipeline on the bundled sample (real image files), read back with TensorFlow."""
 from __future__ import annotations
 
+import math
 import pathlib
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ from tests.helpers import (
     visible_files,
 )
 from transforms.dataset_format import IndexEntry
+from transforms.plan.split import record_bytes_estimate
+from transforms.specs import ImageSpec
 from transforms.write import tfrecord
 
 pytestmark = pytest.mark.e2e
@@ -142,8 +145,13 @@ def test_jpeg_records_decode_to_configured_shape(tmp_path):
 
 
 def test_resize_mode_none_keeps_each_images_own_size_in_new_and_reused_records(tmp_path):
-    flags = ("--encoding=png", "--resize_mode=none", "--split_method=hash")
+    flags = ("--encoding=png", "--resize_mode=none", "--split_method=hash", "--target_shard_mb=0.1")
     first = run_pipeline(SAMPLE, tmp_path / "first", *flags)
+    train = parse_records(read_split_records(tmp_path / "first", first, "train"), first)
+    estimate = sum(record_bytes_estimate(ImageSpec(resize_mode="none", encoding="png"), row["image/width"],
+                                         row["image/height"]) for row in train)
+    assert first.splits["train"].num_shards == math.ceil(estimate / 0.1 / 2**20) != math.ceil(
+        len(train) * record_bytes_estimate(ImageSpec(encoding="png"), 0, 0) / 0.1 / 2**20)  # by its own size
     again = run_pipeline(SAMPLE, tmp_path / "again", *flags, f"--reuse_from={tmp_path / 'first'}")
     assert again.reuse.reused == sum(info.num_examples for info in first.splits.values())
     for output, metadata in ((tmp_path / "first", first), (tmp_path / "again", again)):

@@ -10,6 +10,7 @@ from transforms.plan.split import (
     assign_split,
     num_shards_for,
     order_in_shard,
+    record_bytes_estimate,
     shard_for,
     split_counts,
     stable_hash,
@@ -123,7 +124,16 @@ def test_labels_smaller_than_the_splits_still_follow_the_ratios():
 ], ids=["explicit", "explicit-empty", "auto-empty", "auto-one", "auto-uint8", "auto-float32", "auto-jpeg",
         "tiny-target", "tiny-target-capped"])
 def test_num_shards_for(image, output, num_examples, expected):
-    assert num_shards_for(num_examples, image, output) == expected
+    assert num_shards_for(num_examples, num_examples * record_bytes_estimate(image, 4000, 3000), output) == expected
+
+
+def test_records_of_images_kept_at_their_own_size_are_estimated_at_that_size():
+    """COCO's and VOC's default: a 4000x3000 photo's record is not the size of a 224x224 one
+    (--target_shard_mb was met only for resized images: shards came out many times the target)."""
+    image = ImageSpec(resize_mode="none", encoding="jpeg")
+    assert record_bytes_estimate(image, 4000, 3000) == int(4000 * 3000 * 3 * 0.12) + 512
+    resized = record_bytes_estimate(ImageSpec(encoding="jpeg"), 4000, 3000)
+    assert resized == int(224 * 224 * 3 * 0.12) + 512 and record_bytes_estimate(image, 4000, 3000) > 200 * resized
 
 
 def test_shard_for_in_range_and_roughly_uniform():

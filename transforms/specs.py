@@ -139,9 +139,13 @@ class ImageSpec:
         return (self.height, self.width, 3) if self.resizes else (None, None, 3)
 
     @property
+    def pixel_bytes(self) -> int:
+        return 3 * (1 if self.dtype == "uint8" else 4)
+
+    @property
     def output_bytes(self) -> int:
         """Bytes of one converted image's pixels."""
-        return self.height * self.width * 3 * (1 if self.dtype == "uint8" else 4)
+        return self.height * self.width * self.pixel_bytes
 
     def pixel_settings(self) -> dict:
         """The fields that decide an accepted image's stored bytes (limits only decide which

@@ -71,13 +71,20 @@ def stratified_splits(keys: Iterable[str], spec: SplitSpec) -> dict[str, str]:
     return dict(zip(ordered, (name for name, count in zip(spec.names, counts) for _ in range(count))))
 
 
-def num_shards_for(num_examples: int, image: ImageSpec, output: OutputSpec) -> int:
+def record_bytes_estimate(image: ImageSpec, width: int, height: int) -> int:
+    """What one record of a `width x height` stored image is expected to take, to pick a shard
+    count: its pixels at the output size (its own under resize_mode none: COCO's and VOC's
+    default), compressed as a photo typically is."""
+    pixels = width * height if image.resize_mode == "none" else image.height * image.width
+    return int(pixels * image.pixel_bytes * _ENCODED_FRACTION[image.encoding]) + _RECORD_OVERHEAD_BYTES
+
+
+def num_shards_for(num_examples: int, estimated_bytes: int, output: OutputSpec) -> int:
     """The configured shard count, or enough shards that each is about `target_shard_bytes`
     (but not more shards than examples: a tiny target must not create millions of files)."""
     if output.num_shards:
         return output.num_shards
-    total = num_examples * (int(image.output_bytes * _ENCODED_FRACTION[image.encoding]) + _RECORD_OVERHEAD_BYTES)
-    return max(1, min(math.ceil(total / output.target_shard_bytes), num_examples, MAX_SHARDS))
+    return max(1, min(math.ceil(estimated_bytes / output.target_shard_bytes), num_examples, MAX_SHARDS))
 
 
 def shard_for(key: str, seed: int, num_shards: int) -> int:

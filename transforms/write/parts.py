@@ -33,7 +33,7 @@ from transforms.images.process import image_to_record
 from transforms.images.process_detection import detection_from_previous, detection_to_record
 from transforms.inputs.annotations import annotation_digest, emptied_image
 from transforms.inputs.labels import label_list
-from transforms.plan.split import num_shards_for, order_in_shard
+from transforms.plan.split import order_in_shard
 from transforms.refs import PlannedImage
 from transforms.rejections import CorruptImage, FileChanged, InputRejected, Rejection
 from transforms.specs import AnnotationSpec, FeatureKeys, ImageSpec, OutputSpec
@@ -207,13 +207,10 @@ def cut_into_parts(shard: ShardKey, images: list[PlannedImage], settings: Writer
     return [PartTask(shard, i, chunk, part_digest(chunk, settings.record_digest)) for i, chunk in enumerate(chunks)]
 
 
-def shard_keys(planned_counts: dict[str, int], image: ImageSpec, output: OutputSpec) -> list[ShardKey]:
+def shard_keys(shard_counts: dict[str, int]) -> list[ShardKey]:
     """Every shard of every split that has images, so shards no image hashed to exist too."""
-    keys = []
-    for split, count in sorted(planned_counts.items()):
-        num_shards = num_shards_for(count, image, output)
-        keys.extend((split, index, num_shards) for index in range(num_shards))
-    return keys
+    return [(split, index, num_shards) for split, num_shards in sorted(shard_counts.items())
+            for index in range(num_shards)]
 
 
 def reused_pixels(image: PlannedImage) -> bytes:

@@ -34,8 +34,9 @@ from apache_beam.metrics import Metrics
 from transforms import files
 from transforms.batches import flatten, split_by
 from transforms.inputs.discover import REJECTED
-from transforms.plan.split import num_shards_for, shard_for
+from transforms.plan.split import num_shards_for, record_bytes_estimate, shard_for
 from transforms.refs import Batch, PlannedImage
+from transforms.specs import ImageSpec, OutputSpec
 from transforms.write.concurrency import InflightDoFn, shared_process_pool
 from transforms.write.parts import (
     PartOutcome,
@@ -92,20 +93,44 @@ def plan_shard(element: tuple[ShardKey, Iterable[Union[tuple[PlannedImage, ...],
 
 
 class CountPerSplitFn(beam.CombineFn):
-    """Batches of PlannedImage → {split: count}."""
+    """Batches of PlannedImage → ({split: count}, {split: estimated bytes of its records}), the
+    bytes for the shard count (`record_bytes_estimate`)."""
 
-    def create_accumulator(self) -> collections.Counter:
-        return collections.Counter()
+    def __init__(self, image: ImageSpec):
+        super().__init__()
+        self._image = image
 
-    def add_input(self, accumulator: collections.Counter, batch: tuple[PlannedImage, ...]) -> collections.Counter:
-        accumulator.update(image.split for image in batch)
+    def create_accumulator(self) -> tuple[collections.Counter, collections.Counter]:
+        return collections.Counter(), collections.Counter()
+
+    def add_input(self, accumulator, batch: tuple[PlannedImage, ...]):
+        counts, sizes = accumulator
+        for image in batch:
+            counts[image.split] += 1
+            sizes[image.split] += record_bytes_estimate(self._image, image.source.header.width,
+                                                        image.source.header.height)
         return accumulator
 
-    def merge_accumulators(self, accumulators) -> collections.Counter:
-        return sum(accumulators, collections.Counter())
+    def merge_accumulators(self, accumulators):
+        counts, sizes = self.create_accumulator()
+        for more_counts, more_sizes in accumulators:
+            counts.update(more_counts)
+            sizes.update(more_sizes)
+        return counts, sizes
 
-    def extract_output(self, accumulator: collections.Counter) -> dict[str, int]:
-        return dict(accumulator)
+    def extract_output(self, accumulator) -> tuple[dict[str, int], dict[str, int]]:
+        return dict(accumulator[0]), dict(accumulator[1])
+
+
+def shard_counts_of(counted: tuple[dict[str, int], dict[str, int]], output: OutputSpec) -> dict[str, int]:
+    counts, sizes = counted
+    return {split: num_shards_for(count, sizes[split], output) for split, count in counts.items()}
+
+
+def shard_openings(counted: tuple[dict[str, int], dict[str, int]], output: OutputSpec) -> list:
+    """(ShardKey, ShardOpening) for every shard, so shards no image hashed to exist too."""
+    total = sum(counted[0].values())
+    return [(key, ShardOpening(total)) for key in shard_keys(shard_counts_of(counted, output))]
 
 
 class _ConvertParts(InflightDoFn):
@@ -188,11 +213,10 @@ class WriteShards(beam.PTransform):
     def expand(self, planned: beam.PCollection):
         settings = self._settings
         image, output = settings.image, settings.output
-        planned_counts = planned | "PlannedCounts" >> beam.CombineGlobally(CountPerSplitFn())
-        shard_counts = planned_counts | "ShardCounts" >> beam.Map(
-            lambda counts: {split: num_shards_for(n, image, output) for split, n in counts.items()})
-        openings = planned_counts | "OpenShards" >> beam.FlatMap(
-            lambda counts: [(key, ShardOpening(sum(counts.values()))) for key in shard_keys(counts, image, output)])
+        counted = planned | "PlannedCounts" >> beam.CombineGlobally(CountPerSplitFn(image))
+        planned_counts = counted | "Counts" >> beam.MapTuple(lambda counts, _: counts)
+        shard_counts = counted | "ShardCounts" >> beam.Map(shard_counts_of, output)
+        openings = counted | "OpenShards" >> beam.FlatMap(shard_openings, output)
         keyed = planned | "ByShard" >> beam.FlatMap(by_shard, beam.pvalue.AsSingleton(shard_counts),
                                                     output.shuffle_seed, settings.source_root)
         work = ((keyed, openings)
