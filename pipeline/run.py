@@ -102,12 +102,16 @@ def runner_name(options: beam.options.pipeline_options.PipelineOptions) -> str:
     return runner if isinstance(runner, str) else type(runner).__name__
 
 
+# Beam's local runners, which run the job from this process: nothing to stage for workers.
+DIRECT_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner")
+
+
 def runs_in_one_process(options) -> bool:
     """True when the runner executes every step in the launching process (FnApiRunner in_memory,
     and the LOOPBACK environment of Prism, Flink, Spark, which runs the SDK harness on threads of
     the launching process): then imgrec converts on a pool of processes of its own."""
     name = runner_name(options)
-    if name in ("DirectRunner", "BundleBasedDirectRunner"):
+    if name in DIRECT_RUNNERS:
         return options.view_as(DirectOptions).direct_running_mode in (None, "in_memory")
     environment = options.view_as(PortableOptions).environment_type
     return environment == "LOOPBACK" or (name == "PrismRunner" and environment is None)
@@ -151,7 +155,7 @@ def check_runner_options(options) -> None:
                 ready.cancel()
                 raise UsageError(f"--job_endpoint={endpoint}: no gRPC service answered in "
                                  f"{JOB_SERVICE_CONNECT_TIMEOUT:.0f} s; is that the job service's port?") from None
-    if runner not in ("DirectRunner", "BundleBasedDirectRunner"):  # Beam's stager packages it for the others
+    if runner not in DIRECT_RUNNERS:  # Beam's stager packages it for the others
         check_setup_file(options)
     if runner == "DataflowRunner":
         check_dataflow_options(options)
