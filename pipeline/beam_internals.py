@@ -1,5 +1,5 @@
-"""The one place imgrec uses Beam APIs that Beam documents as internal; tests/test_runners.py fails
-the day a Beam release changes them.
+"""The one place imgrec uses Beam APIs that Beam documents as internal, or reads Beam's messages;
+tests/test_runners.py fails the day a Beam release changes them.
 
 `--runner=DirectRunner` first submits the job to Prism (downloading Prism from GitHub when it is
 not cached) and falls back to the FnApiRunner when that fails. For this batch job the public
@@ -33,3 +33,9 @@ def runner_error(runner: str) -> str:
     except (ValueError, ImportError) as exc:
         return str(exc).splitlines()[0]
     return ""
+
+
+def unfetched_job_server(exc: BaseException) -> bool:
+    """Whether Beam's FlinkRunner or SparkRunner failed to download its job server jar (no internet,
+    or a --*_job_server_jar URL that does not answer): Beam says so only in its message."""
+    return isinstance(exc, RuntimeError) and str(exc).startswith("Unable to fetch remote job server jar")

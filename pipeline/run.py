@@ -31,16 +31,18 @@ import grpc  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     DirectOptions,
+    FlinkRunnerOptions,
     GoogleCloudOptions,
     PortableOptions,
     SetupOptions,
+    SparkRunnerOptions,
     StandardOptions,
     TestOptions,
 )
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import stores
-from pipeline.beam_internals import fn_api_runner, runner_error
+from pipeline.beam_internals import fn_api_runner, runner_error, unfetched_job_server
 from pipeline.convert import UNCHANGED_MARKER, VERDICT_FILE, ConvertToTFRecords, RunContext
 from pipeline.engine_name import engine_name
 from pipeline.errors import ImgrecError, Interrupted, OutOfSpace, RunFailed, UsageError
@@ -162,9 +164,9 @@ def check_runner_options(options) -> None:
 
 
 def check_setup_file(options) -> None:
-    """A --setup_file (or --requirements_file, --extra_package) that is not there, which Beam would
-    refuse only once the output is locked, with a traceback (the imagenet config's ./setup.py is
-    relative to the folder the command runs in: imgrec's clone)."""
+    """A --setup_file (or --requirements_file, --extra_package, --flink/spark_job_server_jar) that is
+    not there, which Beam would refuse only once the output is locked, with a traceback (the
+    imagenet config's ./setup.py is relative to the folder the command runs in: imgrec's clone)."""
     setup = options.view_as(SetupOptions)
     setup_file = setup.setup_file
     if setup_file == "":  # `--setup_file=` turns a config's off (the worker image holds imgrec); Beam took ''
@@ -173,8 +175,11 @@ def check_setup_file(options) -> None:
         raise UsageError(f"--setup_file={setup_file}: no such file in {os.getcwd()} (a relative path is relative to "
                          "the folder the command runs in; --config=imagenet names ./setup.py: run it from imgrec's "
                          "clone, or give --setup_file=PATH/setup.py, or --setup_file= with --sdk_container_image)")
-    for flag, path in (("requirements_file", setup.requirements_file), *(("extra_package", package)
-                                                                         for package in setup.extra_packages or ())):
+    local_files = (("requirements_file", setup.requirements_file),
+                   *(("extra_package", package) for package in setup.extra_packages or ()),
+                   ("flink_job_server_jar", options.view_as(FlinkRunnerOptions).flink_job_server_jar),
+                   ("spark_job_server_jar", options.view_as(SparkRunnerOptions).spark_job_server_jar))
+    for flag, path in local_files:
         if path and "://" not in path and not os.path.isfile(path):  # gs:// packages are staged from there
             raise UsageError(f"--{flag}={path}: no such file in {os.getcwd()}")
 
@@ -551,6 +556,10 @@ def _convert_and_report(argv: Sequence[str]) -> int:
         unavailable = object_stores.unavailable(exc)
         if unavailable:  # the store went away or refused: a setup fault, not a bug
             say(f"imgrec: error: the run failed: the object store cannot be used: {unavailable}")
+            return 1
+        if unfetched_job_server(exc):  # an offline machine: what to give instead, not a traceback
+            say(f"imgrec: error: the run failed: {exc} (or give --flink_job_server_jar or --spark_job_server_jar "
+                "the path of a job server `make engines` built, or --job_endpoint of a running one: docs/runners.md)")
             return 1
         _LOG.exception("the run failed")
         say(f"imgrec: error: the run failed: {type(exc).__name__}: {last_line(exc)}")

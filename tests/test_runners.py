@@ -428,7 +428,7 @@ def test_the_imagenet_config_run_outside_the_clone_is_a_usage_error(tmp_path, mo
 
 @pytest.mark.unit
 @pytest.mark.parametrize("runner", ["PortableRunner", "PrismRunner", "FlinkRunner"])
-def test_a_missing_setup_file_is_a_usage_error_on_every_runner_that_stages_it(runner, tmp_path):
+def test_a_missing_setup_file_or_job_server_jar_is_a_usage_error_on_every_runner_that_stages_it(runner, tmp_path):
     """Beam's stager packages --setup_file (--requirements_file, --extra_package) for the portable
     runners too: a missing one failed there with a traceback (exit 1) once the output was locked;
     only Dataflow's setup_file was checked."""
@@ -437,11 +437,29 @@ def test_a_missing_setup_file_is_a_usage_error_on_every_runner_that_stages_it(ru
     from pipeline.errors import UsageError
     from pipeline.run import check_runner_options
 
-    for flag in ("setup_file", "requirements_file", "extra_package"):
+    for flag in ("setup_file", "requirements_file", "extra_package", "flink_job_server_jar", "spark_job_server_jar"):
         with pytest.raises(UsageError, match=rf"^--{flag}=.*: no such file"):
             check_runner_options(PipelineOptions([f"--runner={runner}", f"--{flag}={tmp_path / 'missing'}"]))
     check_runner_options(PipelineOptions(["--runner=DirectRunner", f"--setup_file={tmp_path / 'setup.py'}"]))
     check_runner_options(PipelineOptions([f"--runner={runner}", "--extra_package=gs://bucket/imgrec.tar.gz"]))
+
+
+@pytest.mark.timeout(60)
+def test_a_job_server_beam_cannot_download_is_one_line_that_says_what_to_give_instead(tmp_path, capsys):
+    """FlinkRunner without --job_endpoint downloads Beam's job server jar: offline, or from a URL
+    that does not answer, that was a traceback."""
+    from pipeline.run import main
+
+    output = tmp_path / "out"
+    assert main(["--runner=FlinkRunner", "--flink_job_server_jar=http://127.0.0.1:9/job-server.jar",
+                 f"--input={SAMPLE}", f"--output={output}"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("imgrec: error: the run failed: Unable to fetch remote job server jar at "
+                           "http://127.0.0.1:9/job-server.jar")
+    assert "--job_endpoint of a running one" in last
+    assert not output.exists()
 
 
 @pytest.mark.timeout(60)
