@@ -355,7 +355,7 @@ def test_every_file_in_annotations_is_an_input_an_upper_case_xml_one_too(tmp_pat
     assert sorted(row[0].source_id for row in found if isinstance(row, tuple)) == ["000001", "000002", "000003"]
     skipped = [(r.value.error, r.value.path, r.value.message) for r in found if not isinstance(r, tuple)]
     nested = "in a folder inside Annotations/, which VOC does not nest: not read"
-    assert skipped == [("SkippedFile", listed[-2], "not an .xml annotation file"), ("SkippedFile", listed[-1], nested)]
+    assert skipped == [("SkippedFile", listed[-2], "extension not in .xml"), ("SkippedFile", listed[-1], nested)]
 
 
 def test_voc_difficult_and_truncated_flags_are_read_as_written_or_refused(tmp_path):

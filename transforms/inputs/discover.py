@@ -81,10 +81,10 @@ def reject(path: str, reason: InputRejected) -> beam.pvalue.TaggedOutput:
     return beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(path, reason))
 
 
-def skip_reason(name: str, extensions: tuple[str, ...]) -> Optional[str]:
-    """Why a file called `name` is not an input, or None if it is one."""
+def skip_reason(name: str, extensions: tuple[str, ...], kind: str = "an image") -> Optional[str]:
+    """Why a file called `name` is not an input (`kind`), or None if it is one."""
     if name.startswith("._"):
-        return "macOS AppleDouble metadata file, not an image"
+        return f"macOS AppleDouble metadata file, not {kind}"
     if name.startswith("."):
         return "hidden file"
     if not name.lower().endswith(extensions):

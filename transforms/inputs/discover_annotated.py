@@ -32,7 +32,7 @@ from transforms.inputs.coco import (
     file_listings,
     image_of_id,
 )
-from transforms.inputs.discover import REJECTED, reject
+from transforms.inputs.discover import REJECTED, reject, skip_reason
 from transforms.inputs.voc import (
     ANNOTATIONS,
     MAX_XML_BYTES,
@@ -123,13 +123,13 @@ def voc_files(root: str) -> list[str]:
 def parse_voc_file(xml_path: str):
     """One XML file → (its image, its class names) and its malformed objects' rows, or the
     rejection of the image it names."""
-    stem = posixpath.splitext(posixpath.basename(xml_path))[0]
-    nested = posixpath.basename(posixpath.dirname(xml_path)) != ANNOTATIONS
-    if nested or stem.startswith(".") or not xml_path.lower().endswith(".xml"):  # skipped, as in class folders
-        yield reject(xml_path, SkippedFile(
-            f"in a folder inside {ANNOTATIONS}/, which VOC does not nest: not read" if nested
-            else "macOS AppleDouble metadata file, not an annotation" if stem.startswith("._")
-            else "hidden file" if stem.startswith(".") else "not an .xml annotation file"))
+    name = posixpath.basename(xml_path)
+    stem = posixpath.splitext(name)[0]
+    skipped = (f"in a folder inside {ANNOTATIONS}/, which VOC does not nest: not read"
+               if posixpath.basename(posixpath.dirname(xml_path)) != ANNOTATIONS
+               else skip_reason(name, (".xml",), "an annotation"))  # as in class folders
+    if skipped:
+        yield reject(xml_path, SkippedFile(skipped))
         return
     try:
         image, names, malformed = parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
