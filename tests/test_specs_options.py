@@ -88,6 +88,9 @@ def write_config(tmp_path, text: str) -> str:
                                                            "without objects; the input is csv"),
     (lambda: ConversionSpec(InputSpec("m.csv"), OutputSpec("o"), annotations=AnnotationSpec(min_visible=0.9)),
      "min_visible is the part of a COCO or VOC box a center crop must leave; the input is csv"),
+    (lambda: ConversionSpec(InputSpec("i.json", kind="coco"), OutputSpec("o"), ImageSpec(resize_mode="pad"),
+                            annotations=AnnotationSpec(min_visible=0.9)),
+     "min_visible is the part of a COCO or VOC box a center crop must leave; resize_mode=pad keeps every box whole"),
 ])
 def test_invalid_specs(make, message):
     with pytest.raises(ValueError, match=message):

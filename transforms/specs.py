@@ -394,9 +394,10 @@ class ConversionSpec:
                              "use encoding=jpeg or png")
         if self.annotations.masks and kind != "coco":
             raise ValueError(f"masks are made from COCO segmentations; the input is {kind}")
-        if self.annotations.min_visible != AnnotationSpec.min_visible and not objects:
-            raise ValueError(f"min_visible is the part of a COCO or VOC box a center crop must leave; the input is "
-                             f"{kind}")
+        if self.annotations.min_visible != AnnotationSpec.min_visible and not (
+                objects and self.image.resize_mode == "center_crop"):  # given where it does nothing: a mistake
+            raise ValueError("min_visible is the part of a COCO or VOC box a center crop must leave; " + (
+                f"resize_mode={self.image.resize_mode} keeps every box whole" if objects else f"the input is {kind}"))
         if objects and self.features not in (FeatureKeys(), DETECTION_KEYS):
             raise ValueError("detection records have the feature keys TF's detection decoders read; features "
                              "cannot be renamed for them")
