@@ -100,9 +100,13 @@ class ProgressReporter:
             self._last_line = line
 
     def _run(self) -> None:
-        """Polls every second; prints as soon as the plan is known, then every `interval`."""
+        """Polls every half second until the plan is known and prints it at once, then polls
+        only when a line is due, every `interval`: a poll lists one marker per finished part
+        (150,000 parts took 0.2 s of CPU a poll)."""
         printed_at, planned = self._clock(), False
         while not self._stop.wait(min(0.5, self._interval)):
+            if planned and self._clock() - printed_at < self._interval:
+                continue
             line = self.poll_once()
             if line is None:
                 continue
