@@ -75,17 +75,20 @@ class ProgressReporter:
         self._stop = threading.Event()
         self._started = clock()
         self._first_done: Optional[tuple[float, int]] = None
+        self._seen: tuple[Optional[int], int] = (None, 0)  # the last (total, done) reported
         self._last_line = ""
 
     def poll_once(self) -> Optional[str]:
-        """The line for now; None when there is nothing to say (no markers yet, or nothing
-        planned: an unchanged dataset is kept)."""
+        """The line for now; None when there is nothing to say (no markers yet, nothing
+        planned: an unchanged dataset is kept, or markers going: the published run's staging
+        being removed, which would read as planning again, or as fewer images done)."""
         try:
             total, done = read_progress(self._run_dir)
         except Exception:  # the folder may not exist yet, or be gone after publishing
             return None
-        if total == 0:
+        if total == 0 or (self._seen[0] is not None and (total is None or done < self._seen[1])):
             return None
+        self._seen = (total, done)
         now = self._clock()
         if done and self._first_done is None:
             self._first_done = (now, done)
