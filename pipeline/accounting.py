@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from typing import Iterable, Sequence
 
 import apache_beam as beam
@@ -22,6 +23,7 @@ from transforms.plan.assign import DuplicateGroup
 from transforms.plan.fingerprint import add_hashes, recorded_fingerprint, retry_hash
 
 DUPLICATE_EXAMPLES = 100  # duplicate groups listed in metadata.json
+DUPLICATE_PATHS = 10  # paths listed for each of them
 
 # The kinds of facts: the names of GatherTotals' inputs.
 INPUT, REJECTION, SHARD, PLANNED, DUPLICATE, LABEL_MAP, FINGERPRINT, DEAD_LETTER_RUN = (
@@ -42,7 +44,7 @@ class Gathered:
     duplicate_groups: int = 0
     extra_copies: int = 0
     label_conflicts: int = 0  # duplicate groups whose copies carry different labels
-    duplicate_examples: list = dataclasses.field(default_factory=list)  # DuplicateGroup, smallest hashes
+    duplicate_examples: list = dataclasses.field(default_factory=list)  # `example`s, smallest hashes
     label_map: dict = dataclasses.field(default_factory=dict)
     fingerprint: str = ""
     # Objects and annotation entries dropped (stage "object"), by error class: apart from the inputs.
@@ -67,7 +69,7 @@ class Gathered:
             self.duplicate_groups += 1
             self.extra_copies += len(value.paths) - 1
             self.label_conflicts += len(set(value.labels)) > 1
-            self._keep_examples([value])
+            self._keep_examples([example(value)])
         elif kind == LABEL_MAP:
             self.label_map.update(value)
         elif kind == FINGERPRINT:
@@ -75,8 +77,8 @@ class Gathered:
         else:
             raise ValueError(f"unknown fact {kind!r}")
 
-    def _keep_examples(self, groups: Iterable[DuplicateGroup]) -> None:
-        merged = sorted([*self.duplicate_examples, *groups], key=lambda g: g.content_hash)
+    def _keep_examples(self, examples: Iterable[dict]) -> None:
+        merged = sorted([*self.duplicate_examples, *examples], key=lambda e: e["sha256"])
         self.duplicate_examples = merged[:DUPLICATE_EXAMPLES]
 
     def merge(self, other: "Gathered") -> None:
@@ -95,9 +97,8 @@ class Gathered:
         self.fingerprint = self.fingerprint or other.fingerprint
 
     def duplicates(self, dropped: bool) -> DuplicateSummary:
-        examples = tuple({"sha256": g.content_hash, "paths": list(g.paths), "labels": list(g.labels)}
-                         for g in self.duplicate_examples)
-        return DuplicateSummary(self.duplicate_groups, self.extra_copies, dropped, examples, self.label_conflicts)
+        return DuplicateSummary(self.duplicate_groups, self.extra_copies, dropped, tuple(self.duplicate_examples),
+                                self.label_conflicts)
 
     def totals(self, dropped_duplicates: bool, error_files: Sequence[str]) -> RunTotals:
         return RunTotals(label_map=self.label_map, shards=tuple(self.shards), planned_counts=self.planned_counts,
@@ -105,6 +106,21 @@ class Gathered:
                          duplicates=self.duplicates(dropped_duplicates), error_files=tuple(error_files),
                          fingerprint=recorded_fingerprint(self.fingerprint, self.retries),
                          objects_dropped=dict(self.objects_dropped))
+
+
+def example(group: DuplicateGroup) -> dict:
+    """A duplicate group as metadata.json lists it: its number of copies and at most
+    `DUPLICATE_PATHS` of them, the first of each label first (a conflict stays visible), then the
+    smallest paths. One image copied 100,000 times made a 14 MB metadata.json, which every reader
+    parses, listing them all."""
+    firsts: dict = {}
+    for i, label in enumerate(group.labels):
+        firsts.setdefault(label, i)
+    labelled = list(firsts.values())[:DUPLICATE_PATHS]
+    rest = (i for i in range(len(group.paths)) if i not in labelled)
+    shown = sorted([*labelled, *itertools.islice(rest, DUPLICATE_PATHS - len(labelled))])
+    return {"sha256": group.content_hash, "copies": len(group.paths), "paths": [group.paths[i] for i in shown],
+            "labels": [group.labels[i] for i in shown]}
 
 
 class TotalsFn(beam.CombineFn):

@@ -213,6 +213,21 @@ def test_reporter_rate_and_eta_come_from_counts_and_its_clock(tmp_path):
     assert reporter.poll_once() == "processed 60/200 images (30%), 10 images/s, ETA 14 s"  # 40 images in 4 s
 
 
+def test_markers_removed_with_the_staging_after_publishing_are_not_reported(tmp_path):
+    """The publish removes the run's staging while the reporter polls: with multi_processing a
+    200,000-image run printed `processed 0/200,000 images (0%)`, then `reading and planning
+    inputs (54 s)` as it ended, from a listing without the total."""
+    reporter = ProgressReporter(str(tmp_path), interval=1.0, stream=io.StringIO(), clock=FakeClock())
+    mark(tmp_path, TOTAL_FILE, "200")
+    mark(tmp_path, "p1-120")
+    mark(tmp_path, "p2-80")
+    assert reporter.poll_once() == "processed 200/200 images (100%)"
+    (tmp_path / PROGRESS_DIR / "p1-120").unlink()
+    assert reporter.poll_once() is None  # not 80 of 200
+    (tmp_path / PROGRESS_DIR / TOTAL_FILE).unlink()
+    assert reporter.poll_once() is None  # not planning again
+
+
 def test_nothing_planned_is_nothing_to_report(tmp_path):
     mark(tmp_path, TOTAL_FILE, "0")  # an unchanged dataset: every image filtered out
     assert ProgressReporter(str(tmp_path), interval=1.0, stream=io.StringIO()).poll_once() is None
@@ -234,6 +249,20 @@ def test_reporter_prints_changed_lines_only(tmp_path):
             time.sleep(0.005)
     assert stream.getvalue().splitlines() == ["imgrec: processed 0/10 images (0%)",
                                               "imgrec: processed 4/10 images (40%)"]
+
+
+def test_once_the_plan_is_known_the_markers_are_listed_only_when_a_line_is_due(tmp_path, monkeypatch):
+    """A poll lists every finished part's marker (one per shard with tiny shards, 150,000 took
+    0.2 s of CPU): polling them every half second for a line due every 30 s kept 40% of a core busy."""
+    from pipeline.output import progress
+
+    polls = []
+    monkeypatch.setattr(progress, "read_progress", lambda run_dir: polls.append(run_dir) or (10, 4))
+    stream = io.StringIO()
+    with ProgressReporter(str(tmp_path), interval=30.0, stream=stream).running():
+        time.sleep(2.2)  # four wake-ups after the first
+    assert stream.getvalue() == "imgrec: processed 4/10 images (40%)\n"
+    assert len(polls) == 1
 
 
 def test_interval_zero_prints_nothing(tmp_path):

@@ -530,11 +530,31 @@ def test_gather_totals_combines_every_fact_once():
                 ("train", "decode", "CorruptImage", True): 1, (None, "discover", "SkippedFile", False): 2,
                 (None, "read", "EmptyFile", True): 1}
             assert totals.duplicates == DuplicateSummary(3, 1 + 2 + 3, True, tuple(
-                {"sha256": g.content_hash, "paths": list(g.paths), "labels": list(g.labels)} for g in groups))
+                {"sha256": g.content_hash, "copies": len(g.paths), "paths": list(g.paths), "labels": list(g.labels)}
+                for g in groups))
             assert totals.fingerprint == "f" * 64 and totals.error_files == ("errors-00000-of-00001.jsonl",)
             assert sorted(one.dead_letter_runs) == ["/staging/runs/1.jsonl", "/staging/runs/2.jsonl"]
 
         assert_that(gathered, beam_matcher(check))
+
+
+def test_a_duplicate_group_lists_ten_of_its_copies_with_every_label_among_them():
+    """One image copied 100,000 times made metadata.json 14 MB, nearly all of it that group's paths."""
+    paths = tuple(f"/in/{n:06d}.jpg" for n in range(100_000))
+    labels = ("big",) * 99_990 + ("small",) * 10  # the conflict is among the last paths
+    with test_pipeline() as p:
+        facts = {name: p | name >> beam.Create([]) for name in ("inputs", "rejected", "shards", "planned_counts",
+                                                                "label_map", "fingerprint", "dead_letter_runs")}
+        facts["duplicates"] = p | "Duplicates" >> beam.Create([DuplicateGroup("a" * 64, paths, labels)])
+
+        def check(found):
+            (one,) = found
+            summary = one.duplicates(False)
+            assert (summary.groups, summary.extra_copies, summary.label_conflicts) == (1, 99_999, 1)
+            assert summary.examples == ({"sha256": "a" * 64, "copies": 100_000,
+                                         "paths": [*paths[:9], paths[99_990]], "labels": ["big"] * 9 + ["small"]},)
+
+        assert_that(facts | GatherTotals(), beam_matcher(check))
 
 
 def test_gather_totals_of_nothing():

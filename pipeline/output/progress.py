@@ -75,17 +75,20 @@ class ProgressReporter:
         self._stop = threading.Event()
         self._started = clock()
         self._first_done: Optional[tuple[float, int]] = None
+        self._seen: tuple[Optional[int], int] = (None, 0)  # the last (total, done) reported
         self._last_line = ""
 
     def poll_once(self) -> Optional[str]:
-        """The line for now; None when there is nothing to say (no markers yet, or nothing
-        planned: an unchanged dataset is kept)."""
+        """The line for now; None when there is nothing to say (no markers yet, nothing
+        planned: an unchanged dataset is kept, or markers going: the published run's staging
+        being removed, which would read as planning again, or as fewer images done)."""
         try:
             total, done = read_progress(self._run_dir)
         except Exception:  # the folder may not exist yet, or be gone after publishing
             return None
-        if total == 0:
+        if total == 0 or (self._seen[0] is not None and (total is None or done < self._seen[1])):
             return None
+        self._seen = (total, done)
         now = self._clock()
         if done and self._first_done is None:
             self._first_done = (now, done)
@@ -100,9 +103,13 @@ class ProgressReporter:
             self._last_line = line
 
     def _run(self) -> None:
-        """Polls every second; prints as soon as the plan is known, then every `interval`."""
+        """Polls every half second until the plan is known and prints it at once, then polls
+        only when a line is due, every `interval`: a poll lists one marker per finished part
+        (150,000 parts took 0.2 s of CPU a poll)."""
         printed_at, planned = self._clock(), False
         while not self._stop.wait(min(0.5, self._interval)):
+            if planned and self._clock() - printed_at < self._interval:
+                continue
             line = self.poll_once()
             if line is None:
                 continue
