@@ -496,8 +496,12 @@ def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult
     try:
         result = pipeline.run()
         result.wait_until_finish()
-    except Exception:  # a refusal fails the job on Dataflow: its reason, not Beam's error, is what the run says
+    except Exception as exc:  # a refusal fails the job on Dataflow: its reason, not Beam's error, is what the run says
         _check_verdict(this_run)
+        if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE:  # a setup fault, not a bug
+            raise RunFailed(f"the run failed: the job service stopped answering ({exc.details()}): it crashed or "
+                            "was stopped; nothing was published, and the parts finished so far are kept for the next "
+                            "run") from None
         raise
     _check_verdict(this_run)
     if result.state != PipelineState.DONE:

@@ -514,3 +514,39 @@ def test_a_job_endpoint_that_is_no_beam_job_service_is_named_by_its_status(tmp_p
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.splitlines()[-1].endswith("StatusCode.UNIMPLEMENTED: Method not found!"), done.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_job_service_that_dies_mid_run_is_one_line(tmp_path, forking_pool_services):
+    """The job service killed while the job converts (a Flink or Spark job server that crashed or
+    was restarted): one line and exit 1, not gRPC's UNAVAILABLE as two tracebacks (Beam's thread
+    reading the job's messages, then the run) ending in `_MultiThreadedRendezvous: ...`."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.helpers import make_tree, subprocess_env
+    from tests.portable import JOB_SERVICE_MODULE, free_port, start_service, stop_service
+
+    make_tree(tmp_path / "in", {"a": 150, "b": 150}, size=(256, 256))
+    output = tmp_path / "out"
+    port = free_port()  # a job service of its own, for the module's to stay up
+    service = start_service("doomed_job_service", JOB_SERVICE_MODULE, [f"--port={port}"], port, tmp_path / "logs",
+                            subprocess_env(), 60)
+    flags = ["--runner=PortableRunner", f"--job_endpoint=localhost:{port}", "--environment_type=EXTERNAL",
+             f"--environment_config={forking_pool_services.worker_pool_endpoint}"]
+    driver = subprocess.Popen([sys.executable, "-m", "pipeline.run", *flags, f"--input={tmp_path / 'in'}",
+                               f"--output={output}"], cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        while not any(output.glob(".imgrec-staging/run-*/progress/*")) and driver.poll() is None:
+            time.sleep(0.05)  # the job converts
+        os.killpg(service.process.pid, signal.SIGKILL)
+        _, err = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+        stop_service(service)
+    assert driver.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith(
+        "imgrec: error: the run failed: the job service stopped answering ("), err[-3000:]
+    assert not (output / "metadata.json").exists()
