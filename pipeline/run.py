@@ -365,8 +365,9 @@ def convert(argv: Sequence[str]) -> Conversion:
     created = _ensure_folder(output)
     try:
         lock = OutputLock(output, run_id).acquire()
-    except OSError as exc:  # read-only, no permission, no space: found before converting anything
-        raise UsageError(f"cannot write into the output folder {output}: {exc.strerror or exc}") from None
+    except (OSError, object_stores.StoreUnavailable) as exc:  # read-only, no permission, no space: before any work
+        raise UsageError(f"cannot write into the output folder {output}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
     try:
         state = inspect_output(output)
         check_layout(spec.input, output, state)  # first: --overwrite, which check_output suggests, cannot lift it
