@@ -31,9 +31,11 @@ import grpc  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     DirectOptions,
+    FlinkRunnerOptions,
     GoogleCloudOptions,
     PortableOptions,
     SetupOptions,
+    SparkRunnerOptions,
     StandardOptions,
     TestOptions,
 )
@@ -155,10 +157,32 @@ def check_runner_options(options) -> None:
                 ready.cancel()
                 raise UsageError(f"--job_endpoint={endpoint}: no gRPC service answered in "
                                  f"{JOB_SERVICE_CONNECT_TIMEOUT:.0f} s; is that the job service's port?") from None
+    if not endpoint:
+        check_cluster_master(options, runner.rsplit(".", 1)[-1])
     if runner not in DIRECT_RUNNERS:  # Beam's stager packages it for the others
         check_setup_file(options)
     if runner == "DataflowRunner":
         check_dataflow_options(options)
+
+
+def check_cluster_master(options, runner: str) -> None:
+    """The --flink_master or --spark_master_url that Beam's own job server, started for the run,
+    submits to: nobody answering there is a usage error now, where Beam would start the job server
+    and fail a minute later with a traceback ending in `java.net.ConnectException: Connection refused`."""
+    if runner == "FlinkRunner":
+        flag, master = "flink_master", options.view_as(FlinkRunnerOptions).flink_master
+    elif runner == "SparkRunner":
+        flag, master = "spark_master_url", options.view_as(SparkRunnerOptions).spark_master_url
+    else:
+        return
+    host, _, port = (master or "").split("://", 1)[-1].split("/", 1)[0].rpartition(":")
+    if not (host and port.isdigit()):  # [auto], local[4]: a cluster Beam starts in the job server
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise UsageError(f"--{flag}={master}: cannot connect ({exc.strerror or exc}); is the cluster's master "
+                         "running there?") from None
 
 
 def check_setup_file(options) -> None:

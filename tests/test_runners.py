@@ -21,6 +21,7 @@ import ipaddress
 import json
 import os
 import pathlib
+import re
 import socket
 import tarfile
 import tempfile
@@ -477,6 +478,29 @@ def test_the_job_endpoint_is_checked_only_for_runners_that_submit_to_it(runner, 
             check_runner_options(options)
     else:
         check_runner_options(options)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("flags", [("--runner=FlinkRunner", "--flink_master=127.0.0.1:{port}"),
+                                   ("--runner=FlinkRunner", "--flink_master=http://127.0.0.1:{port}"),
+                                   ("--runner=SparkRunner", "--spark_master_url=spark://127.0.0.1:{port}")])
+def test_a_cluster_master_nobody_answers_at_is_a_usage_error(flags):
+    """Beam's FlinkRunner and SparkRunner without --job_endpoint start their job server, which
+    submits to the master: a wrong master failed a minute later with a traceback ending in
+    `java.net.ConnectException: Connection refused`. With a job endpoint, the master is the job
+    server's business."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.errors import UsageError
+    from pipeline.run import check_runner_options
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        given = [flag.format(port=closed.getsockname()[1]) for flag in flags]
+        with pytest.raises(UsageError, match=f"^{re.escape(given[1])}: cannot connect"):
+            check_runner_options(PipelineOptions(given))
+        with socket.create_server(("127.0.0.1", 0)) as listening:
+            check_runner_options(PipelineOptions([flags[0], flags[1].format(port=listening.getsockname()[1])]))
 
 
 @pytest.mark.unit
