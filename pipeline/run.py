@@ -12,6 +12,7 @@ import errno
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import time
@@ -326,7 +327,13 @@ def last_line(exc: BaseException) -> str:
     details, code = getattr(exc, "details", None), getattr(exc, "code", None)
     if callable(details) and callable(code):
         return f"{code()}: {details()}"
-    return (str(exc).strip().splitlines() or [""])[-1]
+    # A Java runner's reason (Spark, Flink) is followed by its stack frames, and Spark's by a last
+    # "Driver stacktrace:" line: neither says why.
+    lines = [line for line in str(exc).strip().splitlines() if line.strip() and not _JAVA_STACK.match(line)]
+    return (lines or [""])[-1]
+
+
+_JAVA_STACK = re.compile(r"\s+at \S|\s*\.\.\. \d+ more$|Driver stacktrace:$")
 
 
 def out_of_space(exc: BaseException) -> bool:

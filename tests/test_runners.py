@@ -140,6 +140,24 @@ def test_a_full_disk_or_quota_is_recognised_through_beams_wrapping():
 
 
 @pytest.mark.unit
+def test_a_java_runners_failure_is_told_by_its_reason_not_its_stack():
+    """Spark's job failure (its worker pool killed) ended the run's one line with
+    `RuntimeError: Driver stacktrace:`: the last line of Spark's message, after the Java frames."""
+    from pipeline.run import last_line
+
+    reason = ("Pipeline BeamApp-1 failed in state FAILED: org.apache.spark.SparkException: Job aborted due to stage "
+              "failure: Task 2 in stage 19.0 failed 4 times, most recent failure: Lost task 2.3 in stage 19.0 "
+              "(TID 52) (127.0.0.1 executor 0): io.grpc.StatusRuntimeException: CANCELLED: call already cancelled.")
+    spark = RuntimeError("\n".join([reason, "\tat io.grpc.Status.asRuntimeException(Status.java:524)",
+                                     "\tat org.apache.spark.rdd.RDD.iterator(RDD.scala:331)", "\t... 3 more", "",
+                                     "Driver stacktrace:"]))
+    assert last_line(spark) == reason
+    python = RuntimeError("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+                          "ValueError: bad [while running 'Step']")
+    assert last_line(python) == "ValueError: bad [while running 'Step']"
+
+
+@pytest.mark.unit
 def test_the_fn_api_runner_is_built_with_the_options_its_workers_see():
     """pipeline/beam_internals.py builds the FnApiRunner as Beam's DirectRunner builds it once Prism
     failed: its SDK workers (multi_processing) get the job's options, such as where S3 is. A Beam
