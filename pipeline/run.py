@@ -162,6 +162,7 @@ def check_runner_options(options) -> None:
         check_cluster_master(options, runner.rsplit(".", 1)[-1])
     if runner not in DIRECT_RUNNERS:  # Beam's stager packages it for the others
         check_setup_file(options)
+        check_environment_options(options)
     if runner == "DataflowRunner":
         check_dataflow_options(options)
 
@@ -184,6 +185,20 @@ def check_cluster_master(options, runner: str) -> None:
     except OSError as exc:
         raise UsageError(f"--{flag}={master}: cannot connect ({exc.strerror or exc}); is the cluster's master "
                          "running there?") from None
+
+
+def check_environment_options(options) -> None:
+    """--environment_type and --environment_config that Beam's own validation refuses (EXTERNAL
+    without the worker pool's address; LOOPBACK with one, from configs/flink.yaml, say), which it
+    did only once the output was locked, with a traceback."""
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+
+    portable = options.view_as(PortableOptions)
+    errors = PipelineOptionsValidator(options, None).validate_environment_options(portable)
+    if errors:
+        raise UsageError(f"--environment_type={portable.environment_type}: "
+                         f"{'; '.join(error.strip().rstrip('.') for error in errors)} (--environment_config=HOST:PORT "
+                         "is the address of an EXTERNAL worker pool; docs/runners.md)")
 
 
 def check_setup_file(options) -> None:

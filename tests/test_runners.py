@@ -522,6 +522,24 @@ def test_a_cluster_master_nobody_answers_at_is_a_usage_error(flags):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("flags, error", [
+    (("--environment_type=EXTERNAL",), "--environment_type=EXTERNAL: Option external_service_address is required"),
+    (("--config=flink", "--environment_type=LOOPBACK"),
+     "--environment_type=LOOPBACK: Option environment_config is not compatible")])
+def test_environment_options_beam_refuses_are_a_usage_error(flags, error):
+    """EXTERNAL without a worker pool's address, or configs/flink.yaml switched to LOOPBACK (its
+    environment_config kept): Beam refused them only once the output was locked, with a
+    traceback and exit 1."""
+    from pipeline.errors import UsageError
+    from pipeline.options import parse_arguments
+    from pipeline.run import check_environment_options
+
+    options = parse_arguments(["--runner=PortableRunner", "--input=x", "--output=y", *flags]).options
+    with pytest.raises(UsageError, match=f"^{re.escape(error)}"):
+        check_environment_options(options)
+
+
+@pytest.mark.unit
 def test_a_job_endpoint_that_accepts_but_speaks_no_grpc_is_a_usage_error(monkeypatch):
     """--job_endpoint at an HTTP port (Flink's web UI, 8081, for the job server's 8099): the
     connect succeeded, and Beam then waited --job_server_timeout (5 minutes) for gRPC and failed
