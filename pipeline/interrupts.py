@@ -124,7 +124,11 @@ def handled() -> Iterator[None]:
         return not _received or not record.name.startswith("apache_beam")
 
     def thread_died(args) -> None:
-        if not _received:
+        grpc = sys.modules.get("grpc")
+        # Beam's reader of a portable job's messages dies with the job service; the run says so in one line.
+        job_service_gone = (grpc is not None and isinstance(args.exc_value, grpc.RpcError)
+                            and args.thread is not None and args.thread.name == "wait_until_finish_read")
+        if not _received and not job_service_gone:
             default_hook(args)
 
     handlers = list(logging.getLogger().handlers)

@@ -12,6 +12,7 @@ import errno
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import time
@@ -157,10 +158,47 @@ def check_runner_options(options) -> None:
                 ready.cancel()
                 raise UsageError(f"--job_endpoint={endpoint}: no gRPC service answered in "
                                  f"{JOB_SERVICE_CONNECT_TIMEOUT:.0f} s; is that the job service's port?") from None
+    if not endpoint:
+        check_cluster_master(options, runner.rsplit(".", 1)[-1])
     if runner not in DIRECT_RUNNERS:  # Beam's stager packages it for the others
         check_setup_file(options)
+        check_environment_options(options)
     if runner == "DataflowRunner":
         check_dataflow_options(options)
+
+
+def check_cluster_master(options, runner: str) -> None:
+    """The --flink_master or --spark_master_url that Beam's own job server, started for the run,
+    submits to: nobody answering there is a usage error now, where Beam would start the job server
+    and fail a minute later with a traceback ending in `java.net.ConnectException: Connection refused`."""
+    if runner == "FlinkRunner":
+        flag, master = "flink_master", options.view_as(FlinkRunnerOptions).flink_master
+    elif runner == "SparkRunner":
+        flag, master = "spark_master_url", options.view_as(SparkRunnerOptions).spark_master_url
+    else:
+        return
+    host, _, port = (master or "").split("://", 1)[-1].split("/", 1)[0].rpartition(":")
+    if not (host and port.isdigit()):  # [auto], local[4]: a cluster Beam starts in the job server
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise UsageError(f"--{flag}={master}: cannot connect ({exc.strerror or exc}); is the cluster's master "
+                         "running there?") from None
+
+
+def check_environment_options(options) -> None:
+    """--environment_type and --environment_config that Beam's own validation refuses (EXTERNAL
+    without the worker pool's address; LOOPBACK with one, from configs/flink.yaml, say), which it
+    did only once the output was locked, with a traceback."""
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+
+    portable = options.view_as(PortableOptions)
+    errors = PipelineOptionsValidator(options, None).validate_environment_options(portable)
+    if errors:
+        raise UsageError(f"--environment_type={portable.environment_type}: "
+                         f"{'; '.join(error.strip().rstrip('.') for error in errors)} (--environment_config=HOST:PORT "
+                         "is the address of an EXTERNAL worker pool; docs/runners.md)")
 
 
 def check_setup_file(options) -> None:
@@ -307,7 +345,13 @@ def last_line(exc: BaseException) -> str:
     details, code = getattr(exc, "details", None), getattr(exc, "code", None)
     if callable(details) and callable(code):
         return f"{code()}: {details()}"
-    return (str(exc).strip().splitlines() or [""])[-1]
+    # A Java runner's reason (Spark, Flink) is followed by its stack frames, and Spark's by a last
+    # "Driver stacktrace:" line: neither says why.
+    lines = [line for line in str(exc).strip().splitlines() if line.strip() and not _JAVA_STACK.match(line)]
+    return (lines or [""])[-1]
+
+
+_JAVA_STACK = re.compile(r"\s+at \S|\s*\.\.\. \d+ more$|Driver stacktrace:$")
 
 
 def out_of_space(exc: BaseException) -> bool:
@@ -370,8 +414,9 @@ def convert(argv: Sequence[str]) -> Conversion:
     created = _ensure_folder(output)
     try:
         lock = OutputLock(output, run_id).acquire()
-    except OSError as exc:  # read-only, no permission, no space: found before converting anything
-        raise UsageError(f"cannot write into the output folder {output}: {exc.strerror or exc}") from None
+    except (OSError, object_stores.StoreUnavailable) as exc:  # read-only, no permission, no space: before any work
+        raise UsageError(f"cannot write into the output folder {output}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
     try:
         state = inspect_output(output)
         check_layout(spec.input, output, state)  # first: --overwrite, which check_output suggests, cannot lift it
@@ -501,8 +546,12 @@ def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult
     try:
         result = pipeline.run()
         result.wait_until_finish()
-    except Exception:  # a refusal fails the job on Dataflow: its reason, not Beam's error, is what the run says
+    except Exception as exc:  # a refusal fails the job on Dataflow: its reason, not Beam's error, is what the run says
         _check_verdict(this_run)
+        if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE:  # a setup fault, not a bug
+            raise RunFailed(f"the run failed: the job service stopped answering ({exc.details()}): it crashed or "
+                            "was stopped; nothing was published, and the parts finished so far are kept for the next "
+                            "run") from None
         raise
     _check_verdict(this_run)
     if result.state != PipelineState.DONE:

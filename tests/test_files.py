@@ -151,6 +151,19 @@ def test_delete_takes_paths_literally(tmp_path):
     assert files.list_names(str(tmp_path)) == ["ds1", "keep"] and (tmp_path / "keep" / "f").exists()
 
 
+def test_missing_credentials_are_named_so_not_a_connection_that_failed():
+    """`--input=s3://...` with no credentials anywhere said `cannot connect (NoCredentialsError):
+    Unable to locate credentials`: nothing had failed to connect."""
+    from botocore.exceptions import NoCredentialsError
+    from google.auth.exceptions import DefaultCredentialsError
+
+    from transforms import object_stores
+
+    assert object_stores.store_fault(NoCredentialsError()) == (
+        "no usable credentials (NoCredentialsError): Unable to locate credentials")
+    assert object_stores.store_fault(DefaultCredentialsError("not found")).startswith("no usable credentials (")
+
+
 def test_gcs_requests_give_up_on_a_store_they_cannot_reach_and_ride_out_throttling(monkeypatch):
     """imgrec's GCS retry: a store nobody answers at is given up on after GCS_SECONDS (google's
     default retries it for 2 minutes, while the run holds its lock), with an error that says the

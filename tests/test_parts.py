@@ -209,10 +209,18 @@ def test_a_finished_part_is_taken_as_it_is(tmp_path, images):
     settings, task, first, records = finished_part(tmp_path, images)
     for image in images:
         pathlib.Path(image.source.path).unlink()
-    again = convert_part(task, settings)
+    again = convert_part(task, dataclasses.replace(settings, run_dir=str(tmp_path / "restarted")))
     assert (again.resumed, first.resumed) == (8, 0)
     assert dataclasses.replace(again, resumed=0) == first
     assert (tmp_path / "parts" / f"{task.digest}.records").read_bytes() == records
+
+
+def test_a_part_this_run_finished_is_taken_but_not_resumed(tmp_path, images):
+    """A task run again in the same run (Spark runs a lost worker's tasks again) takes the part
+    its first attempt finished; that is no record "an earlier, unfinished run had written"."""
+    settings, task, first, _ = finished_part(tmp_path, images)
+    again = convert_part(task, settings)
+    assert again == first and again.resumed == 0
 
 
 def test_a_part_cut_short_is_converted_again(tmp_path, images):
@@ -285,7 +293,7 @@ def test_a_finished_part_with_corrupt_images_is_taken_under_a_renamed_split(tmp_
     first = convert_part(first_task, settings)
     corrupt.unlink()  # taken as it is: not read again
     (renamed,) = cut_into_parts(("tr", 0, 1), task_images, settings)
-    again = convert_part(renamed, settings)
+    again = convert_part(renamed, dataclasses.replace(settings, run_dir=str(tmp_path / "next")))
     assert again.resumed == 3
     assert [(r.error, r.split) for r in again.rejections] == [("CorruptImage", "tr")]
     assert [r.split for r in first.rejections] == ["train"]

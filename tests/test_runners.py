@@ -21,6 +21,7 @@ import ipaddress
 import json
 import os
 import pathlib
+import re
 import socket
 import tarfile
 import tempfile
@@ -136,6 +137,24 @@ def test_a_full_disk_or_quota_is_recognised_through_beams_wrapping():
     wrapped = RuntimeError(f"OSError: [Errno 122] {os.strerror(errno.EDQUOT)} [while running 'WriteShards']")
     assert out_of_space(wrapped) and out_of_space(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
     assert not out_of_space(OSError(errno.EACCES, os.strerror(errno.EACCES)))
+
+
+@pytest.mark.unit
+def test_a_java_runners_failure_is_told_by_its_reason_not_its_stack():
+    """Spark's job failure (its worker pool killed) ended the run's one line with
+    `RuntimeError: Driver stacktrace:`: the last line of Spark's message, after the Java frames."""
+    from pipeline.run import last_line
+
+    reason = ("Pipeline BeamApp-1 failed in state FAILED: org.apache.spark.SparkException: Job aborted due to stage "
+              "failure: Task 2 in stage 19.0 failed 4 times, most recent failure: Lost task 2.3 in stage 19.0 "
+              "(TID 52) (127.0.0.1 executor 0): io.grpc.StatusRuntimeException: CANCELLED: call already cancelled.")
+    spark = RuntimeError("\n".join([reason, "\tat io.grpc.Status.asRuntimeException(Status.java:524)",
+                                     "\tat org.apache.spark.rdd.RDD.iterator(RDD.scala:331)", "\t... 3 more", "",
+                                     "Driver stacktrace:"]))
+    assert last_line(spark) == reason
+    python = RuntimeError("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+                          "ValueError: bad [while running 'Step']")
+    assert last_line(python) == "ValueError: bad [while running 'Step']"
 
 
 @pytest.mark.unit
@@ -498,6 +517,47 @@ def test_the_job_endpoint_is_checked_only_for_runners_that_submit_to_it(runner, 
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("flags", [("--runner=FlinkRunner", "--flink_master=127.0.0.1:{port}"),
+                                   ("--runner=FlinkRunner", "--flink_master=http://127.0.0.1:{port}"),
+                                   ("--runner=SparkRunner", "--spark_master_url=spark://127.0.0.1:{port}")])
+def test_a_cluster_master_nobody_answers_at_is_a_usage_error(flags):
+    """Beam's FlinkRunner and SparkRunner without --job_endpoint start their job server, which
+    submits to the master: a wrong master failed a minute later with a traceback ending in
+    `java.net.ConnectException: Connection refused`. With a job endpoint, the master is the job
+    server's business."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.errors import UsageError
+    from pipeline.run import check_runner_options
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        given = [flag.format(port=closed.getsockname()[1]) for flag in flags]
+        with pytest.raises(UsageError, match=f"^{re.escape(given[1])}: cannot connect"):
+            check_runner_options(PipelineOptions(given))
+        with socket.create_server(("127.0.0.1", 0)) as listening:
+            check_runner_options(PipelineOptions([flags[0], flags[1].format(port=listening.getsockname()[1])]))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("flags, error", [
+    (("--environment_type=EXTERNAL",), "--environment_type=EXTERNAL: Option external_service_address is required"),
+    (("--config=flink", "--environment_type=LOOPBACK"),
+     "--environment_type=LOOPBACK: Option environment_config is not compatible")])
+def test_environment_options_beam_refuses_are_a_usage_error(flags, error):
+    """EXTERNAL without a worker pool's address, or configs/flink.yaml switched to LOOPBACK (its
+    environment_config kept): Beam refused them only once the output was locked, with a
+    traceback and exit 1."""
+    from pipeline.errors import UsageError
+    from pipeline.options import parse_arguments
+    from pipeline.run import check_environment_options
+
+    options = parse_arguments(["--runner=PortableRunner", "--input=x", "--output=y", *flags]).options
+    with pytest.raises(UsageError, match=f"^{re.escape(error)}"):
+        check_environment_options(options)
+
+
+@pytest.mark.unit
 def test_a_job_endpoint_that_accepts_but_speaks_no_grpc_is_a_usage_error(monkeypatch):
     """--job_endpoint at an HTTP port (Flink's web UI, 8081, for the job server's 8099): the
     connect succeeded, and Beam then waited --job_server_timeout (5 minutes) for gRPC and failed
@@ -532,3 +592,39 @@ def test_a_job_endpoint_that_is_no_beam_job_service_is_named_by_its_status(tmp_p
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.splitlines()[-1].endswith("StatusCode.UNIMPLEMENTED: Method not found!"), done.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_job_service_that_dies_mid_run_is_one_line(tmp_path, forking_pool_services):
+    """The job service killed while the job converts (a Flink or Spark job server that crashed or
+    was restarted): one line and exit 1, not gRPC's UNAVAILABLE as two tracebacks (Beam's thread
+    reading the job's messages, then the run) ending in `_MultiThreadedRendezvous: ...`."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.helpers import make_tree, subprocess_env
+    from tests.portable import JOB_SERVICE_MODULE, free_port, start_service, stop_service
+
+    make_tree(tmp_path / "in", {"a": 150, "b": 150}, size=(256, 256))
+    output = tmp_path / "out"
+    port = free_port()  # a job service of its own, for the module's to stay up
+    service = start_service("doomed_job_service", JOB_SERVICE_MODULE, [f"--port={port}"], port, tmp_path / "logs",
+                            subprocess_env(), 60)
+    flags = ["--runner=PortableRunner", f"--job_endpoint=localhost:{port}", "--environment_type=EXTERNAL",
+             f"--environment_config={forking_pool_services.worker_pool_endpoint}"]
+    driver = subprocess.Popen([sys.executable, "-m", "pipeline.run", *flags, f"--input={tmp_path / 'in'}",
+                               f"--output={output}"], cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        while not any(output.glob(".imgrec-staging/run-*/progress/*")) and driver.poll() is None:
+            time.sleep(0.05)  # the job converts
+        os.killpg(service.process.pid, signal.SIGKILL)
+        _, err = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+        stop_service(service)
+    assert driver.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith(
+        "imgrec: error: the run failed: the job service stopped answering ("), err[-3000:]
+    assert not (output / "metadata.json").exists()

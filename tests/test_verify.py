@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from pipeline.read import verify
-from tests.helpers import REPO, written_datasets
+from tests.helpers import REPO, subprocess_env, written_datasets
 
 pytestmark = pytest.mark.e2e
 
@@ -351,6 +351,21 @@ def test_a_dataset_tensorflow_cannot_read_is_refused_in_one_line(capsys):
     code, _ = run_verify("s3://bucket/ds", "--out=s3://bucket/pngs")
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("imgrec: error: --out=s3://bucket/pngs: "), err
+
+
+def test_a_gs_dataset_tensorflow_cannot_reach_is_refused_in_one_line(tmp_path):
+    """gs:// through TensorFlow's GCS filesystem, which cannot connect (here: its proxy refuses,
+    with one try, and a token so that no credentials are looked for): one line and exit 2, not a
+    FailedPreconditionError's traceback; so for such an --out."""
+    env = {key: value for key, value in subprocess_env().items() if key.lower() != "no_proxy"}
+    env.update({"https_proxy": "http://127.0.0.1:1", "HTTPS_PROXY": "http://127.0.0.1:1",
+                "GCS_RETRY_CONFIG_MAX_RETRIES": "0", "GOOGLE_AUTH_TOKEN_FOR_TESTING": "token"})
+    for flags, start in (([], "imgrec: error: gs://imgrec-nowhere/ds: TensorFlow cannot read it ("),
+                         (["--out=gs://imgrec-nowhere/pngs"], "imgrec: error: --out=gs://imgrec-nowhere/pngs: ")):
+        done = subprocess.run([sys.executable, "-m", "pipeline.cli", "verify", "gs://imgrec-nowhere/ds", *flags],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        err = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(err) == 1 and err[0].startswith(start), done.stderr
 
 
 def test_label_map_ids_must_be_distinct_but_not_contiguous():

@@ -396,9 +396,10 @@ def store_fault(exc: BaseException) -> Optional[str]:
         if status in _REFUSED_STATUSES:
             return f"access refused ({status}): {_first_line(text)}"
         if name in ("EndpointConnectionError", "ConnectionError", "ConnectTimeoutError", "NewConnectionError",
-                    "ConnectionRefusedError", "DefaultCredentialsError", "RefreshError", "NoCredentialsError",
-                    "TransportError", "NameResolutionError"):
+                    "ConnectionRefusedError", "TransportError", "NameResolutionError"):
             return f"cannot connect ({name}): {_first_line(text)}"
+        if name in ("DefaultCredentialsError", "RefreshError", "NoCredentialsError"):
+            return f"no usable credentials ({name}): {_first_line(text)}"
     return None
 
 

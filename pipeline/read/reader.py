@@ -60,7 +60,7 @@ class NotAnImgrecDataset(FileNotFoundError):
 
 class UnsupportedDataset(ValueError):
     """metadata.json describes something this reader cannot parse (other format version, bad JSON,
-    unknown dtype), or TensorFlow has no filesystem for the dataset's path (s3://)."""
+    unknown dtype), or TensorFlow has no filesystem for the dataset's path (s3://) or cannot reach it."""
 
 
 class DatasetChanged(RuntimeError):
@@ -154,6 +154,8 @@ def read_metadata(output_dir: str) -> DatasetMetadata:
     except tf.errors.UnimplementedError as exc:  # s3://: not in TensorFlow since 2.6
         raise UnsupportedDataset(f"{output_dir}: TensorFlow cannot read it ({exc.message}); copy the dataset to a "
                                  "local disk or gs:// to read it") from None
+    except tf.errors.OpError as exc:  # gs:// with no network or refused credentials (TensorFlow's retries spent)
+        raise UnsupportedDataset(f"{output_dir}: TensorFlow cannot read it ({exc.message.splitlines()[0]})") from None
     if not found:
         if not tf.io.gfile.exists(output_dir):
             raise NotAnImgrecDataset(f"{output_dir}: no such folder")

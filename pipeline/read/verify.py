@@ -581,8 +581,8 @@ def check_out_dir(out_dir: Optional[str]) -> None:
         while path and not tf.io.gfile.exists(path):
             parent = posixpath.dirname(path)
             path = "" if parent == path else parent
-    except tf.errors.UnimplementedError as exc:  # s3://: not in TensorFlow since 2.6
-        raise UsageError(f"--out={out_dir}: TensorFlow cannot write there ({exc.message})") from None
+    except tf.errors.OpError as exc:  # s3://: not in TensorFlow since 2.6; gs:// it cannot reach
+        raise UsageError(f"--out={out_dir}: TensorFlow cannot write there ({exc.message.splitlines()[0]})") from None
     if path and not tf.io.gfile.isdir(path):
         raise UsageError(f"--out={out_dir}: {path} is a file, not a folder for the PNGs")
 

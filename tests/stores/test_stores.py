@@ -219,6 +219,33 @@ def test_an_endpoint_nobody_answers_at_is_one_line_and_exit_2(store, monkeypatch
     assert f"--input={store.url('in')}: cannot connect" in error_line(run)
 
 
+@pytest.mark.e2e
+def test_credentials_that_may_read_but_not_write_the_output_are_one_line_and_exit_2(small_input, tmp_path,
+                                                                                    monkeypatch):
+    """Credentials refused the output's writes (its bucket readable): the lock's write is refused
+    before any work, a usage error naming the output as for a missing bucket, not "the run
+    failed: the object store cannot be used" and exit 1."""
+    import boto3
+
+    monkeypatch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "5")  # moto checks IAM once the 5 requests below are made
+    with servers.moto_server(tmp_path / "moto.log") as endpoint:
+        admin = {"endpoint_url": endpoint, **servers.S3_KEYS}
+        boto3.client("s3", **admin).create_bucket(Bucket="read-only")
+        iam = boto3.client("iam", **admin)
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+                                                         {"Effect": "Deny", "Action": "s3:PutObject", "Resource": "*"}]}
+        arn = iam.create_policy(PolicyName="read-only", PolicyDocument=json.dumps(policy))["Policy"]["Arn"]
+        iam.attach_user_policy(UserName="reader", PolicyArn=arn)
+        run = run_imgrec(small_input, "s3://read-only/out", *CONFIG, f"--s3_endpoint_url={endpoint}",
+                         f"--s3_access_key_id={key['AccessKeyId']}", f"--s3_secret_access_key={key['SecretAccessKey']}",
+                         f"--s3_region_name={servers.S3_KEYS['region_name']}")
+    assert run.returncode == 2, run.brief()
+    assert error_line(run).startswith("imgrec: error: cannot write into the output folder s3://read-only/out: "
+                                      "AccessDenied"), run.brief()
+
+
 # ------------------------------------------------------------------------------------------
 # The lock, through pipeline/output/lock.py itself
 

@@ -100,6 +100,7 @@ class PartOutcome:
     index: tuple[IndexEntry, ...]
     reused: int
     converted_by: str  # host:pid of the process that converted it
+    written_in: str = ""  # the run_dir of the run that converted it ("": a part from before this was stored)
     resumed: int = 0  # records of a part an earlier run finished, taken as they are (not stored)
 
     def to_json(self) -> str:
@@ -319,7 +320,9 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
     if found is not None and not any(r.about_the_file_then for r in found.rejections):
         # Records do not hold their split, so the part is the same under renamed splits.
         rejections = tuple(dataclasses.replace(r, split=split) for r in found.rejections)
-        return dataclasses.replace(found, rejections=rejections, resumed=found.records)
+        # This run's own part (a task run again, as Spark does for a lost worker's) is not resumed.
+        resumed = 0 if found.written_in == settings.run_dir else found.records
+        return dataclasses.replace(found, rejections=rejections, resumed=resumed)
     records_path = part_file(settings, task.digest, "records")
     temporary = f"{records_path}.tmp-{uuid.uuid4().hex}"  # a killed attempt's: removed with the staging
     label_counts: collections.Counter[str] = collections.Counter()
@@ -356,7 +359,8 @@ def convert_part(task: PartTask, settings: WriterSettings, refused: Optional[dic
     files.rename(temporary, records_path)
     num_bytes = offset - len(index) * tfrecord.framed_length(0)  # the records' own bytes, without framing
     outcome = PartOutcome(task.digest, len(index), num_bytes, tuple(sorted(label_counts.items())),
-                          tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}")
+                          tuple(rejections), tuple(index), reused, f"{socket.gethostname()}:{os.getpid()}",
+                          settings.run_dir)
     files.write_atomically(part_file(settings, task.digest, "json"), outcome.to_json().encode("utf-8"))
     return outcome
 
