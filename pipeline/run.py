@@ -145,11 +145,7 @@ def check_runner_options(options) -> None:
     endpoint = options.view_as(PortableOptions).job_endpoint
     host, _, port = (endpoint or "").rpartition(":")
     if host and port.isdigit() and runner.rsplit(".", 1)[-1] in JOB_SERVICE_RUNNERS:
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
-        except OSError as exc:
-            raise UsageError(f"--job_endpoint={endpoint}: cannot connect ({exc.strerror or exc}); is the job "
-                             "service running there?") from None
+        check_connects("job_endpoint", endpoint, host, int(port), "the job service")
         with grpc.insecure_channel(endpoint) as channel:  # an HTTP port (Flink's web UI) accepts, but Beam waits
             ready = grpc.channel_ready_future(channel)
             try:
@@ -178,13 +174,16 @@ def check_cluster_master(options, runner: str) -> None:
     else:
         return
     host, _, port = (master or "").split("://", 1)[-1].split("/", 1)[0].rpartition(":")
-    if not (host and port.isdigit()):  # [auto], local[4]: a cluster Beam starts in the job server
-        return
+    if host and port.isdigit():  # not [auto] or local[4]: a cluster Beam starts in the job server
+        check_connects(flag, master, host, int(port), "the cluster's master")
+
+
+def check_connects(flag: str, value: str, host: str, port: int, what: str) -> None:
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
+        socket.create_connection((host.strip("[]"), port), timeout=JOB_SERVICE_CONNECT_TIMEOUT).close()
     except OSError as exc:
-        raise UsageError(f"--{flag}={master}: cannot connect ({exc.strerror or exc}); is the cluster's master "
-                         "running there?") from None
+        raise UsageError(f"--{flag}={value}: cannot connect ({exc.strerror or exc}); is {what} running there?"
+                         ) from None
 
 
 def check_environment_options(options) -> None:
