@@ -80,6 +80,7 @@ from transforms.write.parts import WriterSettings, record_digest
 
 _LOG = logging.getLogger("imgrec")
 JOB_SERVICE_CONNECT_TIMEOUT = 10.0  # s
+CANCEL_WAIT_SECONDS = 30.0  # for a job cancelled after a signal to stop
 PUBLISHED_BEFORE_SIGNAL = "imgrec: a signal came as this run finished; its dataset was published and is complete"
 # Runners whose translation loses data imgrec relies on: refused up front.
 UNSUPPORTED_RUNNERS = {
@@ -542,9 +543,14 @@ def _check_verdict(this_run: str) -> None:
 
 
 def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult:
+    result = None
     try:
         result = pipeline.run()
         result.wait_until_finish()
+    except KeyboardInterrupt:  # a signal (pipeline/interrupts.py)
+        if result is not None:
+            _cancel(result)
+        raise
     except Exception as exc:  # a refusal fails the job on Dataflow: its reason, not Beam's error, is what the run says
         _check_verdict(this_run)
         if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE:  # a setup fault, not a bug
@@ -556,6 +562,18 @@ def _run_to_completion(pipeline: beam.Pipeline, this_run: str) -> PipelineResult
     if result.state != PipelineState.DONE:
         raise RunFailed(f"the pipeline ended in state {result.state}; nothing was published")
     return result
+
+
+def _cancel(result: PipelineResult) -> None:
+    """Stops a job that runs on without this process (on a job server, on Dataflow), as a signal
+    promises: its publish would be refused once the lock is released, and its workers would write
+    the staging folder back after this process removed it. Waits a while for the job to stop,
+    so that none of its workers still moves files while the staging folder is cleared."""
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    with contextlib.suppress(Exception):  # best effort: the job service may be gone too
+        result.cancel()
+        while not PipelineState.is_terminal(result.state) and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 def read_published(output: str, run_id: str) -> DatasetMetadata:

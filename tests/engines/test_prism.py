@@ -14,6 +14,9 @@ Prism, the worker pool and the pipeline share a network namespace that has only 
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from tests.engines.conftest import (
@@ -34,7 +37,7 @@ from tests.engines.engines import (
     prism_engine,
     run_imgrec,
 )
-from tests.helpers import REPO, SAMPLE
+from tests.helpers import REPO, SAMPLE, make_tree
 from tests.portable import live_group_members, subprocess_env
 
 ENVIRONMENTS = ("loopback", "external", "direct")
@@ -146,6 +149,36 @@ def test_sigterm_on_prism_tells_what_the_output_holds(prism, tmp_path, moment):
         assert run.returncode == 130, run.tail()
         assert run.tail(1) == "imgrec: error: interrupted; nothing was published", run.tail()
         assert not (out / "metadata.json").exists()
+
+
+# The jobs a Beam job service knows, with their states: `python -c` inside the tests' namespace.
+JOB_STATES = """
+import sys, grpc
+from apache_beam.portability.api import beam_job_api_pb2 as api, beam_job_api_pb2_grpc as api_grpc
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    for job in api_grpc.JobServiceStub(channel).GetJobs(api.GetJobsRequest(), timeout=10).job_info:
+        print(job.job_id, api.JobState.Enum.Name(job.state))
+"""
+
+
+@pytest.mark.engines
+def test_sigterm_cancels_the_job_on_a_job_server(prism, tmp_path):
+    """SIGTERM to a run on a job server (here Prism's; Flink's and Spark's alike): the job is
+    cancelled. It ran on after the driver had exited 130 and removed the staging folder, wrote
+    the folder back, and ended with its publish refused."""
+    def job_states() -> dict[str, str]:
+        listed = subprocess.run(prism.netns.wrap([sys.executable, "-c", JOB_STATES, prism.job_endpoint]), cwd=REPO,
+                                env=subprocess_env(), capture_output=True, text=True, timeout=60, check=True)
+        return dict(line.split() for line in listed.stdout.splitlines())
+
+    make_tree(tmp_path / "in", {"a": 150, "b": 150}, size=(256, 256))
+    out, before = tmp_path / "out", job_states()
+    run = run_imgrec(imgrec_flags(tmp_path / "in", out, prism.runner_flags("external")), tmp_path / "imgrec.log",
+                     prism.netns, terminate_when=lambda: any(out.glob(".imgrec-staging/run-*/progress/*")),
+                     timeout=300)
+    assert run.returncode == 130 and run.tail(1) == "imgrec: error: interrupted; nothing was published", run.tail()
+    assert [state for job, state in job_states().items() if job not in before] == ["CANCELLED"]
+    assert not list(out.glob(".imgrec-staging/run-*/**/*.tfrecord*"))
 
 
 @pytest.mark.engines
