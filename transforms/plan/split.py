@@ -75,8 +75,8 @@ def record_bytes_estimate(image: ImageSpec, width: int, height: int) -> int:
     """What one record of a `width x height` stored image is expected to take, to pick a shard
     count: its pixels at the output size (its own under resize_mode none: COCO's and VOC's
     default), compressed as a photo typically is."""
-    pixels = width * height if image.resize_mode == "none" else image.height * image.width
-    return int(pixels * image.pixel_bytes * _ENCODED_FRACTION[image.encoding]) + _RECORD_OVERHEAD_BYTES
+    pixel_bytes = image.output_bytes if image.resizes else width * height * image.pixel_bytes
+    return int(pixel_bytes * _ENCODED_FRACTION[image.encoding]) + _RECORD_OVERHEAD_BYTES
 
 
 def num_shards_for(num_examples: int, estimated_bytes: int, output: OutputSpec) -> int:
