@@ -145,7 +145,8 @@ def check_runner_options(options) -> None:
         raise UsageError("--direct_num_workers must be 0 (one per core) or more")
     endpoint = options.view_as(PortableOptions).job_endpoint
     host, _, port = (endpoint or "").rpartition(":")
-    if host and port.isdigit() and runner.rsplit(".", 1)[-1] in JOB_SERVICE_RUNNERS:
+    runner_class = runner.rsplit(".", 1)[-1]  # a dotted --runner names Beam's class too
+    if host and port.isdigit() and runner_class in JOB_SERVICE_RUNNERS:
         check_connects("job_endpoint", endpoint, host, int(port), "the job service")
         with grpc.insecure_channel(endpoint) as channel:  # an HTTP port (Flink's web UI) accepts, but Beam waits
             ready = grpc.channel_ready_future(channel)
@@ -156,9 +157,9 @@ def check_runner_options(options) -> None:
                 raise UsageError(f"--job_endpoint={endpoint}: no gRPC service answered in "
                                  f"{JOB_SERVICE_CONNECT_TIMEOUT:.0f} s; is that the job service's port?") from None
     if not endpoint:
-        check_cluster_master(options, runner.rsplit(".", 1)[-1])
+        check_cluster_master(options, runner_class)
     if runner not in DIRECT_RUNNERS:  # Beam's stager packages it for the others
-        check_setup_file(options)
+        check_local_files(options)
         check_environment_options(options)
     if runner == "DataflowRunner":
         check_dataflow_options(options)
@@ -201,7 +202,7 @@ def check_environment_options(options) -> None:
                          "is the address of an EXTERNAL worker pool; docs/runners.md)")
 
 
-def check_setup_file(options) -> None:
+def check_local_files(options) -> None:
     """A --setup_file (or --requirements_file, --extra_package, --flink/spark_job_server_jar) that is
     not there, which Beam would refuse only once the output is locked, with a traceback (the
     imagenet config's ./setup.py is relative to the folder the command runs in: imgrec's clone)."""
@@ -338,6 +339,10 @@ def _remove_if_empty(folders: Sequence[str]) -> None:
             files.delete([folder])
 
 
+# A Java runner's stack frames, and Spark's "Driver stacktrace:" line after them.
+_JAVA_STACK = re.compile(r"\s+at \S|\s*\.\.\. \d+ more$|Driver stacktrace:$")
+
+
 def last_line(exc: BaseException) -> str:
     """The innermost message of an error Beam wrapped (its last line); for a gRPC error (a job
     endpoint that is not a Beam job service, say) its status and details, which its text ends
@@ -349,9 +354,6 @@ def last_line(exc: BaseException) -> str:
     # "Driver stacktrace:" line: neither says why.
     lines = [line for line in str(exc).strip().splitlines() if line.strip() and not _JAVA_STACK.match(line)]
     return (lines or [""])[-1]
-
-
-_JAVA_STACK = re.compile(r"\s+at \S|\s*\.\.\. \d+ more$|Driver stacktrace:$")
 
 
 def out_of_space(exc: BaseException) -> bool:
