@@ -311,14 +311,10 @@ def annotated_images(path: str, images_root: Optional[str] = None, with_masks: b
         for image_id, listing in keyed:
             by_id[image_id].append(listing)
     names = {category_id: name for name, category_id in label_map.items()}
-    images = []
-    for image_id in sorted(by_id.keys() | annotations.keys()):
-        image, refused = image_of_id(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
-        rejections += refused
-        if image is not None:
-            images.append(image)
-    return label_map, images, rejections
-
+    found = [image_of_id(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
+             for image_id in sorted(by_id.keys() | annotations.keys())]
+    rejections += [rejection for _, refused in found for rejection in refused]
+    return label_map, [image for image, _ in found if image is not None], rejections
 
 
 COCO_KEYS = ("info", "licenses", "images", "annotations", "categories", "type")  # "type": older exports
