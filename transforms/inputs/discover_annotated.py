@@ -18,7 +18,6 @@ import posixpath
 from typing import Iterable, Mapping, Optional
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from transforms import files
 from transforms.batches import BATCH
@@ -110,14 +109,12 @@ def _tagged(rejections: Iterable[Rejection]):
 
 def voc_files(root: str) -> list[str]:
     """The files in the folder's `Annotations/` and below, in name order (the root taken
-    literally): each an input, converted or skipped (`parse_voc_file`)."""
-    if files.local_path(root) is None:  # listed through imgrec's S3 client: a store gone away fails at once
-        from transforms import object_stores
+    literally): each an input, converted or skipped (`parse_voc_file`). On a store through
+    imgrec's S3 client, so a store gone away fails at once; locally through Beam's match."""
+    from transforms import object_stores
 
-        folder = posixpath.join(root, ANNOTATIONS) + "/"
-        return sorted(path for path in object_stores.objects_under(folder) if not path.endswith("/"))
-    pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "**")
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    folder = posixpath.join(root, ANNOTATIONS)
+    return sorted(path for path in object_stores.objects_under(folder) if not path.endswith("/"))
 
 
 def parse_voc_file(xml_path: str):
