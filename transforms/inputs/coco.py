@@ -262,10 +262,9 @@ def file_listings(listings: Iterable[CocoImage]) -> tuple[list[tuple[int, tuple[
     """One file's listings → (image id, ("image", listing)), or ("refused", listing) for each
     listing of a file listed twice, and their rejections."""
     listings = list(listings)
-    image, refused = one_listing_per_file(listings)
-    if image is not None:
-        return [(image.id, ("image", image))], ()
-    return [(listing.id, ("refused", listing)) for listing in listings], refused
+    _, refused = one_listing_per_file(listings)
+    kind = "refused" if refused else "image"
+    return [(listing.id, (kind, listing)) for listing in listings], refused
 
 
 def image_of_id(listings: Iterable[tuple[str, CocoImage]], annotations: Iterable[CocoAnnotation],
@@ -282,10 +281,9 @@ def image_of_id(listings: Iterable[tuple[str, CocoImage]], annotations: Iterable
     if not images:
         return None, (*dropped, *orphans(annotations, MissingImage,
                                          "which the file does not list in a usable images entry"))
-    if len(images) > 1:
-        _, refused = one_listing_per_file(images)
+    image, refused = one_listing_per_file(images)
+    if image is None:
         return None, (*dropped, *refused, *orphans(annotations, ImageListedTwice, "which is listed twice"))
-    (image,) = images
 
     def labelled(obj: ObjectAnnotation) -> Optional[ObjectAnnotation]:
         return dataclasses.replace(obj, text=names[obj.label]) if obj.label in names else None
@@ -313,14 +311,10 @@ def annotated_images(path: str, images_root: Optional[str] = None, with_masks: b
         for image_id, listing in keyed:
             by_id[image_id].append(listing)
     names = {category_id: name for name, category_id in label_map.items()}
-    images = []
-    for image_id in sorted(by_id.keys() | annotations.keys()):
-        image, refused = image_of_id(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
-        rejections += refused
-        if image is not None:
-            images.append(image)
-    return label_map, images, rejections
-
+    found = [image_of_id(by_id.get(image_id, ()), annotations.get(image_id, ()), names, keep_empty)
+             for image_id in sorted(by_id.keys() | annotations.keys())]
+    rejections += [rejection for _, refused in found for rejection in refused]
+    return label_map, [image for image, _ in found if image is not None], rejections
 
 
 COCO_KEYS = ("info", "licenses", "images", "annotations", "categories", "type")  # "type": older exports

@@ -18,7 +18,6 @@ import posixpath
 from typing import Iterable, Mapping, Optional
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from transforms import files
 from transforms.batches import BATCH
@@ -110,14 +109,12 @@ def _tagged(rejections: Iterable[Rejection]):
 
 def voc_files(root: str) -> list[str]:
     """The files in the folder's `Annotations/` and below, in name order (the root taken
-    literally): each an input, converted or skipped (`parse_voc_file`)."""
-    if files.local_path(root) is None:  # listed through imgrec's S3 client: a store gone away fails at once
-        from transforms import object_stores
+    literally): each an input, converted or skipped (`parse_voc_file`). On a store through
+    imgrec's S3 client, so a store gone away fails at once; locally through Beam's match."""
+    from transforms import object_stores
 
-        folder = posixpath.join(root, ANNOTATIONS) + "/"
-        return sorted(path for path in object_stores.objects_under(folder) if not path.endswith("/"))
-    pattern = posixpath.join(files.as_pattern(root), ANNOTATIONS, "**")
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    folder = posixpath.join(root, ANNOTATIONS)
+    return sorted(path for path in object_stores.objects_under(folder) if not path.endswith("/"))
 
 
 def parse_voc_file(xml_path: str):
@@ -134,23 +131,20 @@ def parse_voc_file(xml_path: str):
     try:
         image, names, malformed = parse_voc(files.read_input(xml_path, MAX_XML_BYTES), xml_path)
     except InputRejected as exc:  # not VOC, too large, unreadable: the image it names is refused
-        yield beam.pvalue.TaggedOutput(REJECTED, Rejection.from_exception(
-            voc_image_path(xml_path, f"{stem}.jpg"), AnnotationFileProblem(f"{xml_path}: {exc}")))
+        yield reject(voc_image_path(xml_path, f"{stem}.jpg"), AnnotationFileProblem(f"{xml_path}: {exc}"))
         return
     yield image, names
     yield from _tagged(malformed)
 
 
-def one_xml_per_image(element: tuple[str, Iterable[tuple[AnnotatedImage, list[str]]]]):
-    """One image file's parsed XML files → the one, or the rejections of them all."""
+def voc_image(element: tuple[str, Iterable[tuple[AnnotatedImage, list[str]]]], label_map: dict[str, int],
+              keep_empty: bool):
+    """One image file's parsed XML files → the one, labelled (`labelled_voc_image`), or the
+    rejections of them all."""
     kept, rejections = one_annotation_file_per_image(list(element[1]))
     yield from _tagged(rejections)
     if kept is not None:
-        yield kept
-
-
-def voc_image(parsed: tuple[AnnotatedImage, list[str]], label_map: dict[str, int], keep_empty: bool):
-    yield from _found(*labelled_voc_image(parsed[0], label_map, keep_empty))
+        yield from _found(*labelled_voc_image(kept[0], label_map, keep_empty))
 
 
 @beam.ptransform_fn
@@ -183,13 +177,12 @@ def DiscoverAnnotated(pbegin: beam.pvalue.PBegin, spec: InputSpec, with_masks: b
                      | "ClassNames" >> beam.Map(lambda found: found[1])
                      | "DistinctNames" >> beam.CombineGlobally(distinct)
                      | "VocLabelMap" >> beam.Map(voc_label_map, spec.class_names))
-        listed = (parsed.parsed
-                  | "ByImageFile" >> beam.Map(lambda found: (found[0].path, found))
-                  | "ImageFiles" >> beam.GroupByKey()
-                  | "OneXmlPerImage" >> beam.FlatMap(one_xml_per_image).with_outputs(REJECTED, main="parsed"))
-        found = listed.parsed | "Images" >> beam.FlatMap(
-            voc_image, beam.pvalue.AsSingleton(label_map), keep_empty).with_outputs(REJECTED, main="candidates")
-        rejected = (parsed[REJECTED], listed[REJECTED], found[REJECTED]) | "VocRejections" >> beam.Flatten()
+        found = (parsed.parsed
+                 | "ByImageFile" >> beam.Map(lambda found: (found[0].path, found))
+                 | "ImageFiles" >> beam.GroupByKey()
+                 | "Images" >> beam.FlatMap(voc_image, beam.pvalue.AsSingleton(label_map), keep_empty)
+                 .with_outputs(REJECTED, main="candidates"))
+        rejected = (parsed[REJECTED], found[REJECTED]) | "VocRejections" >> beam.Flatten()
     candidates = (found.candidates
                   | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=BATCH)
                   | "AsBatches" >> beam.Map(Batch))

@@ -33,7 +33,7 @@ from transforms.inputs.manifests import resolve_path
 from transforms.rejections import Rejection
 
 ANNOTATIONS, IMAGES = "Annotations", "JPEGImages"
-MAX_XML_BYTES = 16 * 2**20  # a VOC file with hundreds of objects is tens of kB
+MAX_XML_BYTES = 16 * 2**20  # read at most (discover_annotated): a VOC file with hundreds of objects is tens of kB
 
 
 def voc_label_map(names: Iterable[str], class_names: Optional[Sequence[str]] = None) -> dict[str, int]:
@@ -80,8 +80,6 @@ def parse_voc(data: bytes, xml_path: str) -> tuple[AnnotatedImage, list[str], tu
     names it uses, and the rows of its malformed objects (dropped, as a malformed COCO entry is,
     so the image's other objects go on and are counted). A file that is not VOC raises
     AnnotationFileProblem."""
-    if len(data) > MAX_XML_BYTES:
-        raise AnnotationFileProblem(f"{len(data)} bytes, more than a VOC annotation's {MAX_XML_BYTES}")
     try:
         root = defusedxml.ElementTree.fromstring(data, forbid_dtd=True)
     except (defusedxml.ElementTree.ParseError, defusedxml.DefusedXmlException) as exc:  # its own ParseError class
