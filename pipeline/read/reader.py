@@ -402,8 +402,6 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
     normalize = _check_normalize(normalize, layout, mean, std)
     if batch_size is not None and batch_size <= 0:
         raise ValueError(f"batch_size must be positive or None; got {batch_size}")
-    if lengths is not None and len(lengths) != len(files):
-        raise ValueError(f"{len(files)} files but {len(lengths)} lengths")
     compression_type = tf_compression_type(compression or "none")
     counts = tf.constant(list(lengths) if lengths is not None else [-1] * len(files), dtype=tf.int64)
     shards = tf.data.Dataset.from_tensor_slices((tf.constant(list(files), dtype=tf.string), counts))
