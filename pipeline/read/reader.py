@@ -93,12 +93,6 @@ class RecordLayout:
     mask_key: Optional[str] = None
 
     @property
-    def ragged(self) -> bool:
-        """Whether examples differ in shape (objects or labels per image, image sizes), so batches
-        are ragged."""
-        return self.label_lists or None in self.shape
-
-    @property
     def label_lists(self) -> bool:
         """Whether a record holds a list of labels: a detection record's objects, a multi-label image's."""
         return isinstance(self.parse_spec[self.label_key], tf.io.VarLenFeature)
@@ -428,7 +422,8 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
         return image, label
     dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     if batch_size is not None:  # ragged: per-object lists and per-record image sizes, as KerasCV batches them
-        dataset = (dataset.ragged_batch if layout.ragged else dataset.batch)(batch_size, drop_remainder=drop_remainder)
+        ragged = layout.label_lists or None in layout.shape
+        dataset = (dataset.ragged_batch if ragged else dataset.batch)(batch_size, drop_remainder=drop_remainder)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
