@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 from typing import Iterable, Sequence
 
@@ -41,10 +42,7 @@ class Gathered:
     dead_letter_runs: list = dataclasses.field(default_factory=list)  # paths of sorted run files
     shards: list = dataclasses.field(default_factory=list)  # ShardResult
     planned_counts: dict = dataclasses.field(default_factory=dict)
-    duplicate_groups: int = 0
-    extra_copies: int = 0
-    label_conflicts: int = 0  # duplicate groups whose copies carry different labels
-    duplicate_examples: list = dataclasses.field(default_factory=list)  # `example`s, smallest hashes
+    duplicates: DuplicateSummary = DuplicateSummary()  # `dropped` is the run's setting, set by `totals`
     label_map: dict = dataclasses.field(default_factory=dict)
     fingerprint: str = ""
     # Objects and annotation entries dropped (stage "object"), by error class: apart from the inputs.
@@ -66,10 +64,9 @@ class Gathered:
         elif kind == PLANNED:
             self.planned_counts.update(value)
         elif kind == DUPLICATE:
-            self.duplicate_groups += 1
-            self.extra_copies += len(value.paths) - 1
-            self.label_conflicts += len(set(value.labels)) > 1
-            self._keep_examples([example(value)])
+            conflicts = int(len(set(value.labels)) > 1)  # its copies carry different labels
+            self.duplicates = _merged(self.duplicates, DuplicateSummary(1, len(value.paths) - 1, False,
+                                                                        (example(value),), conflicts))
         elif kind == LABEL_MAP:
             self.label_map.update(value)
         elif kind == FINGERPRINT:
@@ -77,11 +74,7 @@ class Gathered:
         else:
             raise ValueError(f"unknown fact {kind!r}")
 
-    def _keep_examples(self, examples: Iterable[dict]) -> None:
-        merged = sorted([*self.duplicate_examples, *examples], key=lambda e: e["sha256"])
-        self.duplicate_examples = merged[:DUPLICATE_EXAMPLES]
-
-    def merge(self, other: "Gathered") -> None:
+    def merge(self, other: "Gathered") -> "Gathered":
         self.num_inputs += other.num_inputs
         self.rejections.update(other.rejections)
         self.objects_dropped.update(other.objects_dropped)
@@ -89,23 +82,25 @@ class Gathered:
         self.dead_letter_runs.extend(other.dead_letter_runs)
         self.shards.extend(other.shards)
         self.planned_counts.update(other.planned_counts)
-        self.duplicate_groups += other.duplicate_groups
-        self.extra_copies += other.extra_copies
-        self.label_conflicts += other.label_conflicts
-        self._keep_examples(other.duplicate_examples)
+        self.duplicates = _merged(self.duplicates, other.duplicates)
         self.label_map.update(other.label_map)
         self.fingerprint = self.fingerprint or other.fingerprint
-
-    def duplicates(self, dropped: bool) -> DuplicateSummary:
-        return DuplicateSummary(self.duplicate_groups, self.extra_copies, dropped, tuple(self.duplicate_examples),
-                                self.label_conflicts)
+        return self
 
     def totals(self, dropped_duplicates: bool, error_files: Sequence[str]) -> RunTotals:
         return RunTotals(label_map=self.label_map, shards=tuple(self.shards), planned_counts=self.planned_counts,
                          rejection_counts=tuple(self.rejections.items()), num_inputs=self.num_inputs,
-                         duplicates=self.duplicates(dropped_duplicates), error_files=tuple(error_files),
+                         duplicates=dataclasses.replace(self.duplicates, dropped=dropped_duplicates),
+                         error_files=tuple(error_files),
                          fingerprint=recorded_fingerprint(self.fingerprint, self.retries),
                          objects_dropped=dict(self.objects_dropped))
+
+
+def _merged(one: DuplicateSummary, other: DuplicateSummary) -> DuplicateSummary:
+    """Both counts; of the examples, the `DUPLICATE_EXAMPLES` with the smallest hashes."""
+    examples = sorted([*one.examples, *other.examples], key=lambda e: e["sha256"])[:DUPLICATE_EXAMPLES]
+    return DuplicateSummary(one.groups + other.groups, one.extra_copies + other.extra_copies, False,
+                            tuple(examples), one.label_conflicts + other.label_conflicts)
 
 
 def example(group: DuplicateGroup) -> dict:
@@ -132,10 +127,7 @@ class TotalsFn(beam.CombineFn):
         return accumulator
 
     def merge_accumulators(self, accumulators: Iterable[Gathered]) -> Gathered:
-        merged, *others = accumulators
-        for other in others:
-            merged.merge(other)
-        return merged
+        return functools.reduce(Gathered.merge, accumulators)
 
     def extract_output(self, accumulator: Gathered) -> Gathered:
         return accumulator

@@ -556,9 +556,9 @@ def test_gather_totals_of_nothing():
 
         def check(found):
             (one,) = found
-            assert (one.num_inputs, dict(one.rejections), one.shards, one.duplicate_groups) == (0, {}, [], 0)
+            assert (one.num_inputs, dict(one.rejections), one.shards) == (0, {}, [])
             assert one.dead_letter_runs == [] and one.retries == 0
-            assert one.duplicates(False) == DuplicateSummary()
+            assert one.duplicates == DuplicateSummary()
 
         assert_that(empty | GatherTotals(), beam_matcher(check))
 

@@ -93,12 +93,6 @@ class RecordLayout:
     mask_key: Optional[str] = None
 
     @property
-    def ragged(self) -> bool:
-        """Whether examples differ in shape (objects or labels per image, image sizes), so batches
-        are ragged."""
-        return self.label_lists or None in self.shape
-
-    @property
     def label_lists(self) -> bool:
         """Whether a record holds a list of labels: a detection record's objects, a multi-label image's."""
         return isinstance(self.parse_spec[self.label_key], tf.io.VarLenFeature)
@@ -303,17 +297,6 @@ def layout_from_metadata(metadata: DatasetMetadata, with_metadata: bool = False)
         pixel_dtype=pixel_dtype, shape=shape, extras=extras, box_keys=box_keys, mask_key=mask_key)
 
 
-def seed_layout(image_key: str, label_key: str, shape: Sequence[int], dtype: tf.DType) -> RecordLayout:
-    """The old seed script's records: raw pixel bytes under `image_key`, int64 `label_key`."""
-    shape = tuple(int(d) for d in shape)
-    dtype = tf.as_dtype(dtype)
-    return RecordLayout(
-        parse_spec={image_key: tf.io.FixedLenFeature([], tf.string),
-                    label_key: tf.io.FixedLenFeature([], tf.int64)},
-        image_key=image_key, label_key=label_key, decode_image=image_decoder("raw", dtype, shape),
-        pixel_dtype=dtype, shape=shape)
-
-
 # --------------------------------------------------------------------------------------------
 # Normalization
 
@@ -391,20 +374,6 @@ def _read_checked(shards: tf.data.Dataset, compression_type: str, published: Opt
                              num_parallel_calls=num_parallel_reads, deterministic=True)
 
 
-def _record_fn(layout: RecordLayout, normalize: Optional[str], mean: Sequence[float], std: Sequence[float],
-               with_metadata: bool) -> Callable[[tf.Tensor], tuple]:
-    def parse(record: tf.Tensor) -> tuple:
-        parsed = layout.parse(record)
-        image = layout.decode_image(parsed[layout.image_key])
-        if normalize:
-            image = normalize_images(image, normalize, mean, std)
-        label = layout.label(parsed, image)
-        if with_metadata:
-            return image, label, {role: parsed[key] for role, key in layout.extras.items()}
-        return image, label
-    return parse
-
-
 def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Optional[str] = "none",
                   batch_size: Optional[int] = 32, shuffle: bool = False, seed: Optional[int] = None,
                   shuffle_buffer: int = 10_000, normalize: Optional[str] = None,
@@ -427,8 +396,6 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
     normalize = _check_normalize(normalize, layout, mean, std)
     if batch_size is not None and batch_size <= 0:
         raise ValueError(f"batch_size must be positive or None; got {batch_size}")
-    if lengths is not None and len(lengths) != len(files):
-        raise ValueError(f"{len(files)} files but {len(lengths)} lengths")
     compression_type = tf_compression_type(compression or "none")
     counts = tf.constant(list(lengths) if lengths is not None else [-1] * len(files), dtype=tf.int64)
     shards = tf.data.Dataset.from_tensor_slices((tf.constant(list(files), dtype=tf.string), counts))
@@ -443,10 +410,20 @@ def build_dataset(files: Sequence[str], layout: RecordLayout, *, compression: Op
         records = records.apply(tf.data.experimental.assert_cardinality(sum(lengths)))
     if shuffle:
         records = records.shuffle(shuffle_buffer, seed=seed)
-    dataset = records.map(_record_fn(layout, normalize, mean, std, with_metadata),
-                          num_parallel_calls=tf.data.AUTOTUNE)
+
+    def parse(record: tf.Tensor) -> tuple:
+        parsed = layout.parse(record)
+        image = layout.decode_image(parsed[layout.image_key])
+        if normalize:
+            image = normalize_images(image, normalize, mean, std)
+        label = layout.label(parsed, image)
+        if with_metadata:
+            return image, label, {role: parsed[key] for role, key in layout.extras.items()}
+        return image, label
+    dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     if batch_size is not None:  # ragged: per-object lists and per-record image sizes, as KerasCV batches them
-        dataset = (dataset.ragged_batch if layout.ragged else dataset.batch)(batch_size, drop_remainder=drop_remainder)
+        ragged = layout.label_lists or None in layout.shape
+        dataset = (dataset.ragged_batch if ragged else dataset.batch)(batch_size, drop_remainder=drop_remainder)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -491,16 +468,6 @@ def load_dataset(output_dir: str, split: str, batch_size: Optional[int] = 32, sh
         published=PublishedRun(output_dir, metadata.run.get("run_id")) if check_replaced else None)
 
 
-def resolve_files(files: Files) -> list[str]:
-    """A list of paths as given, or a glob pattern expanded (sorted) when seed data has no file list."""
-    if isinstance(files, str):
-        matched = sorted(tf.io.gfile.glob(files))
-        if not matched:
-            raise FileNotFoundError(f"no files match {files!r}")
-        return matched
-    return list(files)
-
-
 def load_seed_layout(files: Files, image_key: str = "train/image", label_key: str = "train/label",
                      shape: Sequence[int] = (224, 224, 3), dtype: tf.DType = tf.float32,
                      compression: Optional[str] = "none", batch_size: Optional[int] = 32,
@@ -512,10 +479,22 @@ def load_seed_layout(files: Files, image_key: str = "train/image", label_key: st
     """Records in the old seed script's layout (no metadata.json) as (image, label).
 
     Nothing describes these files, so the caller states the keys, shape and pixel dtype; `files`
-    is a list of paths or a glob pattern. Uses the same builder as `load_dataset`.
+    is a list of paths or a glob pattern (expanded sorted). Uses the same builder as `load_dataset`:
+    the records hold raw pixel bytes under `image_key` and an int64 `label_key`.
     """
+    if isinstance(files, str):
+        pattern, files = files, sorted(tf.io.gfile.glob(files))
+        if not files:
+            raise FileNotFoundError(f"no files match {pattern!r}")
+    shape = tuple(int(d) for d in shape)
+    dtype = tf.as_dtype(dtype)
+    layout = RecordLayout(
+        parse_spec={image_key: tf.io.FixedLenFeature([], tf.string),
+                    label_key: tf.io.FixedLenFeature([], tf.int64)},
+        image_key=image_key, label_key=label_key, decode_image=image_decoder("raw", dtype, shape),
+        pixel_dtype=dtype, shape=shape)
     return build_dataset(
-        resolve_files(files), seed_layout(image_key, label_key, shape, dtype), compression=compression,
+        list(files), layout, compression=compression,
         batch_size=batch_size, shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer,
         normalize=normalize, mean=mean, std=std, num_parallel_reads=num_parallel_reads,
         drop_remainder=drop_remainder)
