@@ -23,6 +23,7 @@ Imported only for paths with a scheme, so converter processes of a local run nev
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import itertools
@@ -309,11 +310,8 @@ def _delete_each(paths: Iterable[str]) -> None:
     from google.api_core.exceptions import NotFound
 
     for path in paths:
-        bucket, key = _bucket_and_key(path)
-        try:
-            _gcs_bucket(bucket).delete_blob(key, **_gcs_request())
-        except NotFound:
-            continue
+        with contextlib.suppress(NotFound):
+            _gcs_blob(path).delete(**_gcs_request())
 
 
 @_failing_fast
