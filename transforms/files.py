@@ -157,12 +157,11 @@ def list_names(folder: str) -> list[str]:
 
 
 def open_read(path: str) -> BinaryIO:
-    local = local_path(path)
-    if local is not None:
-        return _open_regular(local)
-    if own_client(path):
+    """`open_regular`, except that S3 and GCS are read through imgrec's own clients where this
+    process has them (`own_client`)."""
+    if own_client(path):  # never a local path
         return _object_stores().open_object(path, "rb")
-    return _filesystems().open(path, compression_type="uncompressed")
+    return open_regular(path)
 
 
 def open_regular(path: str) -> BinaryIO:
