@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import glob
 import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import stat
 import sys
@@ -121,13 +121,11 @@ def own_client(path: str) -> bool:
     return path.startswith(("s3://", "gs://")) and _options is not None
 
 
-_WILDCARDS = re.compile(r"([\[*?])")
-
-
 def as_pattern(path: str) -> str:
     """A path as a Beam match pattern that matches only itself: Beam reads `[`, `*` and `?` in
-    any path it matches or deletes as wildcards, so an output `ds?` would also mean `ds1`."""
-    return _WILDCARDS.sub(r"[\1]", path)
+    any path it matches or deletes as wildcards, so an output `ds?` would also mean `ds1`
+    (glob.escape brackets each; on POSIX it has no drive to leave out)."""
+    return glob.escape(path)
 
 
 def delete(paths: Iterable[str]) -> None:
