@@ -287,9 +287,7 @@ def delete(paths: Iterable[str]) -> None:
     """Removes each path taken literally: the object of that name, and every object under it as
     a folder (Beam's filesystems delete a folder's objects only for a name ending in `/` on S3,
     and never on GCS); what is not there is skipped."""
-    targets = []
-    for path in paths:
-        targets.extend([path, *objects_under(path)])
+    targets = [target for path in paths for target in (path, *objects_under(path))]
     if not targets:
         return
     if scheme(targets[0]) == "s3" and files.own_client(targets[0]):
