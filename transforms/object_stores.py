@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any, Iterable, Optional
 
+from apache_beam.io.filesystems import FileSystems  # loaded with any Beam module (apache_beam/__init__.py)
 from apache_beam.utils.retry import PermanentException
 
 from transforms import files
@@ -268,8 +269,6 @@ def objects_named_from(prefix: str, limit: Optional[int] = None) -> list[str]:
     and `cat_2/x.jpg`), or the first `limit` of them; on S3, through this thread's client, whose
     store faults are not retried for minutes as Beam's own S3 filesystem retries them."""
     if not files.own_client(prefix):
-        from apache_beam.io.filesystems import FileSystems
-
         return [m.path for m in FileSystems.match([f"{files.as_pattern(prefix)}**"], limits=[limit])[0].metadata_list]
     if scheme(prefix) == "s3":
         return [path for path, _ in itertools.islice(s3io().list_files(prefix), limit)]
@@ -297,8 +296,6 @@ def delete(paths: Iterable[str]) -> None:
     elif _deletes_one_at_a_time(targets[0]):
         _delete_each(targets)
     else:
-        from apache_beam.io.filesystems import FileSystems
-
         literal = scheme(targets[0]) == "s3"  # Beam's S3 filesystem takes names literally
         FileSystems.delete(targets if literal else [files.as_pattern(path) for path in targets if files.exists(path)])
 
@@ -332,8 +329,6 @@ def rename(sources: list[str], destinations: list[str]) -> None:
         _copy_each(sources, destinations)
         _delete_each(sources)
     else:
-        from apache_beam.io.filesystems import FileSystems
-
         FileSystems.rename(sources, destinations)
 
 
