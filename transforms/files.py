@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import glob
 import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import stat
 import sys
@@ -121,13 +121,11 @@ def own_client(path: str) -> bool:
     return path.startswith(("s3://", "gs://")) and _options is not None
 
 
-_WILDCARDS = re.compile(r"([\[*?])")
-
-
 def as_pattern(path: str) -> str:
     """A path as a Beam match pattern that matches only itself: Beam reads `[`, `*` and `?` in
-    any path it matches or deletes as wildcards, so an output `ds?` would also mean `ds1`."""
-    return _WILDCARDS.sub(r"[\1]", path)
+    any path it matches or deletes as wildcards, so an output `ds?` would also mean `ds1`
+    (glob.escape brackets each; on POSIX it has no drive to leave out)."""
+    return glob.escape(path)
 
 
 def delete(paths: Iterable[str]) -> None:
@@ -157,12 +155,11 @@ def list_names(folder: str) -> list[str]:
 
 
 def open_read(path: str) -> BinaryIO:
-    local = local_path(path)
-    if local is not None:
-        return _open_regular(local)
-    if own_client(path):
+    """`open_regular`, except that S3 and GCS are read through imgrec's own clients where this
+    process has them (`own_client`)."""
+    if own_client(path):  # never a local path
         return _object_stores().open_object(path, "rb")
-    return _filesystems().open(path, compression_type="uncompressed")
+    return open_regular(path)
 
 
 def open_regular(path: str) -> BinaryIO:

@@ -23,6 +23,7 @@ Imported only for paths with a scheme, so converter processes of a local run nev
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import itertools
@@ -31,6 +32,7 @@ import threading
 import time
 from typing import Any, Iterable, Optional
 
+from apache_beam.io.filesystems import FileSystems  # loaded with any Beam module (apache_beam/__init__.py)
 from apache_beam.utils.retry import PermanentException
 
 from transforms import files
@@ -267,8 +269,6 @@ def objects_named_from(prefix: str, limit: Optional[int] = None) -> list[str]:
     and `cat_2/x.jpg`), or the first `limit` of them; on S3, through this thread's client, whose
     store faults are not retried for minutes as Beam's own S3 filesystem retries them."""
     if not files.own_client(prefix):
-        from apache_beam.io.filesystems import FileSystems
-
         return [m.path for m in FileSystems.match([f"{files.as_pattern(prefix)}**"], limits=[limit])[0].metadata_list]
     if scheme(prefix) == "s3":
         return [path for path, _ in itertools.islice(s3io().list_files(prefix), limit)]
@@ -286,9 +286,7 @@ def delete(paths: Iterable[str]) -> None:
     """Removes each path taken literally: the object of that name, and every object under it as
     a folder (Beam's filesystems delete a folder's objects only for a name ending in `/` on S3,
     and never on GCS); what is not there is skipped."""
-    targets = []
-    for path in paths:
-        targets.extend([path, *objects_under(path)])
+    targets = [target for path in paths for target in (path, *objects_under(path))]
     if not targets:
         return
     if scheme(targets[0]) == "s3" and files.own_client(targets[0]):
@@ -298,8 +296,6 @@ def delete(paths: Iterable[str]) -> None:
     elif _deletes_one_at_a_time(targets[0]):
         _delete_each(targets)
     else:
-        from apache_beam.io.filesystems import FileSystems
-
         literal = scheme(targets[0]) == "s3"  # Beam's S3 filesystem takes names literally
         FileSystems.delete(targets if literal else [files.as_pattern(path) for path in targets if files.exists(path)])
 
@@ -309,11 +305,8 @@ def _delete_each(paths: Iterable[str]) -> None:
     from google.api_core.exceptions import NotFound
 
     for path in paths:
-        bucket, key = _bucket_and_key(path)
-        try:
-            _gcs_bucket(bucket).delete_blob(key, **_gcs_request())
-        except NotFound:
-            continue
+        with contextlib.suppress(NotFound):
+            _gcs_blob(path).delete(**_gcs_request())
 
 
 @_failing_fast
@@ -336,8 +329,6 @@ def rename(sources: list[str], destinations: list[str]) -> None:
         _copy_each(sources, destinations)
         _delete_each(sources)
     else:
-        from apache_beam.io.filesystems import FileSystems
-
         FileSystems.rename(sources, destinations)
 
 

@@ -45,13 +45,6 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
-def _finite_in_float32(mean: tuple[float, ...], std: tuple[float, ...]) -> bool:
-    """Whether mean_std normalization, done in float32, stays finite for every pixel (0..1 after
-    /255): a std of 1e-46 is 0 in float32, and 1 / 1e-300 or a mean of 1e39 overflow it."""
-    return all(abs(m) <= FLOAT32_MAX and abs(s) >= FLOAT32_TINY and (1 + abs(m)) / abs(s) <= FLOAT32_MAX
-               for m, s in zip(mean, std))
-
-
 @dataclasses.dataclass(frozen=True)
 class ImageSpec:
     """How every image is decoded, checked, resized, normalized and encoded."""
@@ -101,7 +94,10 @@ class ImageSpec:
             raise ValueError("mean_std needs three means and three stds (R, G, B)")
         if not all(math.isfinite(v) for v in (*self.mean, *self.std)) or not all(self.std):
             raise ValueError(f"mean and std must be finite and std non-zero; got mean={self.mean} std={self.std}")
-        if not _finite_in_float32(self.mean, self.std):
+        # mean_std normalization, done in float32, must stay finite for every pixel (0..1 after /255): a
+        # std of 1e-46 is 0 in float32, and 1 / 1e-300 or a mean of 1e39 overflow it.
+        if not all(abs(m) <= FLOAT32_MAX and abs(s) >= FLOAT32_TINY and (1 + abs(m)) / abs(s) <= FLOAT32_MAX
+                   for m, s in zip(self.mean, self.std)):
             raise ValueError(f"mean and std must keep (x/255 - mean) / std finite in float32, the pixels' type; "
                              f"got mean={self.mean} std={self.std}")
         if self.resize_mode == "none" and self.encoding == "raw":
@@ -253,25 +249,6 @@ def glob_root(pattern: str) -> str:
     return "/".join(segments[:literal])
 
 
-def _is_local_folder(path: str) -> bool:
-    """An existing local folder whose name has glob characters (`photos[2024]`) is a folder."""
-    local = files.local_path(path)
-    return local is not None and os.path.isdir(local)
-
-
-def _is_coco_file(path: str) -> bool:
-    from transforms.inputs.coco import looks_like_coco  # coco.py reads manifests' paths, which import this module
-
-    return looks_like_coco(path)
-
-
-def _is_voc_folder(path: str) -> bool:
-    """A local folder holding `Annotations/` and `JPEGImages/` (Pascal VOC's layout). On object
-    stores `auto` does not look (settling a spec must not wait on a store): --input_kind=voc."""
-    local = files.local_path(path)
-    return local is not None and all(os.path.isdir(os.path.join(local, name)) for name in ("Annotations", "JPEGImages"))
-
-
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """What to discover: a folder of class folders, a glob, or a CSV/JSONL manifest."""
@@ -305,7 +282,7 @@ class InputSpec:
                              f"got {self.manifest_columns}")
         kind = self.resolved_kind
         if self.images_root is not None and kind != "coco":
-            unseen = self.kind == "auto" and files.local_path(self.path) is None  # _is_coco_file: local only
+            unseen = self.kind == "auto" and files.local_path(self.path) is None  # resolved_kind: COCO is local only
             raise ValueError(f"images_root is where a COCO file's images are; the input is {kind}"
                              + (" (a COCO file on an object store needs --input_kind=coco)" if unseen else ""))
         if not self.keep_empty_images and kind not in DETECTION_KINDS:  # a flag that would do nothing
@@ -332,16 +309,21 @@ class InputSpec:
         once, by the driver's first question: the answer travels with the spec to the workers."""
         if self.kind != "auto":
             return self.kind
-        lower = self.path.lower()
+        lower, local = self.path.lower(), files.local_path(self.path)
         if lower.endswith(".csv"):
             return "csv"
-        if lower.endswith(".json") and files.local_path(self.path) is not None and _is_coco_file(self.path):
-            return "coco"
+        if lower.endswith(".json") and local is not None:
+            from transforms.inputs.coco import looks_like_coco  # coco.py imports this module (via manifests)
+
+            if looks_like_coco(self.path):
+                return "coco"
         if lower.endswith((".jsonl", ".json")):
             return "jsonl"
-        if any(ch in self.path for ch in "*?[") and not _is_local_folder(self.path):
+        # An existing local folder whose name has glob characters (`photos[2024]`) is a folder. On
+        # object stores `auto` looks for no VOC layout (settling a spec must not wait on a store).
+        if any(ch in self.path for ch in "*?[") and not (local is not None and os.path.isdir(local)):
             return "glob"
-        if _is_voc_folder(self.path):
+        if local is not None and all(os.path.isdir(os.path.join(local, sub)) for sub in ("Annotations", "JPEGImages")):
             return "voc"
         return "folders"
 

@@ -109,16 +109,11 @@ def group_copies(content_hash: str, copies: Iterable[LabeledImage], split_key: s
 
 
 def bucket_units(element: tuple[int, Batch], split_key: str, drop_duplicates: bool, source_root: str = ""):
-    """One bucket's images → batches of split units: `group_copies` per content hash."""
+    """One bucket's images → batches of split units: `group_copies` per content hash (its tagged
+    outputs, rejections and duplicate reports, pass through `batched` as they come)."""
     _, images = element
-    units = []
-    for content_hash, copies in split_by(images, lambda m: m.source.content_hash).items():
-        for found in group_copies(content_hash, copies, split_key, drop_duplicates, source_root):
-            if isinstance(found, beam.pvalue.TaggedOutput):
-                yield found
-            else:
-                units.append(found)
-    yield from batched(units)
+    yield from batched(found for content_hash, copies in split_by(images, lambda m: m.source.content_hash).items()
+                       for found in group_copies(content_hash, copies, split_key, drop_duplicates, source_root))
 
 
 def plan_unit(unit: SplitUnit, split: str) -> Iterator[PlannedImage]:
