@@ -172,6 +172,16 @@ def _counts(mapping: Mapping, key: str, where: str) -> dict[str, int]:
     return dict(counts)
 
 
+def _items(mapping: Mapping, key: str, kind: type, where: str) -> tuple:
+    """A list of `kind`s (of counts, for int): readers sum and open them as they are."""
+    items = tuple(_require(mapping, key, list, where))
+    for index, item in enumerate(items):
+        if not isinstance(item, kind) or kind is int and (isinstance(item, bool) or item < 0):
+            raise FormatError(f"{where}.{key}[{index}] must be {'a count' if kind is int else kind.__name__}, "
+                              f"got {item!r}")
+    return items
+
+
 @dataclasses.dataclass(frozen=True)
 class SplitInfo:
     """One split: its shard files in order, their record counts, and what was rejected."""
@@ -200,8 +210,8 @@ class SplitInfo:
     def from_json(cls, value: Mapping, where: str) -> "SplitInfo":
         info = cls(num_examples=_require(value, "num_examples", int, where),
                    num_bytes=_require(value, "num_bytes", int, where),
-                   files=tuple(_require(value, "files", list, where)),
-                   shard_lengths=tuple(_require(value, "shard_lengths", list, where)),
+                   files=_items(value, "files", str, where),
+                   shard_lengths=_items(value, "shard_lengths", int, where),
                    label_counts=_counts(value, "label_counts", where),
                    rejected=_require(value, "rejected", int, where))
         if len(info.files) != len(info.shard_lengths):
