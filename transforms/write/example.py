@@ -47,14 +47,11 @@ _LIST_KINDS = ("bytes", "int64", "float")
 def _varint(value: int) -> bytes:
     value &= 0xFFFFFFFFFFFFFFFF  # negative int64s are encoded as 10-byte two's complement
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value > 0x7F:  # 7 bits a byte, low first; the high bit says more follow
+        out.append(value & 0x7F | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
 def _tag(number: int, length: int) -> bytes:
