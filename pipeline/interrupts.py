@@ -63,7 +63,9 @@ def on_signal(signum: int, _frame) -> None:
     _received.append(signum)
     if len(_received) > 1 or _publishing or not _interruptible:
         return
-    kill_sdk_workers()
+    marker = os.environ.get(DRIVER_ENV)
+    if marker:  # the Beam SDK worker processes this driver started (multi_processing mode)
+        kill_marked(marker, also=_SDK_WORKER_ENV)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -191,13 +193,6 @@ def wait_for_publishing(timeout: float = _PUBLISH_WAIT_SECONDS) -> bool:
         while _publishing and time.monotonic() < deadline:
             _idle.wait(0.1)
         return not _publishing
-
-
-def kill_sdk_workers() -> None:
-    """Kills the Beam SDK worker processes this driver started (multi_processing mode)."""
-    marker = os.environ.get(DRIVER_ENV)
-    if marker:
-        kill_marked(marker, also=_SDK_WORKER_ENV)
 
 
 def exit_quietly(code: int) -> NoReturn:
