@@ -92,34 +92,24 @@ def plan_shard(element: tuple[ShardKey, Iterable[Union[tuple[PlannedImage, ...],
     yield from parts
 
 
-class CountPerSplitFn(beam.CombineFn):
-    """Batches of PlannedImage → ({split: count}, {split: estimated bytes of its records}), the
-    bytes for the shard count (`record_bytes_estimate`)."""
+def count_batch(batch: Batch, image: ImageSpec) -> tuple[dict[str, int], dict[str, int]]:
+    """A batch's ({split: images}, {split: estimated bytes of their records}), the bytes for the
+    shard count (`record_bytes_estimate`)."""
+    counts, sizes = collections.Counter(), collections.Counter()
+    for planned in batch:
+        counts[planned.split] += 1
+        sizes[planned.split] += record_bytes_estimate(image, planned.source.header.width, planned.source.header.height)
+    return dict(counts), dict(sizes)
 
-    def __init__(self, image: ImageSpec):
-        super().__init__()
-        self._image = image
 
-    def create_accumulator(self) -> tuple[collections.Counter, collections.Counter]:
-        return collections.Counter(), collections.Counter()
-
-    def add_input(self, accumulator, batch: tuple[PlannedImage, ...]):
-        counts, sizes = accumulator
-        for image in batch:
-            counts[image.split] += 1
-            sizes[image.split] += record_bytes_estimate(self._image, image.source.header.width,
-                                                        image.source.header.height)
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        counts, sizes = self.create_accumulator()
-        for more_counts, more_sizes in accumulators:
-            counts.update(more_counts)
-            sizes.update(more_sizes)
-        return counts, sizes
-
-    def extract_output(self, accumulator) -> tuple[dict[str, int], dict[str, int]]:
-        return dict(accumulator[0]), dict(accumulator[1])
+def sum_counts(counted):
+    """Counts and sizes of batches (`count_batch`) summed per split, as Beam's combine of a
+    callable wants: from any mix of batches' and partial sums."""
+    counts, sizes = collections.Counter(), collections.Counter()
+    for more_counts, more_sizes in counted:
+        counts.update(more_counts)
+        sizes.update(more_sizes)
+    return dict(counts), dict(sizes)
 
 
 def shard_counts_of(counted: tuple[dict[str, int], dict[str, int]], output: OutputSpec) -> dict[str, int]:
@@ -213,7 +203,8 @@ class WriteShards(beam.PTransform):
     def expand(self, planned: beam.PCollection):
         settings = self._settings
         image, output = settings.image, settings.output
-        counted = planned | "PlannedCounts" >> beam.CombineGlobally(CountPerSplitFn(image))
+        counted = (planned | "CountBatches" >> beam.Map(count_batch, image)
+                   | "PlannedCounts" >> beam.CombineGlobally(sum_counts))
         planned_counts = counted | "Counts" >> beam.MapTuple(lambda counts, _: counts)
         shard_counts = counted | "ShardCounts" >> beam.Map(shard_counts_of, output)
         openings = counted | "OpenShards" >> beam.FlatMap(shard_openings, output)
