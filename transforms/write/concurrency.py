@@ -45,10 +45,8 @@ def close_shared_pools(keep: Optional[SubprocessPool] = None) -> None:
     process (a notebook, a scheduler, a test suite), which finds them started if it sets them up
     alike (a Python start and OpenCV's import each, 0.4 s of CPU time)."""
     with _pools_lock:
-        closing = {key: pool for key, pool in _pools.items() if pool is not keep}
-        for key in closing:
-            del _pools[key]
-    for pool in closing.values():
+        closing = [_pools.pop(key) for key, pool in list(_pools.items()) if pool is not keep]
+    for pool in closing:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
