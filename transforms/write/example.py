@@ -63,15 +63,6 @@ def _field(number: int, payload: bytes) -> bytes:
     return _tag(number, len(payload)) + payload
 
 
-def _scalar_feature(value: Union[int, float]) -> bytes:
-    """A one-value list, which is what protobuf writes for a scalar too."""
-    if isinstance(value, (int, np.integer, np.bool_)):  # booleans: refused by _list_feature
-        return _list_feature(ListFeature("int64", (value,)))
-    if isinstance(value, (float, np.floating)):
-        return _list_feature(ListFeature("float", (value,)))
-    raise TypeError(f"unsupported feature value type {type(value).__name__}")
-
-
 def _list_feature(feature: ListFeature) -> bytes:
     """Int64List and FloatList are packed (one length-delimited run), BytesList one field per
     value, as protobuf serializes them; an empty list is an empty list message."""
@@ -97,8 +88,13 @@ def _map_entry(key: str, feature: bytes) -> bytes:
 
 @functools.lru_cache(maxsize=16384)
 def _scalar_entry(key: str, kind: type, value: Union[int, float]) -> bytes:
-    """A scalar's map entry, cached: records repeat the same few (height, width, label ids)."""
-    return _map_entry(key, _scalar_feature(value))
+    """A scalar's map entry, cached: records repeat the same few (height, width, label ids). Its
+    value is a one-value list, which is what protobuf writes for a scalar too."""
+    if isinstance(value, (int, np.integer, np.bool_)):  # booleans: refused by _list_feature
+        return _map_entry(key, _list_feature(ListFeature("int64", (value,))))
+    if isinstance(value, (float, np.floating)):
+        return _map_entry(key, _list_feature(ListFeature("float", (value,))))
+    raise TypeError(f"unsupported feature value type {type(value).__name__}")
 
 
 def _bytes_head(key: str, length: int) -> bytes:
@@ -196,12 +192,11 @@ def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: Fe
     if not spec.resizes:
         width, height = size
     # surrogateescape: a file or folder name that is not UTF-8 keeps its original bytes
-    text = fields.label_text.encode("utf-8", "surrogateescape")
+    label: FeatureValue = fields.label
+    text: FeatureValue = fields.label_text.encode("utf-8", "surrogateescape")
     if isinstance(fields.label, tuple):  # multi-label: a list of ids and the list of their texts
-        label: FeatureValue = ListFeature("int64", fields.label)
+        label = ListFeature("int64", fields.label)
         text = ListFeature("bytes", tuple(t.encode("utf-8", "surrogateescape") for t in label_list(fields.label_text)))
-    else:
-        label = fields.label
     values: dict[str, FeatureValue] = {
         keys.image: pixels,
         keys.label: label,
