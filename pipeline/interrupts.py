@@ -31,7 +31,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from typing import Iterator, NoReturn, Optional
 
 from pipeline.errors import RunFailed
@@ -188,11 +187,8 @@ def publishing() -> Iterator[None]:
 def wait_for_publishing(timeout: float = _PUBLISH_WAIT_SECONDS) -> bool:
     """Blocks while another thread of this process publishes (Prism's loopback workers): the
     interrupted driver must not remove the staging that is being moved. False on a timeout."""
-    deadline = time.monotonic() + timeout
     with _idle:
-        while _publishing and time.monotonic() < deadline:
-            _idle.wait(0.1)
-        return not _publishing
+        return _idle.wait_for(lambda: not _publishing, timeout)
 
 
 def exit_quietly(code: int) -> NoReturn:
