@@ -82,10 +82,9 @@ def plan_shard(element: tuple[ShardKey, Iterable[Union[tuple[PlannedImage, ...],
     """A shard's opening and batches of images → its parts, plus its plan keyed by shard (PLANS)
     for the concatenation."""
     shard, pieces = element
-    openings, batches = [], []
-    for piece in pieces:
-        (openings if isinstance(piece, ShardOpening) else batches).append(piece)
-    (opening,) = openings
+    pieces = list(pieces)
+    (opening,) = [piece for piece in pieces if isinstance(piece, ShardOpening)]
+    batches = [piece for piece in pieces if not isinstance(piece, ShardOpening)]
     ordered = shard_order(flatten(batches), settings.output.shuffle_seed, settings.source_root)
     parts = cut_into_parts(shard, ordered, settings, opening.images)
     yield beam.pvalue.TaggedOutput(PLANS, (shard, ShardPlan(shard, len(parts))))
@@ -188,38 +187,32 @@ class _ConcatShards(InflightDoFn):
         self._settings.filesystems.use()  # empty shards, written inline in this worker
 
 
-class WriteShards(beam.PTransform):
+@beam.ptransform_fn
+def WriteShards(planned: beam.PCollection, settings: WriterSettings, spread: bool = True):
     """Batches of PlannedImage → {"shards": ShardResult, "rejected": Rejection, "planned_counts":
     {split: n}, "parts": PartResult (for progress)}.
 
     `spread`: reshuffle the parts, so that a cluster's workers share a shard's parts, which one
     worker cut. A runner that runs every step in one process converts on its own pool instead,
     where the reshuffle would only pickle every part a few more times."""
-
-    def __init__(self, settings: WriterSettings, spread: bool = True):
-        super().__init__()
-        self._settings, self._spread = settings, spread
-
-    def expand(self, planned: beam.PCollection):
-        settings = self._settings
-        image, output = settings.image, settings.output
-        counted = (planned | "CountBatches" >> beam.Map(count_batch, image)
-                   | "PlannedCounts" >> beam.CombineGlobally(sum_counts))
-        planned_counts = counted | "Counts" >> beam.MapTuple(lambda counts, _: counts)
-        shard_counts = counted | "ShardCounts" >> beam.Map(shard_counts_of, output)
-        openings = counted | "OpenShards" >> beam.FlatMap(shard_openings, output)
-        keyed = planned | "ByShard" >> beam.FlatMap(by_shard, beam.pvalue.AsSingleton(shard_counts),
-                                                    output.shuffle_seed, settings.source_root)
-        work = ((keyed, openings)
-                | "ImagesAndShards" >> beam.Flatten()
-                | "GroupShards" >> beam.GroupByKey()
-                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings)
-                .with_outputs(PLANS, main="parts"))
-        parts = (work.parts | "SpreadParts" >> beam.Reshuffle()) if self._spread else work.parts
-        converted = parts | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts")
-        shards = ((work[PLANS], converted.parts)
-                  | "PlansAndParts" >> beam.Flatten()
-                  | "GroupParts" >> beam.GroupByKey()
-                  | "ConcatShards" >> beam.ParDo(_ConcatShards(settings)))
-        return {"shards": shards, REJECTED: converted[REJECTED], "planned_counts": planned_counts,
-                "parts": converted.parts | "PartResults" >> beam.Values()}
+    output = settings.output
+    counted = (planned | "CountBatches" >> beam.Map(count_batch, settings.image)
+               | "PlannedCounts" >> beam.CombineGlobally(sum_counts))
+    planned_counts = counted | "Counts" >> beam.MapTuple(lambda counts, _: counts)
+    shard_counts = counted | "ShardCounts" >> beam.Map(shard_counts_of, output)
+    openings = counted | "OpenShards" >> beam.FlatMap(shard_openings, output)
+    keyed = planned | "ByShard" >> beam.FlatMap(by_shard, beam.pvalue.AsSingleton(shard_counts),
+                                                output.shuffle_seed, settings.source_root)
+    work = ((keyed, openings)
+            | "ImagesAndShards" >> beam.Flatten()
+            | "GroupShards" >> beam.GroupByKey()
+            | "CutIntoParts" >> beam.FlatMap(plan_shard, settings)
+            .with_outputs(PLANS, main="parts"))
+    parts = (work.parts | "SpreadParts" >> beam.Reshuffle()) if spread else work.parts
+    converted = parts | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts")
+    shards = ((work[PLANS], converted.parts)
+              | "PlansAndParts" >> beam.Flatten()
+              | "GroupParts" >> beam.GroupByKey()
+              | "ConcatShards" >> beam.ParDo(_ConcatShards(settings)))
+    return {"shards": shards, REJECTED: converted[REJECTED], "planned_counts": planned_counts,
+            "parts": converted.parts | "PartResults" >> beam.Values()}
