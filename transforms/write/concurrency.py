@@ -56,7 +56,8 @@ class InflightDoFn(beam.DoFn):
     Subclasses define `task` (a picklable function and its arguments, for process pools), and
     may define `emit` (outputs for a result; by default the result). A task's exception fails
     the bundle: only input problems may become dead letters, and tasks return those.
-    `workers=0` runs tasks inline; `processes=True` uses a process pool.
+    `workers=0` runs tasks inline; `processes=True` uses a process pool, whose processes run
+    `initializer` first.
 
     A subclass whose elements differ much in cost defines `size`: on a pool, the bundle's
     elements are then held and started largest first, so the work that finishes last is small
@@ -66,9 +67,9 @@ class InflightDoFn(beam.DoFn):
 
     size: Optional[Callable[[Any], int]] = None
 
-    def __init__(self, workers: int, processes: bool = False):
+    def __init__(self, workers: int, processes: bool = False, initializer: Optional[Callable[[], None]] = None):
         super().__init__()
-        self._workers, self._processes = workers, processes
+        self._workers, self._processes, self._initializer = workers, processes, initializer
 
     # -- for subclasses
     def task(self, element: Any) -> tuple[Callable[..., Any], tuple]:
@@ -77,9 +78,6 @@ class InflightDoFn(beam.DoFn):
     def emit(self, element: Any, result: Any) -> Iterable[Any]:
         yield result
 
-    def pool_initializer(self) -> Optional[Callable[[], None]]:
-        return None
-
     # -- Beam
     def setup(self) -> None:
         self._pending: collections.deque = collections.deque()
@@ -87,7 +85,7 @@ class InflightDoFn(beam.DoFn):
         if self._workers <= 0:
             self._executor = None
         elif self._processes:
-            self._executor = shared_process_pool(self._workers, self.pool_initializer())
+            self._executor = shared_process_pool(self._workers, self._initializer)
         else:
             self._executor = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="imgrec")
 

@@ -171,16 +171,14 @@ class _ConcatShards(InflightDoFn):
     shard's copy is I/O that can overlap with the other shards'."""
 
     def __init__(self, settings: WriterSettings):
-        super().__init__(settings.local_processes, processes=True)
+        # the converters' own pool: one of its own would start more processes
+        super().__init__(settings.local_processes, processes=True, initializer=settings.converter)
         self._settings = settings
 
     def task(self, element: tuple[ShardKey, Iterable[Union[ShardPlan, PartResult]]]):
         values = list(element[1])
         (plan,) = [v for v in values if isinstance(v, ShardPlan)]
         return concat_shard, (plan, [v for v in values if isinstance(v, PartResult)], self._settings)
-
-    def pool_initializer(self):
-        return self._settings.converter  # the converters' own pool: one of its own would start more processes
 
     def setup(self) -> None:
         super().setup()
