@@ -26,6 +26,7 @@ when the signal came.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -34,7 +35,6 @@ import threading
 from typing import Iterator, NoReturn, Optional
 
 from pipeline.errors import RunFailed
-from pipeline.heap import skip_exit_collection
 from pipeline.reaper import DRIVER_ENV, kill_marked
 
 # Beam's SubprocessSdkWorker passes this to every worker it starts (and to their `sh -c`).
@@ -198,5 +198,5 @@ def exit_quietly(code: int) -> NoReturn:
     restores the default action of signals with Python handlers while it finalizes."""
     for signum in _SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
-    skip_exit_collection()
+    gc.freeze()  # at exit the collector would walk every object once more, to free what the OS frees anyway
     sys.exit(code)
