@@ -102,8 +102,8 @@ def count_batch(batch: Batch, image: ImageSpec) -> tuple[dict[str, int], dict[st
 
 
 def sum_counts(counted):
-    """Counts and sizes of batches (`count_batch`) summed per split, as Beam's combine of a
-    callable wants: from any mix of batches' and partial sums."""
+    """Counts and sizes (`count_batch`'s) summed per split. Beam's combine of a callable feeds
+    it its own partial sums too, so it takes and returns one shape."""
     counts, sizes = collections.Counter(), collections.Counter()
     for more_counts, more_sizes in counted:
         counts.update(more_counts)
