@@ -4,7 +4,7 @@ Beam's, OpenCV's and NumPy's imports leave about 160,000 objects that live until
 ends, and every full collection walks all of them. Frozen (`gc.freeze`), they are left out:
 a 2,000-image run (benchmarks/corpus/2000, default settings) took 1.08x the CPU time of the run's
 process tree without it (median of 5 interleaved rounds, 10.5 against 9.7 s). `pipeline.read.verify`
-freezes TensorFlow's the same way.
+freezes TensorFlow's the same way, and `pipeline.interrupts.exit_quietly` everything before the exit.
 """
 from __future__ import annotations
 
@@ -22,8 +22,3 @@ def imports_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def skip_exit_collection() -> None:
-    """At exit the collector would walk every object once more, to free what the OS frees anyway."""
-    gc.freeze()

@@ -26,16 +26,15 @@ when the signal came.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
 import sys
 import threading
-import time
 from typing import Iterator, NoReturn, Optional
 
 from pipeline.errors import RunFailed
-from pipeline.heap import skip_exit_collection
 from pipeline.reaper import DRIVER_ENV, kill_marked
 
 # Beam's SubprocessSdkWorker passes this to every worker it starts (and to their `sh -c`).
@@ -63,7 +62,9 @@ def on_signal(signum: int, _frame) -> None:
     _received.append(signum)
     if len(_received) > 1 or _publishing or not _interruptible:
         return
-    kill_sdk_workers()
+    marker = os.environ.get(DRIVER_ENV)
+    if marker:  # the Beam SDK worker processes this driver started (multi_processing mode)
+        kill_marked(marker, also=_SDK_WORKER_ENV)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -186,18 +187,8 @@ def publishing() -> Iterator[None]:
 def wait_for_publishing(timeout: float = _PUBLISH_WAIT_SECONDS) -> bool:
     """Blocks while another thread of this process publishes (Prism's loopback workers): the
     interrupted driver must not remove the staging that is being moved. False on a timeout."""
-    deadline = time.monotonic() + timeout
     with _idle:
-        while _publishing and time.monotonic() < deadline:
-            _idle.wait(0.1)
-        return not _publishing
-
-
-def kill_sdk_workers() -> None:
-    """Kills the Beam SDK worker processes this driver started (multi_processing mode)."""
-    marker = os.environ.get(DRIVER_ENV)
-    if marker:
-        kill_marked(marker, also=_SDK_WORKER_ENV)
+        return _idle.wait_for(lambda: not _publishing, timeout)
 
 
 def exit_quietly(code: int) -> NoReturn:
@@ -207,5 +198,5 @@ def exit_quietly(code: int) -> NoReturn:
     restores the default action of signals with Python handlers while it finalizes."""
     for signum in _SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
-    skip_exit_collection()
+    gc.freeze()  # at exit the collector would walk every object once more, to free what the OS frees anyway
     sys.exit(code)

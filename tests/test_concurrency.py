@@ -18,6 +18,7 @@ from pipeline import reaper
 from tests.helpers import REPO, test_pipeline
 from transforms.files import read_input
 from transforms.images.limits import Converter
+from transforms.rejections import InputRejected
 from transforms.write.concurrency import InflightDoFn, close_shared_pools, shared_process_pool
 from transforms.write.process_pool import SubprocessPool, WorkerDied, note
 
@@ -26,17 +27,26 @@ pytestmark = [pytest.mark.beam, pytest.mark.timeout(120)]
 REJECTED = "rejected"
 
 
+def read_or_rejection(path):
+    """The file's bytes, or the InputRejected reading it raised: as the product's tasks do, an input
+    problem is a result, anything else an exception."""
+    try:
+        return read_input(path, 1000)
+    except InputRejected as exc:
+        return exc
+
+
 class ReadFiles(InflightDoFn):
     """path → (name, size); a missing file → a rejection; anything else must fail the bundle."""
 
     def task(self, path):
-        return read_input, (path, 1000)
+        return read_or_rejection, (path,)
 
     def emit(self, path, data):
-        yield pathlib.Path(path).name, len(data)
-
-    def reject(self, path, exc):
-        yield beam.pvalue.TaggedOutput(REJECTED, (pathlib.Path(path).name, type(exc).__name__))
+        if isinstance(data, InputRejected):
+            yield beam.pvalue.TaggedOutput(REJECTED, (pathlib.Path(path).name, type(data).__name__))
+        else:
+            yield pathlib.Path(path).name, len(data)
 
 
 def files(tmp_path: pathlib.Path, count: int = 12) -> list[str]:
@@ -63,7 +73,7 @@ STARTED: list[str] = []
 
 def read_noting_start(path: str) -> bytes:
     STARTED.append(pathlib.Path(path).name)
-    return read_input(path, 1000)
+    return read_or_rejection(path)
 
 
 MODES = {"inline": (0, False), "threads": (2, False), "processes": (2, True)}

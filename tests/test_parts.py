@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import json
 import os
 import pathlib
@@ -175,7 +176,7 @@ def test_convert_part_writes_records_and_their_index(tmp_path, images):
     offset = 0
     for entry, record, image in zip(outcome.index, records, task.images):
         assert (entry.offset, entry.length, entry.sha256) == (offset, len(record) + 16, image.source.content_hash)
-        assert tfrecord.parse_framed(data[entry.offset:entry.offset + entry.length]) == record
+        assert tfrecord.read_record_at(io.BytesIO(data), entry.offset, entry.length) == record
         fields = RecordFields(image.label_id, image.source.label, image.source.path, image.source.content_hash)
         source_bytes = pathlib.Path(image.source.path).read_bytes()
         expected = image_to_record(source_bytes, image.source.header, fields, SPEC, KEYS)

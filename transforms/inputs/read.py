@@ -28,16 +28,13 @@ class ReadAndCheck(InflightDoFn):
 
     def __init__(self, spec: ImageSpec, max_file_bytes: int, processes: int = 0,
                  converter: Optional[Converter] = None):
-        super().__init__(processes or READ_THREADS, processes=processes > 0)
-        self._spec, self._max_file_bytes = spec, max_file_bytes
         self._converter = converter or Converter.for_spec(spec)
+        super().__init__(processes or READ_THREADS, processes=processes > 0, initializer=self._converter)
+        self._spec, self._max_file_bytes = spec, max_file_bytes
         self._read = Metrics.counter("imgrec", "files_read")
 
     def task(self, batch: tuple[Candidate, ...]):
         return read_batch, (batch, self._spec, self._max_file_bytes)
-
-    def pool_initializer(self):
-        return self._converter
 
     def setup(self) -> None:
         super().setup()

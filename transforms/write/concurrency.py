@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterable, Optional
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
-from transforms.rejections import InputRejected
 from transforms.write.process_pool import SubprocessPool
 
 # By (workers, initializer, what a new process inherits: its folder, environment and sys.path).
@@ -27,18 +26,14 @@ _pools_lock = threading.Lock()
 _PER_TEST = "PYTEST_CURRENT_TEST"  # pytest sets it anew for each test: it says nothing of a conversion
 
 
-def _key(workers: int, initializer: Optional[Callable[[], None]]) -> tuple:
-    environment = tuple(sorted(item for item in os.environ.items() if item[0] != _PER_TEST))
-    return workers, initializer, os.getcwd(), environment, tuple(sys.path)
-
-
 def shared_process_pool(workers: int, initializer: Optional[Callable[[], None]]) -> SubprocessPool:
     """One pool per process and setup, shared by every DoFn that converts or reads: its workers
     start once (they are idle while Beam plans between steps). A pool is only shared by callers
     whose processes would start alike: in the same folder (relative paths), with the same
     environment (credentials) and the same setup (limits)."""
     with _pools_lock:
-        key = _key(workers, initializer)
+        environment = tuple(sorted(item for item in os.environ.items() if item[0] != _PER_TEST))
+        key = workers, initializer, os.getcwd(), environment, tuple(sys.path)
         pool = _pools.get(key)
         if pool is None:
             pool = _pools[key] = SubprocessPool(workers, initializer)
@@ -50,10 +45,8 @@ def close_shared_pools(keep: Optional[SubprocessPool] = None) -> None:
     process (a notebook, a scheduler, a test suite), which finds them started if it sets them up
     alike (a Python start and OpenCV's import each, 0.4 s of CPU time)."""
     with _pools_lock:
-        closing = {key: pool for key, pool in _pools.items() if pool is not keep}
-        for key in closing:
-            del _pools[key]
-    for pool in closing.values():
+        closing = [_pools.pop(key) for key, pool in list(_pools.items()) if pool is not keep]
+    for pool in closing:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -61,10 +54,10 @@ class InflightDoFn(beam.DoFn):
     """Runs `task(element)` on a pool with at most `2 * workers` elements in flight.
 
     Subclasses define `task` (a picklable function and its arguments, for process pools), and
-    may define `emit` (outputs for a result; by default the result) and `reject` (outputs for an
-    InputRejected; by default it fails the bundle, as any other exception does: only input
-    problems may become dead letters).
-    `workers=0` runs tasks inline; `processes=True` uses a process pool.
+    may define `emit` (outputs for a result; by default the result). A task's exception fails
+    the bundle: only input problems may become dead letters, and tasks return those.
+    `workers=0` runs tasks inline; `processes=True` uses a process pool, whose processes run
+    `initializer` first.
 
     A subclass whose elements differ much in cost defines `size`: on a pool, the bundle's
     elements are then held and started largest first, so the work that finishes last is small
@@ -74,9 +67,9 @@ class InflightDoFn(beam.DoFn):
 
     size: Optional[Callable[[Any], int]] = None
 
-    def __init__(self, workers: int, processes: bool = False):
+    def __init__(self, workers: int, processes: bool = False, initializer: Optional[Callable[[], None]] = None):
         super().__init__()
-        self._workers, self._processes = workers, processes
+        self._workers, self._processes, self._initializer = workers, processes, initializer
 
     # -- for subclasses
     def task(self, element: Any) -> tuple[Callable[..., Any], tuple]:
@@ -85,12 +78,6 @@ class InflightDoFn(beam.DoFn):
     def emit(self, element: Any, result: Any) -> Iterable[Any]:
         yield result
 
-    def reject(self, element: Any, exc: InputRejected) -> Iterable[Any]:
-        raise exc
-
-    def pool_initializer(self) -> Optional[Callable[[], None]]:
-        return None
-
     # -- Beam
     def setup(self) -> None:
         self._pending: collections.deque = collections.deque()
@@ -98,7 +85,7 @@ class InflightDoFn(beam.DoFn):
         if self._workers <= 0:
             self._executor = None
         elif self._processes:
-            self._executor = shared_process_pool(self._workers, self.pool_initializer())
+            self._executor = shared_process_pool(self._workers, self._initializer)
         else:
             self._executor = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="imgrec")
 
@@ -110,7 +97,7 @@ class InflightDoFn(beam.DoFn):
     def process(self, element: Any):
         if self._executor is None:
             function, args = self.task(element)
-            yield from self._outputs(element, lambda: function(*args))
+            yield from self.emit(element, function(*args))
         elif self.size is not None:
             self._held.append(element)
         else:
@@ -122,7 +109,7 @@ class InflightDoFn(beam.DoFn):
             yield from map(_in_global_window, self._submit(element))
         while self._pending:
             done, future = self._pending.popleft()
-            yield from map(_in_global_window, self._outputs(done, future.result))
+            yield from map(_in_global_window, self.emit(done, future.result()))
 
     def _submit(self, element: Any) -> Iterable[Any]:
         """Starts the element's task; outputs of the tasks done meanwhile, in order."""
@@ -130,14 +117,7 @@ class InflightDoFn(beam.DoFn):
         self._pending.append((element, self._executor.submit(function, *args)))
         while len(self._pending) >= 2 * self._workers or (self._pending and self._pending[0][1].done()):
             done, future = self._pending.popleft()
-            yield from self._outputs(done, future.result)
-
-    def _outputs(self, element: Any, result: Callable[[], Any]) -> Iterable[Any]:
-        try:
-            value = result()
-        except InputRejected as exc:
-            return self.reject(element, exc)
-        return self.emit(element, value)
+            yield from self.emit(done, future.result())
 
 
 def _in_global_window(output: Any) -> Any:

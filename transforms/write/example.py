@@ -47,14 +47,11 @@ _LIST_KINDS = ("bytes", "int64", "float")
 def _varint(value: int) -> bytes:
     value &= 0xFFFFFFFFFFFFFFFF  # negative int64s are encoded as 10-byte two's complement
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value > 0x7F:  # 7 bits a byte, low first; the high bit says more follow
+        out.append(value & 0x7F | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
 def _tag(number: int, length: int) -> bytes:
@@ -64,15 +61,6 @@ def _tag(number: int, length: int) -> bytes:
 
 def _field(number: int, payload: bytes) -> bytes:
     return _tag(number, len(payload)) + payload
-
-
-def _scalar_feature(value: Union[int, float]) -> bytes:
-    """A one-value list, which is what protobuf writes for a scalar too."""
-    if isinstance(value, (int, np.integer, np.bool_)):  # booleans: refused by _list_feature
-        return _list_feature(ListFeature("int64", (value,)))
-    if isinstance(value, (float, np.floating)):
-        return _list_feature(ListFeature("float", (value,)))
-    raise TypeError(f"unsupported feature value type {type(value).__name__}")
 
 
 def _list_feature(feature: ListFeature) -> bytes:
@@ -100,8 +88,13 @@ def _map_entry(key: str, feature: bytes) -> bytes:
 
 @functools.lru_cache(maxsize=16384)
 def _scalar_entry(key: str, kind: type, value: Union[int, float]) -> bytes:
-    """A scalar's map entry, cached: records repeat the same few (height, width, label ids)."""
-    return _map_entry(key, _scalar_feature(value))
+    """A scalar's map entry, cached: records repeat the same few (height, width, label ids). Its
+    value is a one-value list, which is what protobuf writes for a scalar too."""
+    if isinstance(value, (int, np.integer, np.bool_)):  # booleans: refused by _list_feature
+        return _map_entry(key, _list_feature(ListFeature("int64", (value,))))
+    if isinstance(value, (float, np.floating)):
+        return _map_entry(key, _list_feature(ListFeature("float", (value,))))
+    raise TypeError(f"unsupported feature value type {type(value).__name__}")
 
 
 def _bytes_head(key: str, length: int) -> bytes:
@@ -199,12 +192,11 @@ def build_example(pixels: bytes, fields: RecordFields, spec: ImageSpec, keys: Fe
     if not spec.resizes:
         width, height = size
     # surrogateescape: a file or folder name that is not UTF-8 keeps its original bytes
-    text = fields.label_text.encode("utf-8", "surrogateescape")
+    label: FeatureValue = fields.label
+    text: FeatureValue = fields.label_text.encode("utf-8", "surrogateescape")
     if isinstance(fields.label, tuple):  # multi-label: a list of ids and the list of their texts
-        label: FeatureValue = ListFeature("int64", fields.label)
+        label = ListFeature("int64", fields.label)
         text = ListFeature("bytes", tuple(t.encode("utf-8", "surrogateescape") for t in label_list(fields.label_text)))
-    else:
-        label = fields.label
     values: dict[str, FeatureValue] = {
         keys.image: pixels,
         keys.label: label,

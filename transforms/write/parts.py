@@ -214,24 +214,20 @@ def shard_keys(shard_counts: dict[str, int]) -> list[ShardKey]:
             for index in range(num_shards)]
 
 
-def reused_pixels(image: PlannedImage) -> bytes:
-    """The image bytes of the same content in a previous dataset, checked to be that content's."""
-    location = image.reuse
+def reused_pixels(image: PlannedImage) -> Optional[bytes]:
+    """The image bytes of the same content in a previous dataset, checked to be that content's;
+    None if they cannot be read or are not (a damaged previous dataset must not damage this one:
+    converting again is always right)."""
+    location, entry = image.reuse, image.reuse.entry
     try:
         with files.open_read(location.shard) as handle:
-            data = tfrecord.read_record_at(handle, location.entry.offset, location.entry.length)
-    except (OSError, tfrecord.CorruptRecord) as exc:
-        # A damaged previous dataset must not damage this one; converting again is always right.
-        raise _ReuseFailed(f"{location.shard}@{location.entry.offset}: {exc}") from exc
-    entry = location.entry
+            data = tfrecord.read_record_at(handle, entry.offset, entry.length)
+    except (OSError, tfrecord.CorruptRecord):
+        return None
     if entry.sha256 != image.source.content_hash or not locates_image(
             data, entry.image_offset, entry.image_length, entry.sha256, location.image_key):
-        raise _ReuseFailed(f"{location.shard}@{entry.offset} does not hold content {image.source.content_hash}")
+        return None
     return data[entry.image_offset:entry.image_offset + entry.image_length]
-
-
-class _ReuseFailed(Exception):
-    pass
 
 
 def still_published(dataset: str, run_id: str) -> bool:
@@ -288,10 +284,11 @@ def convert_image(image: PlannedImage, settings: WriterSettings) -> Converted:
     source = image.source
     fields = RecordFields(image.label_id, source.label, files.below(source.path, settings.source_root),
                           source.content_hash)
-    if image.reuse is not None:
+    pixels = reused_pixels(image) if image.reuse is not None else None
+    if pixels is not None:
         try:
-            return record_of(image, reused_pixels(image), fields, settings, True)
-        except (_ReuseFailed, GeometryError):  # converting the file again is always right
+            return record_of(image, pixels, fields, settings, True)
+        except GeometryError:  # converting the file again is always right
             pass
     data = files.read_input(source.path, settings.max_file_bytes)
     if files.content_hash(data) != source.content_hash:

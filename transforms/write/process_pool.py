@@ -24,7 +24,6 @@ import threading
 from typing import Any, BinaryIO, Callable, Optional
 
 _PR_SET_PDEATHSIG = 1
-_HEADER = struct.Struct("<Q")
 _NOTE = struct.Struct("<q")
 _NO_NOTE = -1
 _note_descriptor: Optional[int] = None  # in a worker: where `note` writes
@@ -66,17 +65,10 @@ def die_with_parent() -> None:
 
 
 def _send(stream: BinaryIO, value: Any) -> None:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    """Pickled whole before any byte is written: a value that cannot be pickled leaves the
+    stream as it was. Pickles delimit themselves, so the other end reads one with `pickle.load`."""
+    stream.write(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
     stream.flush()
-
-
-def _receive(stream: BinaryIO) -> Any:
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError
-    (length,) = _HEADER.unpack(header)
-    return pickle.loads(stream.read(length))
 
 
 class _Worker:
@@ -118,7 +110,7 @@ class _Worker:
             if self.process is None or self.process.poll() is not None:  # none yet, or it died idle
                 self.process = self._start()
             _send(self.process.stdin, (function, args))
-            ok, value = _receive(self.process.stdout)
+            ok, value = pickle.load(self.process.stdout)
         except (EOFError, OSError, pickle.PickleError) as exc:
             if self.process is None:  # none could be started
                 future.set_exception(WorkerDied(f"could not start a converter process: {exc!r}"))
@@ -166,12 +158,12 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the driver stops the pool
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # tasks that print must not corrupt the result stream
-    initializer = _receive(stdin)
+    initializer = pickle.load(stdin)
     if initializer is not None:
         initializer()
     while True:
         try:
-            function, args = _receive(stdin)
+            function, args = pickle.load(stdin)
         except EOFError:
             return
         try:

@@ -43,28 +43,6 @@ def write_record(handle: BinaryIO, record: bytes) -> int:
     return framed_length(len(record))
 
 
-def declared_length(header: bytes) -> int:
-    """The data length a record's header (its first HEADER_BYTES) declares, under its checksum."""
-    (length,) = struct.unpack_from("<Q", header)
-    if masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
-        raise CorruptRecord("record length fails its checksum")
-    return length
-
-
-def parse_framed(framed: bytes) -> bytes:
-    """The data of one framed record, with both checksums verified."""
-    if len(framed) < HEADER_BYTES + FOOTER_BYTES:
-        raise CorruptRecord(f"record of {len(framed)} bytes is shorter than its framing")
-    length = declared_length(framed)
-    if framed_length(length) != len(framed):
-        raise CorruptRecord(f"record declares {length} bytes of data, frame holds {len(framed) - 16}")
-    data = framed[HEADER_BYTES:HEADER_BYTES + length]
-    (data_crc,) = struct.unpack_from("<I", framed, HEADER_BYTES + length)
-    if masked_crc32c(data) != data_crc:
-        raise CorruptRecord("record data fails its checksum")
-    return data
-
-
 def read_record_at(handle: BinaryIO, offset: int, length: int) -> bytes:
     """The data of the framed record at `offset` (`length` framed bytes), checksums verified.
 
@@ -77,14 +55,15 @@ def read_record_at(handle: BinaryIO, offset: int, length: int) -> bytes:
     header = handle.read(HEADER_BYTES)
     if len(header) < HEADER_BYTES:
         raise CorruptRecord(f"file ends {length - len(header)} bytes into the record at offset {offset}")
-    try:
-        declared = framed_length(declared_length(header))
-    except CorruptRecord as exc:
-        raise CorruptRecord(f"no record starts at offset {offset}: {exc}") from None
-    if declared != length:
-        raise CorruptRecord(f"the record at offset {offset} is {declared} bytes long, not {length}")
-    framed = header + handle.read(length - HEADER_BYTES)
-    if len(framed) != length:
-        raise CorruptRecord(f"file ends {length - len(framed)} bytes into the record at offset {offset}")
-    return parse_framed(framed)
-
+    (declared,) = struct.unpack_from("<Q", header)
+    if masked_crc32c(header[:8]) != struct.unpack_from("<I", header, 8)[0]:
+        raise CorruptRecord(f"no record starts at offset {offset}: record length fails its checksum")
+    if framed_length(declared) != length:
+        raise CorruptRecord(f"the record at offset {offset} is {framed_length(declared)} bytes long, not {length}")
+    rest = handle.read(length - HEADER_BYTES)  # the data and its checksum
+    if len(rest) != length - HEADER_BYTES:
+        raise CorruptRecord(f"file ends {length - HEADER_BYTES - len(rest)} bytes into the record at offset {offset}")
+    data = rest[:declared]
+    if masked_crc32c(data) != struct.unpack_from("<I", rest, declared)[0]:
+        raise CorruptRecord("record data fails its checksum")
+    return data

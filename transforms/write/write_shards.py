@@ -82,44 +82,33 @@ def plan_shard(element: tuple[ShardKey, Iterable[Union[tuple[PlannedImage, ...],
     """A shard's opening and batches of images → its parts, plus its plan keyed by shard (PLANS)
     for the concatenation."""
     shard, pieces = element
-    openings, batches = [], []
-    for piece in pieces:
-        (openings if isinstance(piece, ShardOpening) else batches).append(piece)
-    (opening,) = openings
+    pieces = list(pieces)
+    (opening,) = [piece for piece in pieces if isinstance(piece, ShardOpening)]
+    batches = [piece for piece in pieces if not isinstance(piece, ShardOpening)]
     ordered = shard_order(flatten(batches), settings.output.shuffle_seed, settings.source_root)
     parts = cut_into_parts(shard, ordered, settings, opening.images)
     yield beam.pvalue.TaggedOutput(PLANS, (shard, ShardPlan(shard, len(parts))))
     yield from parts
 
 
-class CountPerSplitFn(beam.CombineFn):
-    """Batches of PlannedImage → ({split: count}, {split: estimated bytes of its records}), the
-    bytes for the shard count (`record_bytes_estimate`)."""
+def count_batch(batch: Batch, image: ImageSpec) -> tuple[dict[str, int], dict[str, int]]:
+    """A batch's ({split: images}, {split: estimated bytes of their records}), the bytes for the
+    shard count (`record_bytes_estimate`)."""
+    counts, sizes = collections.Counter(), collections.Counter()
+    for planned in batch:
+        counts[planned.split] += 1
+        sizes[planned.split] += record_bytes_estimate(image, planned.source.header.width, planned.source.header.height)
+    return dict(counts), dict(sizes)
 
-    def __init__(self, image: ImageSpec):
-        super().__init__()
-        self._image = image
 
-    def create_accumulator(self) -> tuple[collections.Counter, collections.Counter]:
-        return collections.Counter(), collections.Counter()
-
-    def add_input(self, accumulator, batch: tuple[PlannedImage, ...]):
-        counts, sizes = accumulator
-        for image in batch:
-            counts[image.split] += 1
-            sizes[image.split] += record_bytes_estimate(self._image, image.source.header.width,
-                                                        image.source.header.height)
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        counts, sizes = self.create_accumulator()
-        for more_counts, more_sizes in accumulators:
-            counts.update(more_counts)
-            sizes.update(more_sizes)
-        return counts, sizes
-
-    def extract_output(self, accumulator) -> tuple[dict[str, int], dict[str, int]]:
-        return dict(accumulator[0]), dict(accumulator[1])
+def sum_counts(counted):
+    """Counts and sizes (`count_batch`'s) summed per split. Beam's combine of a callable feeds
+    it its own partial sums too, so it takes and returns one shape."""
+    counts, sizes = collections.Counter(), collections.Counter()
+    for more_counts, more_sizes in counted:
+        counts.update(more_counts)
+        sizes.update(more_sizes)
+    return dict(counts), dict(sizes)
 
 
 def shard_counts_of(counted: tuple[dict[str, int], dict[str, int]], output: OutputSpec) -> dict[str, int]:
@@ -182,7 +171,8 @@ class _ConcatShards(InflightDoFn):
     shard's copy is I/O that can overlap with the other shards'."""
 
     def __init__(self, settings: WriterSettings):
-        super().__init__(settings.local_processes, processes=True)
+        # the converters' own pool: one of its own would start more processes
+        super().__init__(settings.local_processes, processes=True, initializer=settings.converter)
         self._settings = settings
 
     def task(self, element: tuple[ShardKey, Iterable[Union[ShardPlan, PartResult]]]):
@@ -190,45 +180,37 @@ class _ConcatShards(InflightDoFn):
         (plan,) = [v for v in values if isinstance(v, ShardPlan)]
         return concat_shard, (plan, [v for v in values if isinstance(v, PartResult)], self._settings)
 
-    def pool_initializer(self):
-        return self._settings.converter  # the converters' own pool: one of its own would start more processes
-
     def setup(self) -> None:
         super().setup()
         self._settings.filesystems.use()  # empty shards, written inline in this worker
 
 
-class WriteShards(beam.PTransform):
+@beam.ptransform_fn
+def WriteShards(planned: beam.PCollection, settings: WriterSettings, spread: bool = True):
     """Batches of PlannedImage → {"shards": ShardResult, "rejected": Rejection, "planned_counts":
     {split: n}, "parts": PartResult (for progress)}.
 
     `spread`: reshuffle the parts, so that a cluster's workers share a shard's parts, which one
     worker cut. A runner that runs every step in one process converts on its own pool instead,
     where the reshuffle would only pickle every part a few more times."""
-
-    def __init__(self, settings: WriterSettings, spread: bool = True):
-        super().__init__()
-        self._settings, self._spread = settings, spread
-
-    def expand(self, planned: beam.PCollection):
-        settings = self._settings
-        image, output = settings.image, settings.output
-        counted = planned | "PlannedCounts" >> beam.CombineGlobally(CountPerSplitFn(image))
-        planned_counts = counted | "Counts" >> beam.MapTuple(lambda counts, _: counts)
-        shard_counts = counted | "ShardCounts" >> beam.Map(shard_counts_of, output)
-        openings = counted | "OpenShards" >> beam.FlatMap(shard_openings, output)
-        keyed = planned | "ByShard" >> beam.FlatMap(by_shard, beam.pvalue.AsSingleton(shard_counts),
-                                                    output.shuffle_seed, settings.source_root)
-        work = ((keyed, openings)
-                | "ImagesAndShards" >> beam.Flatten()
-                | "GroupShards" >> beam.GroupByKey()
-                | "CutIntoParts" >> beam.FlatMap(plan_shard, settings)
-                .with_outputs(PLANS, main="parts"))
-        parts = (work.parts | "SpreadParts" >> beam.Reshuffle()) if self._spread else work.parts
-        converted = parts | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts")
-        shards = ((work[PLANS], converted.parts)
-                  | "PlansAndParts" >> beam.Flatten()
-                  | "GroupParts" >> beam.GroupByKey()
-                  | "ConcatShards" >> beam.ParDo(_ConcatShards(settings)))
-        return {"shards": shards, REJECTED: converted[REJECTED], "planned_counts": planned_counts,
-                "parts": converted.parts | "PartResults" >> beam.Values()}
+    output = settings.output
+    counted = (planned | "CountBatches" >> beam.Map(count_batch, settings.image)
+               | "PlannedCounts" >> beam.CombineGlobally(sum_counts))
+    planned_counts = counted | "Counts" >> beam.MapTuple(lambda counts, _: counts)
+    shard_counts = counted | "ShardCounts" >> beam.Map(shard_counts_of, output)
+    openings = counted | "OpenShards" >> beam.FlatMap(shard_openings, output)
+    keyed = planned | "ByShard" >> beam.FlatMap(by_shard, beam.pvalue.AsSingleton(shard_counts),
+                                                output.shuffle_seed, settings.source_root)
+    work = ((keyed, openings)
+            | "ImagesAndShards" >> beam.Flatten()
+            | "GroupShards" >> beam.GroupByKey()
+            | "CutIntoParts" >> beam.FlatMap(plan_shard, settings)
+            .with_outputs(PLANS, main="parts"))
+    parts = (work.parts | "SpreadParts" >> beam.Reshuffle()) if spread else work.parts
+    converted = parts | "ConvertParts" >> beam.ParDo(_ConvertParts(settings)).with_outputs(REJECTED, main="parts")
+    shards = ((work[PLANS], converted.parts)
+              | "PlansAndParts" >> beam.Flatten()
+              | "GroupParts" >> beam.GroupByKey()
+              | "ConcatShards" >> beam.ParDo(_ConcatShards(settings)))
+    return {"shards": shards, REJECTED: converted[REJECTED], "planned_counts": planned_counts,
+            "parts": converted.parts | "PartResults" >> beam.Values()}
