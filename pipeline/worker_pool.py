@@ -130,14 +130,17 @@ def stop(process: multiprocessing.process.BaseProcess) -> None:
 def serve(port: int, host: str = "[::]") -> tuple[grpc.Server, ForkingWorkerPool]:
     """Starts the pool's gRPC service on host:port; returns it running."""
     pool = ForkingWorkerPool()
-    pool.warm_up()
     # Beam's pool sets these too: the runner keeps the connection idle between StartWorker calls.
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=16),
                          options=[("grpc.http2.max_pings_without_data", 0), ("grpc.http2.max_ping_strikes", 0)])
     beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(pool, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:  # a port in use: gRPC raises RuntimeError("Failed to bind ..."); older releases returned 0
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:
+        bound = 0
     if not bound:
-        raise OSError(f"cannot listen on {host}:{port}")
+        raise OSError(f"cannot listen on {host}:{port}: is something else (another worker pool) listening there?")
+    pool.warm_up()
     server.start()
     _LOG.info("worker pool listening on %s:%s", host, bound)
     return server, pool
@@ -149,7 +152,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--host", default="[::]", help="address to listen on (default: every interface, as Beam's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    server, pool = serve(args.service_port, args.host)
+    try:
+        server, pool = serve(args.service_port, args.host)
+    except OSError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: done.set())

@@ -628,3 +628,18 @@ def test_a_job_service_that_dies_mid_run_is_one_line(tmp_path, forking_pool_serv
     assert err.strip().splitlines()[-1].startswith(
         "imgrec: error: the run failed: the job service stopped answering ("), err[-3000:]
     assert not (output / "metadata.json").exists()
+
+
+@pytest.mark.unit
+def test_worker_pool_on_a_port_in_use_is_one_line(capsys):
+    """A host's second `python -m pipeline.worker_pool` on the same port: exit 1 with one line
+    saying why, not gRPC's `RuntimeError: Failed to bind` traceback."""
+    from pipeline import worker_pool
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert worker_pool.main([f"--service_port={port}", "--host=127.0.0.1"]) == 1
+    assert capsys.readouterr().err == (f"python -m pipeline.worker_pool: error: cannot listen on 127.0.0.1:{port}: "
+                                       "is something else (another worker pool) listening there?\n")
