@@ -51,8 +51,7 @@ def detection_to_record(data: bytes, header: ImageHeader, image: AnnotatedImage,
     own features (source path, content hash)."""
     check_declared_size(image, header)
     pixels = decode_image(data, header, spec, image.path)
-    where = placement((header.width, header.height), header.turned, (pixels.shape[1], pixels.shape[0]),
-                      spec if spec.resizes else None)
+    where = placement((header.width, header.height), header.turned, (pixels.shape[1], pixels.shape[0]), spec)
     if spec.resizes:
         pixels = resize_image(pixels, spec)
     encoded = encode_pixels(normalize_image(pixels, spec), spec)
@@ -67,8 +66,7 @@ def detection_from_previous(encoded: bytes, header: ImageHeader, image: Annotate
     now. Raises GeometryError if the encoded image is not the size the map gives (then the
     image is converted afresh)."""
     check_declared_size(image, header)
-    where = placement((header.width, header.height), header.turned, decoded_size(header, spec),
-                      spec if spec.resizes else None)
+    where = placement((header.width, header.height), header.turned, decoded_size(header, spec), spec)
     previous = read_header(encoded)
     if (previous.width, previous.height) != where.size:
         raise GeometryError(f"the previous record's image is {previous.width}x{previous.height}, this run's would be "
