@@ -78,19 +78,9 @@ class LockOwner:
 
 def _read(path: str) -> Optional[LockOwner]:
     try:
-        with files.open_read(path) as handle:
-            return LockOwner.from_json(handle.read().decode("utf-8"))
+        return LockOwner.from_json(files.read_bytes(path).decode("utf-8"))
     except Exception:  # gone, or half-written by a dying run: treat as absent / unreadable
         return None
-
-
-def _read_written(path: str, wait: float = 1.0) -> Optional[LockOwner]:
-    """The owner, given a moment to appear: a run that has just taken the lock has created the
-    file but may not have written into it yet."""
-    deadline = time.monotonic() + wait
-    while (owner := _read(path)) is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return owner
 
 
 def _same_file(path: str, descriptor: int) -> bool:
@@ -211,21 +201,22 @@ class OutputLock:
         """Takes the lock; raises OutputLocked if a live run holds it."""
         local = files.local_path(self.path)
         if not (self._lock_local(local) if local is not None else self._lock_remote()):
-            owner = _read_written(self.path)
+            # The owner, given a moment to appear: a run that has just taken the lock has created
+            # the file but may not have written into it yet.
+            deadline = time.monotonic() + 1.0
+            while (owner := _read(self.path)) is None and time.monotonic() < deadline:
+                time.sleep(0.02)
             raise OutputLocked(
                 f"{self.path} is held by {owner.describe() if owner else 'another run'}; wait for that run "
                 f"to finish, or, if no such run is alive, delete {self.path}")
-        self._start_heartbeat()
+        self._thread = threading.Thread(target=self._beat, name="imgrec-lock-heartbeat", daemon=True)
+        self._thread.start()
         return self
 
-    def _start_heartbeat(self) -> None:
-        def beat() -> None:
-            while not self._stop.wait(HEARTBEAT_SECONDS):
-                if self._descriptor is not None or self.holds():
-                    self._write()
-
-        self._thread = threading.Thread(target=beat, name="imgrec-lock-heartbeat", daemon=True)
-        self._thread.start()
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            if self._descriptor is not None or self.holds():
+                self._write()
 
     def holds(self) -> bool:
         if self._descriptor is not None:

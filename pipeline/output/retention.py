@@ -49,20 +49,17 @@ def remove_dataset(folder: str) -> Optional[str]:
     """Removes what imgrec wrote in `folder`, and says what went; None when a live run holds its
     lock (left as is)."""
     try:
-        lock = OutputLock(folder, uuid.uuid4().hex).acquire()
+        with OutputLock(folder, uuid.uuid4().hex):  # only its acquiring raises OutputLocked
+            metadata = read_json(join(folder, METADATA_FILE))
+            if not is_dataset_metadata(metadata):
+                return None
+            files.delete([join(folder, METADATA_FILE)])
+            names = [*listed_files(metadata), CONTACT_SHEET, CLASS_COUNTS]  # and what `imgrec verify` drew beside it
+            files.delete([path for path in (join(folder, name) for name in names) if files.exists(path)])
+            if files.is_folder(join(folder, INDEX_DIR)) and not files.list_names(join(folder, INDEX_DIR)):
+                files.delete([join(folder, INDEX_DIR)])
     except OutputLocked:
         return None
-    try:
-        metadata = read_json(join(folder, METADATA_FILE))
-        if not is_dataset_metadata(metadata):
-            return None
-        files.delete([join(folder, METADATA_FILE)])
-        names = [*listed_files(metadata), CONTACT_SHEET, CLASS_COUNTS]  # and what `imgrec verify` drew beside it
-        files.delete([path for path in (join(folder, name) for name in names) if files.exists(path)])
-        if files.is_folder(join(folder, INDEX_DIR)) and not files.list_names(join(folder, INDEX_DIR)):
-            files.delete([join(folder, INDEX_DIR)])
-    finally:
-        lock.release()
     left = files.list_names(folder)
     if left == [STAGING_DIR]:
         return (f"removed the dataset in {folder}, not the folder: it holds the staging of a stopped run "

@@ -73,10 +73,10 @@ class Placement:
 def placement(stored: tuple[int, int], orientation: int, decoded: tuple[int, int],
               spec: Optional[ImageSpec]) -> Placement:
     """The map for an image stored as `stored` (width, height), turned by `orientation`, decoded
-    as `decoded` (width, height, upright), then resized by `spec`; `spec=None` keeps the decoded
-    size (resize mode `none`)."""
+    as `decoded` (width, height, upright), then resized by `spec`; `spec=None` or resize mode
+    `none` keeps the decoded size."""
     factor = reduction(upright_size(*stored, orientation), decoded)
-    if spec is None:
+    if spec is None or not spec.resizes:
         return Placement(orientation, stored, (1 / factor, 1 / factor), (0.0, 0.0), decoded)
     plan = resize_plan(*decoded, spec)
     left, top, crop_w, crop_h = plan.crop

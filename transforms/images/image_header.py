@@ -108,35 +108,24 @@ def _bits(image: Image.Image) -> int:
     return 8
 
 
-def _orientation(image: Image.Image) -> int:
-    """The EXIF orientation of a PNG or WebP, from the EXIF block Pillow found before the pixel
-    data; 1 when there is none or it is malformed (a bad EXIF block should not cost the image).
-    OpenCV turns JPEGs by their EXIF and TIFFs by their tag itself."""
-    exif = image.info.get("exif") if image.format in ("PNG", "WEBP") else None
-    if not exif:
-        return 1
-    try:
-        parsed = Image.Exif()
-        parsed.load(exif)
-        orientation = parsed.get(_EXIF_ORIENTATION, 1)
-    except Exception:  # Pillow raises whatever its parsing of a malformed block runs into
-        return 1
-    if isinstance(orientation, bytes):  # an entry typed BYTE
-        orientation = orientation[0] if orientation else 1
-    return orientation if isinstance(orientation, int) and 1 <= orientation <= 8 else 1
-
-
-def _turned(image: Image.Image, orientation: int) -> int:
-    """What OpenCV turns a JPEG by (its EXIF orientation) or a TIFF by (its Orientation tag),
-    or imgrec a PNG or WebP by (`orientation`); 1 for a malformed or missing value, which
-    neither applies."""
+def _turned(image: Image.Image) -> int:
+    """The orientation the decoded pixels are turned upright by: OpenCV turns a JPEG by its EXIF
+    orientation and a TIFF by its Orientation tag, imgrec a PNG or WebP by the EXIF block Pillow
+    found before the pixel data. 1 for a missing or malformed value, which neither applies (a bad
+    EXIF block should not cost the image)."""
     try:
         if image.format in ("JPEG", "MPO"):
             value = image.getexif().get(_EXIF_ORIENTATION, 1)
         elif image.format == "TIFF":
             value = _first(image.tag_v2.get(_EXIF_ORIENTATION), 1)
+        elif image.format in ("PNG", "WEBP") and image.info.get("exif"):
+            parsed = Image.Exif()
+            parsed.load(image.info["exif"])
+            value = parsed.get(_EXIF_ORIENTATION, 1)
+            if isinstance(value, bytes):  # an entry typed BYTE
+                value = value[0] if value else 1
         else:
-            value = orientation
+            return 1
     except Exception:  # Pillow raises whatever its parsing of a malformed block runs into
         return 1
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
@@ -182,9 +171,9 @@ def read_header(data: bytes) -> ImageHeader:
     # libtiff's RGBA interface, which OpenCV decodes 8-bit TIFFs through, premultiplies; deeper
     # TIFFs come as stored, premultiplied when their ExtraSamples say associated alpha.
     premultiplied = fmt == "tiff" and channels == 4 and (bits == 8 or associated)
-    orientation = _orientation(image)
-    return ImageHeader(fmt, width, height, channels, max(1, -(-bits // 8)), orientation, grey, premultiplied,
-                       _turned(image, orientation))
+    turned = _turned(image)  # OpenCV turns JPEGs and TIFFs itself, imgrec PNGs and WebPs
+    return ImageHeader(fmt, width, height, channels, max(1, -(-bits // 8)), turned if fmt in ("png", "webp") else 1,
+                       grey, premultiplied, turned)
 
 
 # Bytes per pixel that decoding needs beyond the decoded array: the 8-bit RGB copy and the

@@ -6,14 +6,14 @@ The objects follow the pixels exactly: the map from the stored grid to the recor
 plan, so every resize mode and EXIF orientation moves boxes and masks with the pixels. An
 incremental run (--reuse_from) takes a previous record's image of the same content and pixel
 settings and places the current annotations on the map the decode would have given
-(`detection_from_previous`): changed annotations are honoured without decoding again.
+(`detection_to_record` with `reused`): changed annotations are honoured without decoding again.
 """
 from __future__ import annotations
 
 from typing import Mapping
 
 from transforms.images.decode import decode_image, decoded_size
-from transforms.images.geometry import GeometryError, Placement, placement, upright_size
+from transforms.images.geometry import GeometryError, placement, upright_size
 from transforms.images.image_header import ImageHeader, read_header
 from transforms.images.normalize import normalize_image
 from transforms.images.resize import resize_image
@@ -45,40 +45,29 @@ Detection = tuple[EncodedRecord, tuple[PlacedObject, ...], tuple[Rejection, ...]
 
 
 def detection_to_record(data: bytes, header: ImageHeader, image: AnnotatedImage, spec: ImageSpec,
-                        objects_spec: AnnotationSpec, voc_fields: bool, extra: Mapping[str, FeatureValue]
-                        ) -> Detection:
+                        objects_spec: AnnotationSpec, voc_fields: bool, extra: Mapping[str, FeatureValue],
+                        reused: bool = False) -> Detection:
     """(record, the objects it holds, the objects dropped) for one image; `extra` holds imgrec's
-    own features (source path, content hash)."""
+    own features (source path, content hash).
+
+    `reused`: `data` is a previous record's image of these bytes made with these pixel settings,
+    so the record is the same and the objects are placed from `image` as they are now, on the
+    map the decode would have given. Raises GeometryError if that image is not the size the map
+    gives (then the image is converted afresh)."""
     check_declared_size(image, header)
-    pixels = decode_image(data, header, spec, image.path)
-    where = placement((header.width, header.height), header.turned, (pixels.shape[1], pixels.shape[0]),
-                      spec if spec.resizes else None)
-    if spec.resizes:
-        pixels = resize_image(pixels, spec)
-    encoded = encode_pixels(normalize_image(pixels, spec), spec)
-    return objects_record(encoded, where, image, spec, objects_spec, voc_fields, extra)
-
-
-def detection_from_previous(encoded: bytes, header: ImageHeader, image: AnnotatedImage, spec: ImageSpec,
-                            objects_spec: AnnotationSpec, voc_fields: bool, extra: Mapping[str, FeatureValue]
-                            ) -> Detection:
-    """`detection_to_record`'s result around `encoded`, a previous record's image of these bytes
-    made with these pixel settings: the same record, the objects placed from `image` as they are
-    now. Raises GeometryError if the encoded image is not the size the map gives (then the
-    image is converted afresh)."""
-    check_declared_size(image, header)
-    where = placement((header.width, header.height), header.turned, decoded_size(header, spec),
-                      spec if spec.resizes else None)
-    previous = read_header(encoded)
-    if (previous.width, previous.height) != where.size:
-        raise GeometryError(f"the previous record's image is {previous.width}x{previous.height}, this run's would be "
-                            f"{where.size[0]}x{where.size[1]}")
-    return objects_record(encoded, where, image, spec, objects_spec, voc_fields, extra)
-
-
-def objects_record(encoded: bytes, where: Placement, image: AnnotatedImage, spec: ImageSpec,
-                   objects_spec: AnnotationSpec, voc_fields: bool, extra: Mapping[str, FeatureValue]) -> Detection:
-    """The record of `encoded` (the image on `where`'s output grid) with the image's objects placed."""
+    if reused:
+        encoded = data
+        where = placement((header.width, header.height), header.turned, decoded_size(header, spec), spec)
+        previous = read_header(encoded)
+        if (previous.width, previous.height) != where.size:
+            raise GeometryError(f"the previous record's image is {previous.width}x{previous.height}, this run's "
+                                f"would be {where.size[0]}x{where.size[1]}")
+    else:
+        pixels = decode_image(data, header, spec, image.path)
+        where = placement((header.width, header.height), header.turned, (pixels.shape[1], pixels.shape[0]), spec)
+        if spec.resizes:
+            pixels = resize_image(pixels, spec)
+        encoded = encode_pixels(normalize_image(pixels, spec), spec)
     objects, dropped = place_objects(image, where, objects_spec.min_visible, objects_spec.masks)
     record = detection_record(encoded, spec.encoding, where.size, image, objects, objects_spec.masks, voc_fields,
                               extra)

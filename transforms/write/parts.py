@@ -30,7 +30,7 @@ from transforms.images import limits
 from transforms.images.decode import decoded_size
 from transforms.images.geometry import GeometryError
 from transforms.images.process import image_to_record
-from transforms.images.process_detection import detection_from_previous, detection_to_record
+from transforms.images.process_detection import detection_to_record
 from transforms.inputs.annotations import annotation_digest, emptied_image
 from transforms.inputs.labels import label_list
 from transforms.plan.split import order_in_shard
@@ -261,11 +261,11 @@ def record_of(image: PlannedImage, data: bytes, fields: RecordFields, settings: 
     image's. `labels`: its label, or each of a multi-label image's, or each object's class."""
     source, keys = image.source, settings.keys
     if source.annotations is not None:
-        make = detection_from_previous if reused else detection_to_record
         own = ((keys.source_path, fields.source_path.encode("utf-8", "surrogateescape")),
                (keys.content_hash, source.content_hash.encode("ascii")))
-        record, objects, dropped = make(data, source.header, source.annotations, settings.image, settings.objects,
-                                        settings.voc_fields, {key: value for key, value in own if key})
+        record, objects, dropped = detection_to_record(data, source.header, source.annotations, settings.image,
+                                                       settings.objects, settings.voc_fields,
+                                                       {key: value for key, value in own if key}, reused)
         skipped = emptied_image(source.annotations, len(objects), dropped, settings.keep_empty)
         if skipped is not None:
             return Converted(None, reused, (), (*dropped, skipped))
