@@ -426,8 +426,7 @@ def _serving(dataset: str, pixel_fingerprint: str) -> Union[ReuseSource, str]:
                 "checked against its index entry")
     if metadata.compression != "none":
         return f"its shards are {metadata.compression}-compressed, so records cannot be read at their offsets"
-    shards = tuple((join(dataset, f), join(dataset, i)) for info in metadata.splits.values()
-                   for f, i in zip(info.files, info.index_files))
+    shards = tuple((join(dataset, f), join(dataset, index_file_name(f))) for f in metadata.shard_files)
     missing = [i for _, i in shards if not files.exists(i)]
     if missing:
         return f"record index files are missing ({missing[0]}, ...)"
