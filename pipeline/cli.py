@@ -5,8 +5,9 @@ Each subcommand is the module entry point of the same name, so `imgrec run ARGS`
 """
 from __future__ import annotations
 
+import importlib
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from pipeline.interrupts import exit_quietly, exit_until_handled
 from pipeline.standard_streams import open_closed_standard_streams
@@ -21,33 +22,9 @@ commands:
 `imgrec COMMAND --help` lists a command's options; `imgrec run --config=seed` uses a shipped config."""
 
 
-def _run(argv: Sequence[str]) -> int:
-    from pipeline.flags import help_requested
-
-    text = help_requested(list(argv))
-    if text:  # before Beam's imports, which take a second or more
-        print(text, end="")
-        return 0
-    exit_until_handled()
-    from pipeline.run import main
-
-    return main(argv)
-
-
-def _verify(argv: Sequence[str]) -> int:
-    from pipeline.read.verify import main
-
-    return main(argv, prog="imgrec verify")
-
-
-def _export_tfds(argv: Sequence[str]) -> int:
-    from pipeline.read.tfds_export import main
-
-    return main(argv, prog="imgrec export-tfds")
-
-
-COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "run": _run, "verify": _verify, "export-tfds": _export_tfds}
+# The other commands: their module, whose main(argv, prog) is imported only when the command runs.
+MODULES = {"verify": "pipeline.read.verify", "export-tfds": "pipeline.read.tfds_export"}
+COMMANDS = ("run", *MODULES)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -59,7 +36,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if command not in COMMANDS:
         print(f"imgrec: error: unknown command {command!r}; expected one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    return COMMANDS[command](rest)
+    if command != "run":
+        return importlib.import_module(MODULES[command]).main(rest, prog=f"imgrec {command}")
+    if {"-h", "--help", "--help-all"} & set(rest):  # answered before Beam's imports, which take a second or more
+        from pipeline.flags import help_text
+
+        print(help_text(all_flags="--help-all" in rest), end="")
+        return 0
+    exit_until_handled()
+    from pipeline.run import main as run_main
+
+    return run_main(rest)
 
 
 def entry_point(argv: Optional[Sequence[str]] = None) -> None:

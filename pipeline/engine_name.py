@@ -22,14 +22,12 @@ def engine_of_options(names: set[str]) -> Optional[str]:
 def job_service_engine(endpoint: str) -> Optional[str]:
     """The engine behind a job service (DescribePipelineOptions, Beam's Job API); None when it
     does not say or does not answer."""
-    channel = grpc.insecure_channel(endpoint)
-    try:
-        response = beam_job_api_pb2_grpc.JobServiceStub(channel).DescribePipelineOptions(
-            beam_job_api_pb2.DescribePipelineOptionsRequest(), timeout=DESCRIBE_TIMEOUT)
-    except grpc.RpcError:
-        return None
-    finally:
-        channel.close()
+    with grpc.insecure_channel(endpoint) as channel:
+        try:
+            response = beam_job_api_pb2_grpc.JobServiceStub(channel).DescribePipelineOptions(
+                beam_job_api_pb2.DescribePipelineOptionsRequest(), timeout=DESCRIBE_TIMEOUT)
+        except grpc.RpcError:
+            return None
     return engine_of_options({option.name for option in response.options})
 
 

@@ -223,13 +223,6 @@ EPILOG = ("Every other flag is a Beam pipeline option and passes straight to Bea
           "130 interrupted.")
 
 
-def help_requested(argv: list[str]) -> Optional[str]:
-    """The help text when argv asks for it (-h, --help, --help-all), else None."""
-    if "--help-all" in argv or "-h" in argv or "--help" in argv:
-        return help_text(all_flags="--help-all" in argv)
-    return None
-
-
 def help_text(all_flags: bool) -> str:
     """`imgrec run --help` (everyday flags by group) or `--help-all` (every imgrec flag)."""
     parser = argparse.ArgumentParser(

@@ -226,22 +226,14 @@ def expand_output_template(path: str, now: datetime.datetime) -> str:
 
 def sibling_pattern(template: str) -> Optional[tuple[str, re.Pattern]]:
     """(parent folder, regex of sibling names) for a `.../{date}`-style output, else None (an
-    escaped `{{date}}` is no field)."""
+    escaped `{{date}}` is no field, and a parent `{{` is the folder `{`). The siblings are those
+    of one folder: a field in the parent is no dated output."""
     parent, name = posixpath.split(template.rstrip("/"))
-    parent = _literal(parent)
-    parsed = list(string.Formatter().parse(name))
-    if parent is None or not any(field for _, field, _, _ in parsed):
+    parent_parts, name_parts = (list(string.Formatter().parse(part)) for part in (parent, name))
+    if any(field is not None for _, field, _, _ in parent_parts) or not any(field for _, field, _, _ in name_parts):
         return None
-    return parent, re.compile("".join(re.escape(text) + (_TEMPLATE_FIELDS[field][1] if field else "")
-                                      for text, field, _, _ in parsed))
-
-
-def _literal(template: str) -> Optional[str]:
-    """What a part of an output template names when it has no fields (`{{` is `{`), else None."""
-    parsed = list(string.Formatter().parse(template))
-    if any(field is not None for _, field, _, _ in parsed):
-        return None
-    return "".join(text for text, _, _, _ in parsed)
+    return "".join(text for text, _, _, _ in parent_parts), re.compile(
+        "".join(re.escape(text) + (_TEMPLATE_FIELDS[field][1] if field else "") for text, field, _, _ in name_parts))
 
 
 def finished_siblings(template: str) -> Iterator[str]:
@@ -426,8 +418,7 @@ def _serving(dataset: str, pixel_fingerprint: str) -> Union[ReuseSource, str]:
                 "checked against its index entry")
     if metadata.compression != "none":
         return f"its shards are {metadata.compression}-compressed, so records cannot be read at their offsets"
-    shards = tuple((join(dataset, f), join(dataset, i)) for info in metadata.splits.values()
-                   for f, i in zip(info.files, info.index_files))
+    shards = tuple((join(dataset, f), join(dataset, index_file_name(f))) for f in metadata.shard_files)
     missing = [i for _, i in shards if not files.exists(i)]
     if missing:
         return f"record index files are missing ({missing[0]}, ...)"

@@ -102,8 +102,7 @@ class Conversion:
 
 
 def runner_name(options: beam.options.pipeline_options.PipelineOptions) -> str:
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    return runner if isinstance(runner, str) else type(runner).__name__
+    return options.view_as(StandardOptions).runner or "DirectRunner"  # a flag's text (argv, a config's beam:)
 
 
 # Beam's local runners, which run the job from this process: nothing to stage for workers.
