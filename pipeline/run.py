@@ -101,8 +101,14 @@ class Conversion:
     dry_run: bool = False
 
 
-def runner_name(options: beam.options.pipeline_options.PipelineOptions) -> str:
+def runner_text(options: beam.options.pipeline_options.PipelineOptions) -> str:
     return options.view_as(StandardOptions).runner or "DirectRunner"  # a flag's text (argv, a config's beam:)
+
+
+def runner_name(options: beam.options.pipeline_options.PipelineOptions) -> str:
+    """The runner's class name: a dotted --runner (`apache_beam.runners.direct.DirectRunner`) is
+    the runner it names, with the same checks and the same local converter pool."""
+    return runner_text(options).rsplit(".", 1)[-1]
 
 
 # Beam's local runners, which run the job from this process: nothing to stage for workers.
@@ -134,18 +140,17 @@ def check_runner_options(options) -> None:
     or unsupported --runner, a job service nobody answers at (Beam waits --job_server_timeout,
     5 minutes, then fails with an empty message), a negative worker count (an IndexError deep in
     the FnApiRunner)."""
-    runner = runner_name(options)
+    runner, text = runner_name(options), runner_text(options)
     if runner in UNSUPPORTED_RUNNERS:
-        raise UsageError(f"--runner={runner} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
-    error = runner_error(runner)
+        raise UsageError(f"--runner={text} is not supported: {UNSUPPORTED_RUNNERS[runner]}")
+    error = runner_error(text)
     if error:
-        raise UsageError(f"--runner={runner}: {error}")
+        raise UsageError(f"--runner={text}: {error}")
     if (options.view_as(DirectOptions).direct_num_workers or 0) < 0:
         raise UsageError("--direct_num_workers must be 0 (one per core) or more")
     endpoint = options.view_as(PortableOptions).job_endpoint
     host, _, port = (endpoint or "").rpartition(":")
-    runner_class = runner.rsplit(".", 1)[-1]  # a dotted --runner names Beam's class too
-    if host and port.isdigit() and runner_class in JOB_SERVICE_RUNNERS:
+    if host and port.isdigit() and runner in JOB_SERVICE_RUNNERS:
         check_connects("job_endpoint", endpoint, host, int(port), "the job service")
         with grpc.insecure_channel(endpoint) as channel:  # an HTTP port (Flink's web UI) accepts, but Beam waits
             ready = grpc.channel_ready_future(channel)
@@ -156,7 +161,7 @@ def check_runner_options(options) -> None:
                 raise UsageError(f"--job_endpoint={endpoint}: no gRPC service answered in "
                                  f"{JOB_SERVICE_CONNECT_TIMEOUT:.0f} s; is that the job service's port?") from None
     if not endpoint:
-        check_cluster_master(options, runner_class)
+        check_cluster_master(options, runner)
     if runner not in DIRECT_RUNNERS:  # Beam's stager packages it for the others
         check_local_files(options)
         check_environment_options(options)

@@ -30,6 +30,7 @@ def test_the_summary_names_the_engine_under_the_runner():
     assert named("--runner=SparkRunner", "--spark_job_server_jar=/jars/beam-runners-spark-3-job-server-2.70.0.jar") == \
         "SparkRunner (job server beam-runners-spark-3-job-server-2.70.0.jar)"
     assert named("--runner=PrismRunner") == "PrismRunner"
+    assert named("--runner=apache_beam.runners.direct.direct_runner.DirectRunner") == "DirectRunner (FnApiRunner)"
 
 
 def test_a_job_service_that_does_not_answer_is_named_by_its_address():
@@ -48,6 +49,7 @@ def test_a_job_service_that_does_not_answer_is_named_by_its_address():
     (("--runner=PortableRunner", "--environment_type=LOOPBACK"), True),
     (("--runner=PortableRunner", "--environment_type=EXTERNAL"), False),
     (("--runner=FlinkRunner", "--environment_type=DOCKER"), False),
+    (("--runner=apache_beam.runners.direct.direct_runner.DirectRunner",), True),  # the runner a dotted name names
 ])
 def test_loopback_runs_every_step_in_the_launching_process(flags, one_process):
     """LOOPBACK runs the SDK harness on threads of the launching process, whatever the runner:
