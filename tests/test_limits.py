@@ -4,17 +4,14 @@ dead letter with the converter's memory and time bounded, and the good images ar
 from __future__ import annotations
 
 import dataclasses
-import functools
 import pathlib
-import struct
 import time
-import zlib
 
 import cv2
 import numpy as np
 import pytest
 
-from tests.helpers import tile_bomb, write_photo
+from tests.helpers import tile_bomb, write_photo, zero_png
 from transforms.files import content_hash
 from transforms.images import limits
 from transforms.images.image_header import ImageHeader
@@ -92,16 +89,9 @@ def test_a_tile_bomb_is_a_dead_letter_within_the_decode_memory_limit(tmp_path):
     assert grew <= SPEC.max_decoded_bytes + DECODE_HEADROOM, grew
 
 
-@functools.lru_cache(maxsize=1)
 def png_bomb(side: int) -> bytes:
     """A real all-black RGB PNG of side x side pixels: 0.4 MB for 12000, 432 MB decoded."""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    compressor, row = zlib.compressobj(1), bytes(1 + 3 * side)
-    rows = b"".join(compressor.compress(row) for _ in range(side)) + compressor.flush()
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+    return zero_png(side, side)
 
 
 @pytest.mark.parametrize("limit", ["max_pixels", "max_decoded_bytes"])
