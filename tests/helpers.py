@@ -7,6 +7,7 @@ The black-box tests (test_trust_*) use only the subprocess half and the dict vie
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -449,15 +450,24 @@ def write_csv(path: pathlib.Path, header: Optional[str], rows: Iterable[tuple[st
     return path
 
 
-def write_png_rows(path: pathlib.Path, width: int, height: int, bit_depth: int, color_type: int) -> None:
-    """A valid all-zero PNG of any declared size, compressed row by row (never held in memory)."""
+def zero_png(width: int, height: int, bit_depth: int = 8, color_type: int = 2) -> bytes:
+    """A valid all-zero PNG of any declared size (its rows filter 0, all pixels 0), never held
+    decoded in memory: 8 MiB of zeros deflated once, then that flushed block repeated (each starts
+    afresh at a byte boundary), the rest as the last block, and the checksum of that many zeros."""
     channels = {0: 1, 2: 3, 4: 2, 6: 4}[color_type]
-    row = b"\x00" + bytes(width * channels * bit_depth // 8)
-    compressor = zlib.compressobj(9)
-    data = b"".join([*(compressor.compress(row) for _ in range(height)), compressor.flush()])
+    total = height * (1 + width * channels * bit_depth // 8)
+    count, rest = divmod(total, 2**23)
+    block = zlib.compressobj(9, zlib.DEFLATED, -15)
+    last = zlib.compressobj(9, zlib.DEFLATED, -15)
+    data = b"".join([b"\x78\xda", (block.compress(bytes(2**23)) + block.flush(zlib.Z_FULL_FLUSH)) * count,
+                     last.compress(bytes(rest)), last.flush(), struct.pack(">I", (total % 65521) << 16 | 1)])
     ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", data)
-                     + png_chunk(b"IEND", b""))
+    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", data) + png_chunk(b"IEND", b"")
+
+
+def write_png_rows(path: pathlib.Path, width: int, height: int, bit_depth: int, color_type: int) -> None:
+    """`zero_png` written to `path`."""
+    path.write_bytes(zero_png(width, height, bit_depth, color_type))
 
 
 def png_chunk(kind: bytes, body: bytes) -> bytes:
@@ -470,6 +480,7 @@ def png_declaring(width: int, height: int, bit_depth: int = 8, color_type: int =
     return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", zlib.compress(bytes(64)))
 
 
+@functools.lru_cache(maxsize=1)
 def tile_bomb() -> bytes:
     """A 16x16 RGBA TIFF in one 8192x8192 tile: its header tells 16x16 pixels and passes every
     check, and OpenCV allocates the whole tile (256 MiB) to decode it."""

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from imgrec.api import as_flags
-from tests.helpers import IN_MEMORY, SAMPLE
+from tests.helpers import SAMPLE
 
 
 @pytest.mark.unit
@@ -45,8 +45,10 @@ def test_convert_takes_verbose_as_the_command_takes_v(tmp_path, verbose):
 
 
 @pytest.mark.e2e
-def test_python_dash_m_imgrec_is_the_imgrec_command(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "imgrec", "run", f"--input={SAMPLE}", f"--output={tmp_path}/o",
-                           *IN_MEMORY], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "inputs: 38 = 36 written + 2 skipped (not images) + 0 rejected" in done.stdout
+def test_python_dash_m_imgrec_is_the_imgrec_command():
+    """`python -m imgrec run` answers as `imgrec run` (imgrec/__main__.py calls the script's entry
+    point). The command's whole run of the sample, with its summary line, is `imgrec run` in
+    tests/test_ecosystem.py; a conversion in a process that imported imgrec is the test above."""
+    done = subprocess.run([sys.executable, "-m", "imgrec", "run", "--help"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.startswith("usage: imgrec run"), done.stderr[-2000:]
