@@ -27,7 +27,7 @@ setup(
         "apache-beam>=2.61,<3",
         "crc32c>=2.4",  # TFRecord checksums (transforms/write/tfrecord.py)
         "tensorflow-cpu>=2.18,<3",
-        # imdecodeWithMetadata (EXIF orientation without a second decode) needs OpenCV 5.
+        # 5.0: the oldest release `make test-oldest` passed on (imgrec is not tested on OpenCV 4).
         "opencv-python-headless>=5.0,<6",
         "numpy>=2.0,<3",
         "pillow>=10",  # reads image headers without decoding (transforms/images/image_header.py)
