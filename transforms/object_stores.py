@@ -19,7 +19,8 @@ filesystem options Beam's filesystems use (transforms/files.py `filesystem_optio
 - `store_fault`: whether an error says the store itself cannot be used (unreachable, credentials
   refused, no such bucket), as opposed to one object being unreadable.
 
-Imported only for paths with a scheme, so converter processes of a local run never load it.
+Imported lazily (for paths with a scheme, and to list a VOC folder's annotations), so converter
+processes of a local run never load it.
 """
 from __future__ import annotations
 
