@@ -164,10 +164,14 @@ def _require(mapping: Mapping, key: str, kind: Any, where: str) -> Any:
     return value
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _counts(mapping: Mapping, key: str, where: str) -> dict[str, int]:
     counts = _require(mapping, key, dict, where)
     for name, value in counts.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not _is_count(value):
             raise FormatError(f"{where}.{key}[{name!r}] must be a count, got {value!r}")
     return dict(counts)
 
@@ -176,7 +180,7 @@ def _items(mapping: Mapping, key: str, kind: type, where: str) -> tuple:
     """A list of `kind`s (of counts, for int): readers sum and open them as they are."""
     items = tuple(_require(mapping, key, list, where))
     for index, item in enumerate(items):
-        if not isinstance(item, kind) or kind is int and (isinstance(item, bool) or item < 0):
+        if not (_is_count(item) if kind is int else isinstance(item, kind)):
             raise FormatError(f"{where}.{key}[{index}] must be {'a count' if kind is int else kind.__name__}, "
                               f"got {item!r}")
     return items
