@@ -134,7 +134,8 @@ def ConvertToTFRecords(pbegin: beam.pvalue.PBegin, spec: ConversionSpec, context
     if context.reuse:
         to_write = to_write | "AttachReusableRecords" >> AttachReusableRecords(context.reuse)
     written = to_write | "WriteShards" >> WriteShards(context.writer, spread=not context.in_one_process)
-    _ = (written["planned_counts"], written["parts"]) | "RecordProgress" >> RecordProgress(context.run_dir)
+    _ = (written["planned_counts"], written["parts"]) | "RecordProgress" >> RecordProgress(
+        context.run_dir, (context.output, str(context.run["run_id"])))
     inputs = ((discovered["candidates"] | "BatchSizes" >> beam.Map(len),
                discovered[REJECTED] | "One" >> beam.Map(lambda r: int(r.stage != OBJECT_STAGE)))
               | "AllInputs" >> beam.Flatten())

@@ -197,8 +197,16 @@ def check_environment_options(options) -> None:
     without the worker pool's address; LOOPBACK with one, from configs/flink.yaml, say), which it
     did only once the output was locked, with a traceback."""
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.portability import common_urns
 
     portable = options.view_as(PortableOptions)
+    environment = portable.environment_type
+    if environment and not (environment == "LOOPBACK" or environment.startswith("beam:env:")
+                            or (environment.isupper() and hasattr(common_urns.environments, environment))):
+        # Beam's validation lets any other name through, and its runner raised "Unknown
+        # environment type" with a traceback once the output was locked (`external` too).
+        raise UsageError(f"--environment_type={environment}: not an environment type; give EXTERNAL (a worker "
+                         "pool), LOOPBACK, DOCKER or PROCESS, in capitals (docs/runners.md)")
     errors = PipelineOptionsValidator(options, None).validate_environment_options(portable)
     if errors:
         raise UsageError(f"--environment_type={portable.environment_type}: "

@@ -543,7 +543,9 @@ def test_a_cluster_master_nobody_answers_at_is_a_usage_error(flags):
 @pytest.mark.parametrize("flags, error", [
     (("--environment_type=EXTERNAL",), "--environment_type=EXTERNAL: Option external_service_address is required"),
     (("--config=flink", "--environment_type=LOOPBACK"),
-     "--environment_type=LOOPBACK: Option environment_config is not compatible")])
+     "--environment_type=LOOPBACK: Option environment_config is not compatible"),
+    (("--config=flink", "--environment_type=BOGUS"), "--environment_type=BOGUS: not an environment type"),
+    (("--config=flink", "--environment_type=external"), "--environment_type=external: not an environment type")])
 def test_environment_options_beam_refuses_are_a_usage_error(flags, error):
     """EXTERNAL without a worker pool's address, or configs/flink.yaml switched to LOOPBACK (its
     environment_config kept): Beam refused them only once the output was locked, with a

@@ -601,3 +601,33 @@ def test_record_progress_markers(tmp_path):
         _ = (p | "Counts" >> beam.Create([{"train": 130, "val": 0}]), p | "Parts" >> beam.Create(parts)) | \
             RecordProgress(str(tmp_path))
     assert read_progress(str(tmp_path)) == (130, 130)
+
+
+@pytest.mark.parametrize("lock_owner", [None, "another-run"])
+def test_a_part_finished_after_the_run_lost_its_lock_fails_the_job(tmp_path, lock_owner):
+    """A signal stops the driver, which cancels the job and releases the lock; Beam's Flink job
+    server does not stop a batch job it is told to cancel, which then converted every image and
+    wrote the staging folder back after the driver had cleared it. Now the first part that
+    finishes fails the job, and leaves no marker."""
+    from pipeline.output.lock import LockOwner
+    from transforms.dataset_format import LOCK_FILE
+    from transforms.write.parts import PartResult
+
+    output, run_dir = tmp_path / "out", tmp_path / "out" / ".imgrec-staging" / "run-this"
+    output.mkdir()
+    part = PartResult(shard=("train", 0, 1), index=0, digest="0" * 64, images=3, records=3, num_bytes=0,
+                      label_counts=(), reused=0, converted_by="host:1", resumed=0)
+
+    def record(owner):
+        if owner is not None:
+            (output / LOCK_FILE).write_text(LockOwner(owner, "host", 1, "2026-01-01T00:00:00+00:00",
+                                                      "2026-01-01T00:00:00+00:00").to_json())
+        with test_pipeline() as p:
+            _ = (p | "Counts" >> beam.Create([{"train": 3}]), p | "Parts" >> beam.Create([part])) | \
+                RecordProgress(str(run_dir), (str(output), "this"))
+
+    with pytest.raises(Exception, match="no longer belongs to it"):
+        record(lock_owner)
+    assert read_progress(str(run_dir))[1] == 0
+    record("this")
+    assert read_progress(str(run_dir)) == (3, 3)

@@ -118,6 +118,18 @@ def check_publisher(output: str, run_id: str) -> None:
         raise RunFailed(f"the driver of run {run_id} (pid {owner.pid}) is gone; nothing was published")
 
 
+def check_run_goes_on(output: str, run_id: str) -> None:
+    """Run by workers as each part finishes: the lock must still name this run. A driver that a
+    signal stopped cancels its job and releases the lock, but Beam's Flink job server does not
+    stop a batch job it was asked to cancel (it only stops waiting for it), so the job would
+    convert every image and write the staging folder back; it fails here instead."""
+    path = join(output, LOCK_FILE)
+    owner = _read(path)
+    if owner is None or owner.run_id != run_id:
+        raise RunFailed(f"run {run_id} was stopped: {path} no longer belongs to it (now: "
+                        f"{owner.describe() if owner else 'nobody'}); this job stops converting")
+
+
 class OutputLock:
     """Held while a run converts and publishes into `output`."""
 

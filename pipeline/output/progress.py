@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Optional, TextIO
 
 import apache_beam as beam
 
+from pipeline.output.lock import check_run_goes_on
 from pipeline.standard_streams import say
 from transforms import files
 from transforms.dataset_format import join
@@ -29,15 +30,21 @@ def _touch(path: str, text: str) -> None:
         handle.write(text.encode("ascii"))
 
 
+def _part_done(part, directory: str, lock: Optional[tuple[str, str]]) -> None:
+    if lock is not None:  # a job its stopped driver could not cancel stops here (check_run_goes_on)
+        check_run_goes_on(*lock)
+    _touch(join(directory, f"{part.digest}-{part.images}"), str(part.images))
+
+
 @beam.ptransform_fn
-def RecordProgress(inputs, run_dir: str) -> beam.pvalue.PDone:
-    """(planned counts {split: n}, PartResult) → markers in `run_dir/progress/`."""
+def RecordProgress(inputs, run_dir: str, lock: Optional[tuple[str, str]] = None) -> beam.pvalue.PDone:
+    """(planned counts {split: n}, PartResult) → markers in `run_dir/progress/`. With `lock`
+    (output, run id), each finished part first checks that the run still holds the output's lock."""
     planned_counts, parts = inputs
     directory = join(run_dir, PROGRESS_DIR)
     _ = planned_counts | "Total" >> beam.Map(
         lambda counts: _touch(join(directory, TOTAL_FILE), str(sum(counts.values()))))
-    _ = parts | "PartDone" >> beam.Map(
-        lambda part: _touch(join(directory, f"{part.digest}-{part.images}"), str(part.images)))
+    _ = parts | "PartDone" >> beam.Map(_part_done, directory, lock)
     return beam.pvalue.PDone(parts.pipeline)
 
 
