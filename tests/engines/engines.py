@@ -365,6 +365,10 @@ class FlinkCluster:
         """kill -9 the newest TaskManager's JVM."""
         kill_hard(self.started[-1])
 
+    def jobs_running(self) -> int:
+        jobs = self.netns.http_json(f"http://{self.master}/jobs/overview")["jobs"]
+        return sum(1 for job in jobs if job["state"] not in ("FINISHED", "FAILED", "CANCELED"))
+
 
 def kill_hard(service: Service) -> None:
     """SIGKILL to a service's own process (a JVM: the start scripts exec it), not its group."""
@@ -492,6 +496,10 @@ class SparkCluster:
     def kill_worker(self) -> None:
         """kill -9 the newest Worker's JVM (its executors notice and exit)."""
         kill_hard(self.started[-1])
+
+    def jobs_running(self) -> int:
+        """Applications the Master runs (Beam's Spark job server starts one per job)."""
+        return len(self.status()["activeapps"])
 
 
 @contextlib.contextmanager

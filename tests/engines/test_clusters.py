@@ -22,6 +22,7 @@ import json
 import pathlib
 import re
 import subprocess
+import time
 from typing import Optional
 
 import pytest
@@ -45,7 +46,7 @@ from tests.engines.engines import (
     private_netns,
     run_imgrec,
 )
-from tests.helpers import REPO
+from tests.helpers import REPO, make_tree
 from tests.portable import live_group_members, subprocess_env
 from transforms.dataset_format import METADATA_FILE, parts_dir
 from transforms.write.parts import PART_IMAGES
@@ -268,3 +269,26 @@ def test_a_worker_killed_while_converting(engine_cluster, portable_engine, input
         assert_run_ok(first)
     for check in CHECKS:
         check_against_reference(check, output, reference)
+
+
+@pytest.mark.engines
+def test_a_stopped_run_stops_its_job_on_the_cluster(engine_cluster, portable_engine, tmp_path):
+    """SIGTERM to imgrec once the first part is converted: exit 130, nothing published, and the
+    job stops on the cluster without writing the staging folder back. Beam's Flink job server
+    (2.70) reports a batch job cancelled but leaves it running: it converted every image and wrote
+    its shards back after the driver had cleared the staging (it now fails at the next part that
+    finishes, pipeline/output/lock.check_run_goes_on). Spark's job server cancels the job."""
+    engine, running, _ = engine_cluster
+    make_tree(tmp_path / "in", {"a": 400, "b": 400}, size=(128, 128))
+    output = tmp_path / "out"
+    flags = imgrec_flags(tmp_path / "in", output, portable_engine.runner_flags(),
+                         config=REPO / "configs" / f"{engine}.yaml")
+    run = run_imgrec(flags, tmp_path / "stopped.log", running.netns,
+                     terminate_when=lambda: any(output.glob(".imgrec-staging/run-*/progress/*")), timeout=300)
+    assert run.returncode == 130 and run.tail(1) == "imgrec: error: interrupted; nothing was published", run.tail()
+    deadline = time.monotonic() + 120
+    while running.jobs_running() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert running.jobs_running() == 0, f"{engine}'s job still runs 120 s after the driver stopped"
+    assert not (output / METADATA_FILE).exists()
+    assert not list(output.glob(".imgrec-staging/run-*/**/*.tfrecord*"))
