@@ -524,7 +524,17 @@ def convert(argv: Sequence[str]) -> Conversion:
 def _apply_retention(template: str, keep_last: int, output: str) -> None:
     """--keep_last: the older datasets of a dated output go once this run succeeded."""
     for folder in datasets_to_remove(template, keep_last, output):
-        removed = remove_dataset(folder)
+        try:
+            removed = remove_dataset(folder)
+        except (OSError, object_stores.StoreUnavailable) as exc:  # this run's dataset is published all the same
+            kept = True  # unless the store can say otherwise
+            with contextlib.suppress(OSError, object_stores.StoreUnavailable):
+                kept = files.exists(join(folder, METADATA_FILE))
+            left = "it is kept for the next run" if kept else \
+                "its metadata.json is gone, so no run removes the rest: delete what is left by hand"
+            say(f"imgrec: warning: could not remove the dataset in {folder} (--keep_last={keep_last}): "
+                f"{object_stores.store_fault(exc) or exc}; {left}")
+            continue
         if removed:
             say(f"imgrec: {removed} (--keep_last={keep_last})")
         else:

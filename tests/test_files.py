@@ -212,3 +212,17 @@ def test_gcs_requests_give_up_on_a_store_they_cannot_reach_and_ride_out_throttli
             assert object_stores._gcs_request()["retry"](fetch)(f"http://127.0.0.1:{server.server_port}/o") == "ok"
         finally:
             server.shutdown()
+
+
+@pytest.mark.parametrize("path", ["s3://bucket", "s3://bucket/", "gs://bucket", "gs://bucket//"])
+def test_a_buckets_root_is_a_usage_error_before_any_request(path):
+    """`--output=s3://bucket` (or --input) sat silent for ~8 minutes, deaf to Ctrl-C and SIGTERM:
+    Beam's S3 client retried the ValueError a path without a key gives. GCS said 'Cannot
+    determine path without a blob name'. No store answers here: the check must not ask one."""
+    from pipeline import stores
+    from pipeline.errors import UsageError
+
+    began = time.monotonic()
+    with pytest.raises(UsageError, match=re.escape(f"--output={path}: a bucket's root; name a folder in it (")):
+        stores.check_store("--output", path)
+    assert time.monotonic() - began < 5

@@ -428,6 +428,34 @@ def test_keep_last_never_removes_the_runs_own_output(tmp_path, capsys):
     assert (today / "metadata.json").exists() and not (root / "2026-01-01").exists()
 
 
+def test_a_dataset_keep_last_cannot_remove_does_not_fail_the_run_that_published(tmp_path, capsys, monkeypatch):
+    """An older day's shard that cannot be removed (another user's file, a store refusing the
+    delete) made the run that had just published exit 1, 'the run failed: PermissionError', with a
+    traceback and no summary: a scheduler retried a run that had succeeded."""
+    from transforms import files
+
+    images = tmp_path / "images"
+    make_images(images, 4)
+    root = tmp_path / "datasets"
+    convert(images, root / "2026-01-01")
+    delete = files.delete
+
+    def refused(paths):
+        paths = list(paths)
+        if any(path.endswith(".tfrecord") and "2026-01-01" in path for path in paths):
+            raise PermissionError(1, "Operation not permitted", paths[0])
+        delete(paths)
+
+    monkeypatch.setattr(files, "delete", refused)
+    done = imgrec(capsys, [*IN_MEMORY, f"--input={images}", f"--output={root}/{{date}}", *FLAGS, "--keep_last=1"])
+    assert done.returncode == 0, done.stderr
+    assert "output:" in done.stdout and "Traceback" not in done.stderr
+    assert (f"warning: could not remove the dataset in {root / '2026-01-01'} (--keep_last=1): [Errno 1] Operation "
+            "not permitted") in done.stderr and "delete what is left by hand" in done.stderr
+    (today,) = set(root.iterdir()) - {root / "2026-01-01"}
+    assert (today / "metadata.json").exists()
+
+
 def test_a_template_without_a_folder_finds_the_datasets_beside_it(tmp_path, capsys, monkeypatch):
     """`--output={date}`, run in the datasets' folder: `latest` found no dataset and --keep_last
     removed none, the siblings being listed in the folder '' (none)."""
