@@ -163,7 +163,7 @@ with grpc.insecure_channel(sys.argv[1]) as channel:
 
 @pytest.mark.engines
 def test_sigterm_cancels_the_job_on_a_job_server(prism, tmp_path):
-    """SIGTERM to a run on a job server (here Prism's; Flink's and Spark's alike): the job is
+    """SIGTERM to a run on a job server (here Prism's; Flink's and Spark's in test_clusters.py): the job is
     cancelled. It ran on after the driver had exited 130 and removed the staging folder, wrote
     the folder back, and ended with its publish refused."""
     def job_states() -> dict[str, str]:
