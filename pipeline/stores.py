@@ -44,10 +44,6 @@ def check_store(flag: str, path: str) -> None:
     usage error naming the flag, before any work."""
     if object_stores.scheme(path) not in ("s3", "gs"):
         return
-    bucket, key = path.split("://", 1)[1].partition("/")[::2]
-    if not key.strip("/"):  # Beam's S3 retried the ValueError this gives for ~8 minutes, deaf to Ctrl-C
-        raise UsageError(f"{flag}={path}: a bucket's root; name a folder in it ({object_stores.scheme(path)}://"
-                         f"{bucket}/FOLDER)")
     fault = object_stores.probe(path)
     if fault:
         raise UsageError(f"{flag}={path}: {fault}")

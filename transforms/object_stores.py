@@ -335,8 +335,12 @@ def rename(sources: list[str], destinations: list[str]) -> None:
 
 def probe(path: str) -> Optional[str]:
     """Why the store of `path` (s3:// or gs://) cannot be used, or None: one request about its
-    bucket, which fails the same way every later request would (unreachable, refused, missing)."""
-    bucket, _ = _bucket_and_key(path)
+    bucket, which fails the same way every later request would (unreachable, refused, missing).
+    A bucket's root is refused before any request: Beam's S3 retried the ValueError of a path
+    without a key for ~8 minutes, deaf to Ctrl-C."""
+    bucket, key = _bucket_and_key(path)
+    if not key.strip("/"):
+        return f"a bucket's root; name a folder in it ({scheme(path)}://{bucket}/FOLDER)"
     try:
         if scheme(path) == "s3":
             _s3_client().head_bucket(Bucket=bucket)
