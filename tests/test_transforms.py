@@ -591,15 +591,25 @@ def _check(condition: bool) -> None:
 
 # ----------------------------------------------------------------------------- RecordProgress
 
+def _lock_owned_by(output: pathlib.Path, run_id: str) -> None:
+    """The output's lock file, as a driver on another host wrote it for `run_id`."""
+    from pipeline.output.lock import LockOwner
+    from transforms.dataset_format import LOCK_FILE
+
+    (output / LOCK_FILE).write_text(LockOwner(run_id, "host", 1, "2026-01-01T00:00:00+00:00",
+                                              "2026-01-01T00:00:00+00:00").to_json())
+
+
 def test_record_progress_markers(tmp_path):
     from transforms.write.parts import PartResult
 
     parts = [PartResult(shard=("train", 0, 1), index=i, digest=f"{i:064x}", images=n, records=n, num_bytes=0,
                         label_counts=(), reused=0, converted_by="host:1", resumed=0)
              for i, n in enumerate((64, 64, 2))]
+    _lock_owned_by(tmp_path, "this")
     with test_pipeline() as p:
         _ = (p | "Counts" >> beam.Create([{"train": 130, "val": 0}]), p | "Parts" >> beam.Create(parts)) | \
-            RecordProgress(str(tmp_path))
+            RecordProgress(str(tmp_path), (str(tmp_path), "this"))
     assert read_progress(str(tmp_path)) == (130, 130)
 
 
@@ -609,8 +619,6 @@ def test_a_part_finished_after_the_run_lost_its_lock_fails_the_job(tmp_path, loc
     server does not stop a batch job it is told to cancel, which then converted every image and
     wrote the staging folder back after the driver had cleared it. Now the first part that
     finishes fails the job, and leaves no marker."""
-    from pipeline.output.lock import LockOwner
-    from transforms.dataset_format import LOCK_FILE
     from transforms.write.parts import PartResult
 
     output, run_dir = tmp_path / "out", tmp_path / "out" / ".imgrec-staging" / "run-this"
@@ -620,8 +628,7 @@ def test_a_part_finished_after_the_run_lost_its_lock_fails_the_job(tmp_path, loc
 
     def record(owner):
         if owner is not None:
-            (output / LOCK_FILE).write_text(LockOwner(owner, "host", 1, "2026-01-01T00:00:00+00:00",
-                                                      "2026-01-01T00:00:00+00:00").to_json())
+            _lock_owned_by(output, owner)
         with test_pipeline() as p:
             _ = (p | "Counts" >> beam.Create([{"train": 3}]), p | "Parts" >> beam.Create([part])) | \
                 RecordProgress(str(run_dir), (str(output), "this"))

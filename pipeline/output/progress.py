@@ -30,16 +30,15 @@ def _touch(path: str, text: str) -> None:
         handle.write(text.encode("ascii"))
 
 
-def _part_done(part, directory: str, lock: Optional[tuple[str, str]]) -> None:
-    if lock is not None:  # a job its stopped driver could not cancel stops here (check_run_goes_on)
-        check_run_goes_on(*lock)
+def _part_done(part, directory: str, lock: tuple[str, str]) -> None:
+    check_run_goes_on(*lock)  # a job its stopped driver could not cancel stops here
     _touch(join(directory, f"{part.digest}-{part.images}"), str(part.images))
 
 
 @beam.ptransform_fn
-def RecordProgress(inputs, run_dir: str, lock: Optional[tuple[str, str]] = None) -> beam.pvalue.PDone:
-    """(planned counts {split: n}, PartResult) → markers in `run_dir/progress/`. With `lock`
-    (output, run id), each finished part first checks that the run still holds the output's lock."""
+def RecordProgress(inputs, run_dir: str, lock: tuple[str, str]) -> beam.pvalue.PDone:
+    """(planned counts {split: n}, PartResult) → markers in `run_dir/progress/`; each finished
+    part first checks that the run still holds the output's lock (`lock`: output, run id)."""
     planned_counts, parts = inputs
     directory = join(run_dir, PROGRESS_DIR)
     _ = planned_counts | "Total" >> beam.Map(
